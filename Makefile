@@ -1,0 +1,50 @@
+# nodegate: one Makefile for a fresh Debian machine (root, or a user with sudo).
+#   make deps   Debian packages: swtpm, swtpm-tools, libtss2-dev, pkg-config, build tools
+#   make venv   .venv with nodegate (editable) and the test extras
+#   make test   the test suite (what CI runs)
+#   make bench  benchmarks in tests/bench/
+#   make demo   local demo on the embedded defaults
+#   make lint   ruff + mypy --strict
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+DEBS   := swtpm swtpm-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
+          python3-venv python3-dev openssl ca-certificates
+
+.PHONY: deps venv test bench demo lint clean
+
+$(VENV)/.deps-done:
+	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(DEBS); \
+	fi
+	@mkdir -p $(VENV) && touch $@
+
+deps: $(VENV)/.deps-done
+
+$(VENV)/.venv-done: $(VENV)/.deps-done pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+venv: $(VENV)/.venv-done
+
+test: $(VENV)/.venv-done
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.venv-done
+	$(PY) -m tests.bench
+
+demo: $(VENV)/.venv-done
+	$(VENV)/bin/nodegate demo
+
+lint: $(VENV)/.venv-done
+	$(VENV)/bin/ruff check attest admission bootstrap tests
+	$(VENV)/bin/ruff format --check attest admission bootstrap tests
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

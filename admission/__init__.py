@@ -1,0 +1,1 @@
+"""Who may deploy which host package where (PackagePolicy, rules, webhook)."""

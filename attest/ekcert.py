@@ -1,0 +1,192 @@
+"""EK certificates: strict DER parsing and a chain walk that accepts TCG EK certificate shapes.
+
+Web-PKI verifiers refuse EK certificates (their SAN is a critical directoryName, they have no
+subject name, their EKU is a TCG OID), so the chain is walked here, hop by hop, with the checks
+of RFC 5280 that matter for an EK: issuer signatures, CA basic constraints and path length,
+keyCertSign, validity dates of every certificate, and no unknown critical extension.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, ObjectIdentifier
+
+from attest.errors import EkUntrusted, MalformedInput
+
+MAX_CERT_DER = 16 * 1024
+MAX_CHAIN_DEPTH = 6
+TCG_KP_EK_CERTIFICATE = ObjectIdentifier("2.23.133.8.1")
+
+# Critical extensions whose meaning this walk honours (or that carry no constraint for us).
+_UNDERSTOOD_CRITICAL = frozenset(
+    {
+        ExtensionOID.BASIC_CONSTRAINTS,
+        ExtensionOID.KEY_USAGE,
+        ExtensionOID.EXTENDED_KEY_USAGE,
+        ExtensionOID.SUBJECT_ALTERNATIVE_NAME,  # TCG: critical directoryName with TPM model
+        ExtensionOID.SUBJECT_DIRECTORY_ATTRIBUTES,
+        ExtensionOID.CERTIFICATE_POLICIES,
+    }
+)
+
+
+def parse_certificate_der(der: bytes, what: str = "EK certificate") -> x509.Certificate:
+    """Parse exactly one DER certificate: size-limited, definite length, no trailing bytes."""
+    if not isinstance(der, bytes):
+        raise MalformedInput(f"{what}: expected bytes")
+    if len(der) > MAX_CERT_DER:
+        raise MalformedInput(f"{what}: {len(der)} bytes exceeds the limit of {MAX_CERT_DER}")
+    if _der_length(der) != len(der):
+        raise MalformedInput(f"{what}: DER length does not cover the input exactly")
+    try:
+        return x509.load_der_x509_certificate(der)
+    except ValueError as exc:
+        raise MalformedInput(f"{what}: not a valid X.509 certificate ({exc})") from exc
+
+
+def _der_length(der: bytes) -> int:
+    """Total length of the leading SEQUENCE TLV, or -1 if it is not one."""
+    if len(der) < 2 or der[0] != 0x30:
+        return -1
+    first = der[1]
+    if first < 0x80:
+        return 2 + first
+    n = first & 0x7F
+    if n == 0 or n > 3 or len(der) < 2 + n:  # indefinite length or absurd size
+        return -1
+    return 2 + n + int.from_bytes(der[2 : 2 + n], "big")
+
+
+def _subject(cert: x509.Certificate) -> str:
+    return cert.subject.rfc4514_string() or "<empty subject>"
+
+
+def _check_validity(cert: x509.Certificate, now: datetime, role: str) -> None:
+    if now < cert.not_valid_before_utc:
+        raise EkUntrusted(f"{role} {_subject(cert)} is not valid before {cert.not_valid_before_utc}")
+    if now > cert.not_valid_after_utc:
+        raise EkUntrusted(f"{role} {_subject(cert)} expired on {cert.not_valid_after_utc}")
+
+
+def _check_critical(cert: x509.Certificate, role: str) -> None:
+    for ext in cert.extensions:
+        if ext.critical and ext.oid not in _UNDERSTOOD_CRITICAL:
+            raise EkUntrusted(
+                f"{role} {_subject(cert)} has unknown critical extension {ext.oid.dotted_string}"
+            )
+
+
+def _ext(cert: x509.Certificate, cls: type[x509.ExtensionType]) -> x509.ExtensionType | None:
+    try:
+        return cert.extensions.get_extension_for_class(cls).value
+    except x509.ExtensionNotFound:
+        return None
+
+
+def check_leaf(cert: x509.Certificate, now: datetime) -> None:
+    """Checks on the EK certificate itself, independent of who issued it."""
+    role = "EK certificate"
+    _check_validity(cert, now, role)
+    _check_critical(cert, role)
+    bc = _ext(cert, x509.BasicConstraints)
+    if isinstance(bc, x509.BasicConstraints) and bc.ca:
+        raise EkUntrusted("EK certificate is a CA certificate")
+    eku = _ext(cert, x509.ExtendedKeyUsage)
+    if isinstance(eku, x509.ExtendedKeyUsage):
+        usages = set(eku)
+        if TCG_KP_EK_CERTIFICATE not in usages and ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE not in usages:
+            raise EkUntrusted("EK certificate's extended key usage lacks tcg-kp-EKCertificate")
+    ku = _ext(cert, x509.KeyUsage)
+    if isinstance(ku, x509.KeyUsage) and not (ku.key_encipherment or ku.key_agreement):
+        raise EkUntrusted("EK certificate's key usage allows neither keyEncipherment nor keyAgreement")
+
+
+def _check_issuer(issuer: x509.Certificate, below: int, now: datetime, role: str) -> None:
+    """``below`` is the number of CA certificates between ``issuer`` and the leaf."""
+    _check_validity(issuer, now, role)
+    _check_critical(issuer, role)
+    bc = _ext(issuer, x509.BasicConstraints)
+    if not isinstance(bc, x509.BasicConstraints) or not bc.ca:
+        raise EkUntrusted(f"{role} {_subject(issuer)} is not a CA (basicConstraints)")
+    if bc.path_length is not None and below > bc.path_length:
+        raise EkUntrusted(f"{role} {_subject(issuer)} path length {bc.path_length} exceeded")
+    ku = _ext(issuer, x509.KeyUsage)
+    if isinstance(ku, x509.KeyUsage) and not ku.key_cert_sign:
+        raise EkUntrusted(f"{role} {_subject(issuer)} may not sign certificates (keyUsage)")
+
+
+def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
+    try:
+        child.verify_directly_issued_by(issuer)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def verify_chain(
+    leaf: x509.Certificate,
+    anchors: Sequence[x509.Certificate],
+    intermediates: Sequence[x509.Certificate],
+    now: datetime,
+) -> list[x509.Certificate]:
+    """Find a path leaf -> (intermediates) -> anchor; return it (anchor last) or raise.
+
+    Every configured anchor is trusted as is (the operator chose it); intermediates only help to
+    reach one. Each hop's signature, CA constraints and validity are checked.
+    """
+    check_leaf(leaf, now)
+    failures: list[str] = []
+    path = _extend([leaf], anchors, intermediates, now, failures)
+    if path is not None:
+        return path
+    detail = (
+        "; ".join(dict.fromkeys(failures))
+        if failures
+        else (f"no configured EK root or intermediate is named {leaf.issuer.rfc4514_string()!r}")
+    )
+    raise EkUntrusted(f"EK certificate does not chain to a trusted root: {detail}")
+
+
+def _extend(
+    path: list[x509.Certificate],
+    anchors: Sequence[x509.Certificate],
+    intermediates: Sequence[x509.Certificate],
+    now: datetime,
+    failures: list[str],
+) -> list[x509.Certificate] | None:
+    current = path[-1]
+    below = len(path) - 1
+    for anchor in anchors:
+        if anchor.subject != current.issuer:
+            continue
+        if not _signed_by(current, anchor):
+            failures.append(f"signature by {_subject(anchor)} does not verify")
+            continue
+        try:
+            _check_issuer(anchor, below, now, "EK root")
+        except EkUntrusted as exc:
+            failures.append(exc.detail)
+            continue
+        return [*path, anchor]
+    if len(path) >= MAX_CHAIN_DEPTH:
+        failures.append(f"chain longer than {MAX_CHAIN_DEPTH}")
+        return None
+    for inter in intermediates:
+        if inter.subject != current.issuer or any(inter == c for c in path):
+            continue
+        if not _signed_by(current, inter):
+            failures.append(f"signature by {_subject(inter)} does not verify")
+            continue
+        try:
+            _check_issuer(inter, below, now, "EK intermediate")
+        except EkUntrusted as exc:
+            failures.append(exc.detail)
+            continue
+        found = _extend([*path, inter], anchors, intermediates, now, failures)
+        if found is not None:
+            return found
+    return None

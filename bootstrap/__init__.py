@@ -1,0 +1,1 @@
+"""The join service, the hold gate and the node-side client."""

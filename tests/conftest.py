@@ -1,0 +1,67 @@
+"""Shared fixtures: software TPMs with EK certificates from a per-session local CA."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from cryptography import x509
+
+os.environ.setdefault("TSS2_LOG", "all+none")
+
+from bootstrap import swtpm as harness  # noqa: E402
+
+
+@dataclass(frozen=True)
+class TpmInfo:
+    """What a test gets: a TCTI string and the CA certificates that vouch for the EK."""
+
+    tcti: str
+    root: x509.Certificate
+    intermediate: x509.Certificate
+    server: harness.Swtpm
+
+
+@pytest.fixture(scope="session")
+def local_ca(tmp_path_factory: pytest.TempPathFactory) -> harness.LocalCa:
+    return harness.make_ca(tmp_path_factory.mktemp("xdg"))
+
+
+def _running(ca: harness.LocalCa, tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[harness.Swtpm]:
+    state = tmp_path_factory.mktemp(name)
+    harness.manufacture(ca, state)
+    tpm = harness.start(ca, state)
+    try:
+        yield tpm
+    finally:
+        tpm.stop()
+
+
+@pytest.fixture(scope="session")
+def _swtpm_a(local_ca: harness.LocalCa, tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.Swtpm]:
+    yield from _running(local_ca, tmp_path_factory, "tpm-a")
+
+
+@pytest.fixture(scope="session")
+def _swtpm_b(local_ca: harness.LocalCa, tmp_path_factory: pytest.TempPathFactory) -> Iterator[harness.Swtpm]:
+    yield from _running(local_ca, tmp_path_factory, "tpm-b")
+
+
+def _info(tpm: harness.Swtpm) -> Iterator[TpmInfo]:
+    assert tpm.process.poll() is None, "swtpm exited"
+    yield TpmInfo(tpm.tcti, tpm.ca.root, tpm.ca.intermediate, tpm)
+    tpm.flush_transients()
+
+
+@pytest.fixture
+def swtpm(_swtpm_a: harness.Swtpm) -> Iterator[TpmInfo]:
+    """A software TPM with RSA and ECC EK certificates; transient objects flushed after the test."""
+    yield from _info(_swtpm_a)
+
+
+@pytest.fixture
+def other_swtpm(_swtpm_b: harness.Swtpm) -> Iterator[TpmInfo]:
+    """A second, independent software TPM (same CA)."""
+    yield from _info(_swtpm_b)
