@@ -29,7 +29,9 @@ def local_ca(tmp_path_factory: pytest.TempPathFactory) -> harness.LocalCa:
     return harness.make_ca(tmp_path_factory.mktemp("xdg"))
 
 
-def _running(ca: harness.LocalCa, tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[harness.Swtpm]:
+def _running(
+    ca: harness.LocalCa, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Iterator[harness.Swtpm]:
     state = tmp_path_factory.mktemp(name)
     harness.manufacture(ca, state)
     tpm = harness.start(ca, state)
