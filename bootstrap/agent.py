@@ -25,7 +25,8 @@ from attest import wire
 # libtss2 logs every TPM error response to stderr; our errors say what matters, once.
 os.environ.setdefault("TSS2_LOG", "all+none")
 
-from tpm2_pytss import (  # noqa: E402  (TSS2_LOG must be set before libtss2 loads)
+# TSS2_LOG must be set before libtss2 loads.
+from tpm2_pytss import (
     ESAPI,
     ESYS_TR,
     TPM2_ALG,
@@ -45,7 +46,7 @@ from tpm2_pytss import (  # noqa: E402  (TSS2_LOG must be set before libtss2 loa
     TPMT_SYM_DEF,
     TSS2_Exception,
 )
-from tpm2_pytss.utils import NVReadEK, create_ek_template  # noqa: E402
+from tpm2_pytss.utils import NoSuchIndex, NVReadEK, create_ek_template
 
 DEFAULT_TCTI = "device:/dev/tpmrm0"
 EkKind = Literal["rsa", "ecc"]
@@ -182,8 +183,10 @@ class Agent:
         for template, index in _EK_SOURCES[kind]:
             try:
                 raw = reader(index)
-            except Exception:  # noqa: BLE001  tpm2-pytss raises several types for a missing index
+            except NoSuchIndex:
                 continue
+            except TSS2_Exception as exc:
+                raise _explain(exc, f"reading the EK certificate at NV 0x{index:08x}") from None
             return template, trim_der(bytes(raw))
         return _EK_SOURCES[kind][0][0], None
 
@@ -313,7 +316,7 @@ class Agent:
 
 def transient_handles(ctx: ESAPI) -> list[int]:
     """Raw handles of all transient objects in the TPM (tests use this to clean up)."""
-    more, data = ctx.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
+    _, data = ctx.get_capability(TPM2_CAP.HANDLES, TPM2_HC.TRANSIENT_FIRST, 64)
     handles = data.data.handles
     return [int(handles[i]) for i in range(handles.count)]
 

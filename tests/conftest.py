@@ -11,7 +11,7 @@ from cryptography import x509
 
 os.environ.setdefault("TSS2_LOG", "all+none")
 
-from bootstrap import swtpm as harness  # noqa: E402
+from bootstrap import swtpm as harness
 
 
 @dataclass(frozen=True)

@@ -74,13 +74,15 @@ def rsa_public(
     scheme: int = Alg.RSASSA,
     scheme_hash: int = Alg.SHA256,
     name_alg: int = Alg.SHA256,
+    sym: bytes = b"",
+    policy: bytes = b"",
 ) -> bytes:
     nums = key.public_numbers()
     scheme_part = struct.pack(">H", scheme) + (struct.pack(">H", scheme_hash) if scheme != Alg.NULL else b"")
     area = (
         struct.pack(">HHI", Alg.RSA, name_alg, attrs)
-        + tpm2b(b"")
-        + struct.pack(">H", Alg.NULL)
+        + tpm2b(policy)
+        + (sym or struct.pack(">H", Alg.NULL))
         + scheme_part
         + struct.pack(">HI", key.key_size, 0 if nums.e == 65537 else nums.e)
         + tpm2b(nums.n.to_bytes(key.key_size // 8, "big"))
@@ -159,3 +161,16 @@ class SoftAk:
 
 def standard_pcrs(fill: int = 0) -> dict[str, dict[int, bytes]]:
     return {"sha256": {i: bytes([fill + i]) * 32 for i in range(8)}}
+
+
+def rsa_ek_public(key: rsa.RSAPublicKey) -> bytes:
+    """A TPM2B_PUBLIC following the TCG L-1 EK template, for a software RSA-2048 key."""
+    from attest.templates import POLICY_A_SHA256
+
+    return rsa_public(
+        key,
+        attrs=0x000300B2,
+        scheme=Alg.NULL,
+        policy=POLICY_A_SHA256,
+        sym=struct.pack(">HHH", Alg.AES, 128, Alg.CFB),
+    )

@@ -333,7 +333,7 @@ _EC = ec.generate_private_key(ec.SECP256R1()).public_key()
             "symmetric",
         ),
         (
-            fakes.rsa_public(rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key()),
+            fakes.rsa_public(rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key()),  # noqa: S505
             "below 2048",
         ),
         (

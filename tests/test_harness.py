@@ -12,7 +12,8 @@ def test_ek_certificates_are_issued_by_the_session_ca(swtpm: TpmInfo) -> None:
         ecc_template, ecc_cert = tpm.read_ek_certificate("ecc")
     assert rsa_template == "EK-RSA2048"
     assert ecc_template == "EK-HIGH-ECC384"
-    assert rsa_cert is not None and ecc_cert is not None
+    assert rsa_cert is not None
+    assert ecc_cert is not None
     from cryptography import x509
 
     for der in (rsa_cert, ecc_cert):

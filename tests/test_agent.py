@@ -1,0 +1,105 @@
+"""Node-side TPM operations: PCR reads in chunks, clear errors without a TPM or in lockout."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from attest.errors import MalformedInput
+from bootstrap import swtpm as harness
+from bootstrap.agent import Agent, TpmError, TpmLockedOut, TpmUnavailable, trim_der
+from tests.conftest import TpmInfo
+
+ALL_PCRS = "sha256:" + ",".join(str(i) for i in range(24))
+
+
+def test_reads_all_24_pcrs_in_chunks_of_8(swtpm: TpmInfo) -> None:
+    with Agent(swtpm.tcti) as agent:
+        values = agent.read_pcrs(ALL_PCRS)["sha256"]
+        assert sorted(values) == list(range(24))
+        before = values[16]
+        agent.extend_pcr(16, hashlib.sha256(b"x").digest())
+        after = agent.read_pcrs("sha256:16")["sha256"][16]
+    assert after == hashlib.sha256(before + hashlib.sha256(b"x").digest()).digest()
+
+
+def test_inactive_bank_is_reported(swtpm: TpmInfo) -> None:
+    with Agent(swtpm.tcti) as agent, pytest.raises(TpmError, match="sha1 bank active"):
+        agent.read_pcrs("sha1:0,1")
+
+
+def test_quote_refuses_a_bad_selection_before_touching_the_tpm(swtpm: TpmInfo) -> None:
+    with Agent(swtpm.tcti) as agent:
+        ak = agent.create_ak()
+        with pytest.raises(MalformedInput):
+            agent.quote(ak, "sha256:0,0", b"n" * 32)
+
+
+def test_no_tpm_gives_a_clear_error() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(TpmUnavailable) as exc, Agent(f"swtpm:host=127.0.0.1,port={port}"):
+        pass
+    assert "no TPM reachable" in str(exc.value)
+    with pytest.raises(TpmUnavailable) as exc2, Agent("device:/dev/nonexistent-tpm"):
+        pass
+    assert "/dev/nonexistent-tpm" in str(exc2.value)
+
+
+@pytest.fixture
+def fresh_tpm(local_ca: harness.LocalCa, tmp_path: Path) -> Iterator[harness.Swtpm]:
+    harness.manufacture(local_ca, tmp_path / "tpm")
+    server = harness.start(local_ca, tmp_path / "tpm")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_lockout_gives_a_clear_error(fresh_tpm: harness.Swtpm) -> None:
+    from tpm2_pytss import (
+        ESYS_TR,
+        TPM2_ALG,
+        TPM2_RH,
+        TPM2B_PUBLIC,
+        TPM2B_SENSITIVE_CREATE,
+        TPMA_OBJECT,
+        TPMT_PUBLIC,
+        TPMT_SIG_SCHEME,
+        TPMT_TK_HASHCHECK,
+        TSS2_Exception,
+    )
+
+    with Agent(fresh_tpm.tcti) as agent:
+        ctx = agent.ctx
+        ctx.dictionary_attack_parameters(1, 3600, 3600, session1=ESYS_TR.PASSWORD)
+        sensitive = TPM2B_SENSITIVE_CREATE()
+        sensitive.sensitive.userAuth = b"right"
+        attrs = TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT
+        attrs |= TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH
+        tmpl = TPM2B_PUBLIC(TPMT_PUBLIC.parse("ecc256:ecdsa-sha256:null", objectAttributes=attrs))
+        handle, *_ = ctx.create_primary(sensitive, tmpl, ESYS_TR.OWNER)
+        agent._handles.append(handle)
+        ctx.tr_set_auth(handle, b"wrong")
+        ticket = TPMT_TK_HASHCHECK(tag=0x8024, hierarchy=TPM2_RH.NULL)
+        scheme = TPMT_SIG_SCHEME(scheme=TPM2_ALG.NULL)
+        with pytest.raises(TSS2_Exception):  # fails authorization: the DA counter trips
+            ctx.sign(handle, b"\x00" * 32, scheme, ticket)
+        ak = agent.create_ak()  # endorsement-hierarchy auth is not DA-protected
+        with pytest.raises(TpmLockedOut) as exc:
+            agent.quote(ak, "sha256:0", b"n" * 32)
+    assert "lockout" in str(exc.value)
+
+
+def test_trim_der_keeps_exactly_one_certificate() -> None:
+    cert = b"\x30\x82\x00\x04abcd"
+    assert trim_der(cert + b"\xff" * 100) == cert
+    assert trim_der(b"\x30\x03abc\x00") == b"\x30\x03abc"
+    for bad in (b"", b"\x31\x01a", b"\x30\x82\x01\x00abc", b"\x30\x80abc"):
+        with pytest.raises(TpmError):
+            trim_der(bad)
