@@ -7,7 +7,7 @@ import pytest
 from bootstrap import cli
 
 
-def test_demo_attests_and_refuses(capsys: pytest.CaptureFixture[str], local_ca: object) -> None:
+def test_demo_attests_and_refuses(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["demo"]) == 0
     out = capsys.readouterr().out
     assert out.count("quote verified; PCR class demo-fleet") == 2
