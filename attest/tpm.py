@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import struct
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
+from typing import NamedTuple
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import Prehashed, encode_dss_signature
 
 from attest import credential, ekcert, wire
 from attest.errors import (
@@ -40,7 +42,7 @@ from attest.errors import (
     QuoteInvalid,
     QuoteSignatureInvalid,
 )
-from attest.keys import CRYPTO_HASHES, CURVE_BYTES, PublicKey, object_name, public_key, spki_der
+from attest.keys import CURVE_BYTES, PublicKey, object_name, public_key, spki_der
 from attest.templates import EkTemplate, match_ek_template
 from attest.wire import Alg, ObjectAttr, Public
 
@@ -90,15 +92,15 @@ class AkIdentity:
     key: PublicKey = field(repr=False)
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Counters:
+class Counters(NamedTuple):
+    """TPM counters from a quote; tuples order them (reset_count, restart_count, clock)."""
+
     reset_count: int
     restart_count: int
     clock: int
 
 
-@dataclass(frozen=True, slots=True)
-class QuoteResult:
+class QuoteResult(NamedTuple):
     counters: Counters
     pcrs: dict[str, dict[int, bytes]]
     firmware_version: int
@@ -122,23 +124,47 @@ def _load(buf: bytes, what: str) -> tuple[Public, PublicKey]:
     return pub, public_key(pub)
 
 
+class _AkVerifier(NamedTuple):
+    """A checked AK with everything a signature check needs, prepared once."""
+
+    identity: AkIdentity
+    header: bytes  # TPMT_SIGNATURE sigAlg || hashAlg this AK must produce
+    rsa: rsa.RSAPublicKey | None
+    ecc: ec.EllipticCurvePublicKey | None
+    size: int  # RSA signature bytes, or ECC coordinate bytes
+
+
 @lru_cache(maxsize=_CACHE_SIZE)
-def _ak(buf: bytes) -> AkIdentity:
+def _ak(buf: bytes) -> _AkVerifier:
     pub, key = _load(buf, "ak_public")
     _check_ak(pub, key)
-    return AkIdentity(object_name(pub), pub.scheme, pub.scheme_hash, pub, key)
+    ident = AkIdentity(object_name(pub), pub.scheme, pub.scheme_hash, pub, key)
+    header = struct.pack(">HH", pub.scheme, pub.scheme_hash)
+    if isinstance(key, rsa.RSAPublicKey):
+        return _AkVerifier(ident, header, key, None, key.key_size // 8)
+    return _AkVerifier(ident, header, None, key, CURVE_BYTES[pub.curve])
+
+
+class _Selection(NamedTuple):
+    banks: wire.Selection
+    raw: tuple[bytes, wire.Selection]  # marshalled as a TPM echoes it, for the fast compare
+    layout: tuple[tuple[str, tuple[int, ...], frozenset[int], int], ...]  # name, order, set, size
 
 
 @lru_cache(maxsize=256)
-def _selection(text: str) -> wire.Selection:
-    return wire.parse_selection_string(text)
+def _selection(text: str) -> _Selection:
+    banks = wire.parse_selection_string(text)
+    layout = tuple(
+        (wire.BANK_BY_ALG[alg], tuple(sorted(idx)), idx, wire.DIGEST_SIZES[alg]) for alg, idx in banks
+    )
+    return _Selection(banks, (wire.marshal_selection(banks), banks), layout)
 
 
 def clear_caches() -> None:
     """Drop cached parsed keys (benchmarks use this to measure cold verification)."""
     _load.cache_clear()
     _ak.cache_clear()
-    _selection.cache_clear()
+    _sealer.cache_clear()
 
 
 # ------------------------------------------------------------------------------------------
@@ -195,7 +221,7 @@ def _cert_key(cert: x509.Certificate) -> PublicKey:
 # ------------------------------------------------------------------------------------------
 # AK
 
-_AK_REQUIRED = (
+_AK_REQUIRED = int(
     ObjectAttr.RESTRICTED
     | ObjectAttr.SIGN
     | ObjectAttr.FIXED_TPM
@@ -203,26 +229,28 @@ _AK_REQUIRED = (
     | ObjectAttr.SENSITIVE_DATA_ORIGIN
     | ObjectAttr.USER_WITH_AUTH
 )
-_AK_ATTR_NAMES = {
-    ObjectAttr.RESTRICTED: "restricted",
-    ObjectAttr.SIGN: "sign",
-    ObjectAttr.FIXED_TPM: "fixedTPM",
-    ObjectAttr.FIXED_PARENT: "fixedParent",
-    ObjectAttr.SENSITIVE_DATA_ORIGIN: "sensitiveDataOrigin",
-    ObjectAttr.USER_WITH_AUTH: "userWithAuth",
-}
+_AK_ATTR_NAMES = (  # plain ints: IntFlag arithmetic is slow
+    (int(ObjectAttr.RESTRICTED), "restricted"),
+    (int(ObjectAttr.SIGN), "sign"),
+    (int(ObjectAttr.FIXED_TPM), "fixedTPM"),
+    (int(ObjectAttr.FIXED_PARENT), "fixedParent"),
+    (int(ObjectAttr.SENSITIVE_DATA_ORIGIN), "sensitiveDataOrigin"),
+    (int(ObjectAttr.USER_WITH_AUTH), "userWithAuth"),
+)
+_DECRYPT = int(ObjectAttr.DECRYPT)
 
 
 def verify_ak(ak_public: bytes) -> AkIdentity:
     """Check that ``ak_public`` is a restricted, TPM-bound SHA-256 signing key; return its name."""
-    return _ak(ak_public)
+    return _ak(ak_public).identity
 
 
 def _check_ak(pub: Public, key: PublicKey) -> None:
-    missing = [n for bit, n in _AK_ATTR_NAMES.items() if not pub.has(bit)]
-    if missing:
+    attrs = pub.attributes
+    if attrs & _AK_REQUIRED != _AK_REQUIRED:
+        missing = [n for bit, n in _AK_ATTR_NAMES if not attrs & bit]
         raise AkInvalid("AK lacks required attributes: " + ", ".join(missing))
-    if pub.has(ObjectAttr.DECRYPT):
+    if attrs & _DECRYPT:
         raise AkInvalid("AK has the decrypt attribute; an AK must be a signing-only key")
     if pub.name_alg != Alg.SHA256:
         raise AkInvalid(f"AK name algorithm 0x{pub.name_alg:04x} is not SHA-256")
@@ -253,14 +281,21 @@ def make_credential(ek_public: bytes, ak_name: bytes, secret: bytes) -> tuple[by
 
     Returns the marshalled TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET for ActivateCredential.
     """
-    pub, key = _load(ek_public, "ek_public")
-    match_ek_template(pub)
-    if not isinstance(ak_name, bytes) or len(ak_name) < 2:
+    sealer = _sealer(ek_public)
+    if type(ak_name) is not bytes or len(ak_name) < 2:
         raise MalformedInput("AK name must be bytes: nameAlg || digest")
-    name_alg = int.from_bytes(ak_name[:2], "big")
-    if wire.DIGEST_SIZES.get(name_alg, -1) != len(ak_name) - 2:
+    if wire.DIGEST_SIZES.get(int.from_bytes(ak_name[:2], "big"), -1) != len(ak_name) - 2:
         raise MalformedInput("AK name is not nameAlg || digest of that algorithm")
-    return credential.make_credential(pub, key, ak_name, secret)
+    if type(secret) is not bytes:
+        raise MalformedInput("credential secret must be bytes")
+    return sealer.make(ak_name, secret)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _sealer(buf: bytes) -> credential.EkSealer:
+    pub, key = _load(buf, "ek_public")
+    match_ek_template(pub)  # sealing to anything but a standard EK would prove nothing
+    return credential.EkSealer(pub, key)
 
 
 # ------------------------------------------------------------------------------------------
@@ -285,27 +320,22 @@ def verify_quote(
     safe flag and, against ``previous``, that the TPM's counters did not go back.
     """
     ak = _ak(ak_public)
-    requested = _selection(selection)
-    sig = wire.parse_signature(signature, "signature")
-    _verify_signature(ak, sig, quote)
+    sel = _selection(selection)
+    _verify_signature(ak, signature, quote)
     try:
-        att = wire.parse_quote(quote, "quote")
+        att = wire.parse_quote(quote, "quote", sel.raw)
     except MalformedInput as exc:
         raise QuoteInvalid(exc.detail) from None
-    if not isinstance(qualifying_data, bytes) or not hmac.compare_digest(att.extra_data, qualifying_data):
+    if type(qualifying_data) is not bytes or not hmac.compare_digest(att.extra_data, qualifying_data):
         raise NonceMismatch("quote extraData is not the expected qualifying data (stale or replayed quote)")
-    if att.selection != requested:
+    if att.selection is not sel.banks and att.selection != sel.banks:
         raise PcrSelectionMismatch(
             f"signed PCR selection {wire.format_selection(att.selection)!r} "
             f"is not the requested {selection!r}"
         )
-    values = _pcr_values(requested, pcrs)
-    h = hashlib.sha256()  # pcrDigest uses the signing scheme's hash, which verify_ak fixed
-    for bank, indices in requested:
-        bank_values = values[wire.BANK_BY_ALG[bank]]
-        for i in sorted(indices):
-            h.update(bank_values[i])
-    if h.digest() != att.pcr_digest:
+    values, concatenated = _pcr_values(sel, pcrs)
+    # pcrDigest uses the signing scheme's hash, which verify_ak fixed to SHA-256.
+    if hashlib.sha256(concatenated).digest() != att.pcr_digest:
         raise PcrDigestMismatch("supplied PCR values do not hash to the signed pcrDigest")
     if not att.safe:
         raise ClockUnsafe("TPM clock is not safe: it may have been set back since last reported")
@@ -315,54 +345,80 @@ def verify_quote(
     return QuoteResult(counters, values, att.firmware_version, att.qualified_signer)
 
 
-def _verify_signature(ak: AkIdentity, sig: wire.Signature, quote: bytes) -> None:
-    if sig.alg != ak.scheme or sig.hash_alg != ak.hash_alg:
+_PKCS1 = padding.PKCS1v15()
+_SHA256 = hashes.SHA256()
+_ECDSA_SHA256 = ec.ECDSA(_SHA256)
+
+
+def _verify_signature(ak: _AkVerifier, signature: bytes, quote: bytes) -> None:
+    """Check the TPMT_SIGNATURE over the exact quote bytes with the AK's own scheme and hash."""
+    if type(signature) is not bytes or type(quote) is not bytes:
+        raise MalformedInput("quote and signature must be bytes")
+    if len(quote) > wire.MAX_ATTEST:
+        raise MalformedInput(f"quote: {len(quote)} bytes exceeds the limit of {wire.MAX_ATTEST}")
+    if not signature.startswith(ak.header):
+        sig = wire.parse_signature(signature, "signature")  # malformed input says so first
         raise QuoteSignatureInvalid(
             f"signature scheme 0x{sig.alg:04x}/hash 0x{sig.hash_alg:04x} is not the AK's "
-            f"0x{ak.scheme:04x}/0x{ak.hash_alg:04x}"
+            f"0x{ak.identity.scheme:04x}/0x{ak.identity.hash_alg:04x}"
         )
-    if not isinstance(quote, bytes) or len(quote) > wire.MAX_ATTEST:
-        raise MalformedInput(f"quote: expected at most {wire.MAX_ATTEST} bytes")
-    digest = hashlib.sha256(quote).digest()
-    algo = Prehashed(CRYPTO_HASHES[ak.hash_alg]())
-    key = ak.key
     try:
-        if isinstance(key, rsa.RSAPublicKey):
-            if len(sig.sig) != key.key_size // 8:
+        if ak.rsa is not None:
+            # TPMT_SIGNATURE = header || TPM2B(sig): exactly one modulus-sized signature.
+            if len(signature) != 6 + ak.size or int.from_bytes(signature[4:6], "big") != ak.size:
+                wire.parse_signature(signature, "signature")  # malformed input says so first
                 raise QuoteSignatureInvalid("RSA signature length does not match the AK modulus")
-            key.verify(sig.sig, digest, padding.PKCS1v15(), algo)
-        else:
-            size = CURVE_BYTES[ak.public.curve]
-            if not (0 < len(sig.r) <= size and 0 < len(sig.s) <= size):
+            ak.rsa.verify(signature[6:], quote, _PKCS1, _SHA256)
+        elif ak.ecc is not None:
+            sig = wire.parse_signature(signature, "signature")
+            if not (0 < len(sig.r) <= ak.size and 0 < len(sig.s) <= ak.size):
                 raise QuoteSignatureInvalid("ECDSA signature r/s size does not match the AK curve")
-            der = encode_dss_signature(int.from_bytes(sig.r, "big"), int.from_bytes(sig.s, "big"))
-            key.verify(der, digest, ec.ECDSA(algo))
+            ak.ecc.verify(_der_signature(sig.r, sig.s), quote, _ECDSA_SHA256)
     except InvalidSignature:
         raise QuoteSignatureInvalid("quote signature does not verify with the AK") from None
 
 
+def _der_int(value: bytes) -> bytes:
+    value = value.lstrip(b"\x00") or b"\x00"
+    if value[0] & 0x80:
+        value = b"\x00" + value
+    return b"\x02" + len(value).to_bytes(1, "big") + value
+
+
+def _der_signature(r: bytes, s: bytes) -> bytes:
+    """ECDSA-Sig-Value DER from TPM r and s (at most 66 bytes each, so short-form lengths)."""
+    body = _der_int(r) + _der_int(s)
+    if len(body) < 0x80:
+        return b"\x30" + len(body).to_bytes(1, "big") + body
+    return b"\x30\x81" + len(body).to_bytes(1, "big") + body
+
+
 def _pcr_values(
-    requested: wire.Selection, pcrs: Mapping[str, Mapping[int, bytes]]
-) -> dict[str, dict[int, bytes]]:
-    """Check the supplied values cover the selection exactly; return a plain copy."""
-    if not isinstance(pcrs, Mapping):
+    sel: _Selection, pcrs: Mapping[str, Mapping[int, bytes]]
+) -> tuple[dict[str, dict[int, bytes]], bytes]:
+    """Check the supplied values cover the selection exactly; return a plain copy and the values
+    concatenated in selection order (what pcrDigest hashes)."""
+    if type(pcrs) is not dict and not isinstance(pcrs, Mapping):  # type() first: ABC checks are slow
         raise MalformedInput("pcrs must map bank names to {index: value}")
-    wanted = {wire.BANK_BY_ALG[alg]: (alg, idx) for alg, idx in requested}
-    if set(pcrs) != set(wanted):
+    if len(pcrs) != len(sel.layout):
         raise PcrSelectionMismatch(
-            f"supplied PCR banks {sorted(map(str, pcrs))} are not the selected {sorted(wanted)}"
+            f"supplied PCR banks {sorted(map(str, pcrs))} are not the selected {[b[0] for b in sel.layout]}"
         )
     out: dict[str, dict[int, bytes]] = {}
-    for bank, (alg, indices) in wanted.items():
-        given = pcrs[bank]
-        if not isinstance(given, Mapping) or set(given) != indices:
+    parts: list[bytes] = []
+    for bank, order, indices, size in sel.layout:
+        given = pcrs.get(bank)
+        if type(given) is not dict and not isinstance(given, Mapping):
+            raise PcrSelectionMismatch(f"supplied {bank} PCRs are not a mapping of index to value")
+        if len(given) != len(order) or given.keys() != indices:
             raise PcrSelectionMismatch(f"supplied {bank} PCRs are not exactly the selected ones")
-        size = wire.DIGEST_SIZES[alg]
-        for i, v in given.items():
-            if not isinstance(v, bytes) or len(v) != size:
+        for i in order:
+            v = given[i]
+            if type(v) is not bytes or len(v) != size:
                 raise MalformedInput(f"PCR {bank}:{i} must be {size} bytes")
+            parts.append(v)
         out[bank] = dict(given)
-    return out
+    return out, b"".join(parts)
 
 
 def _check_counters(previous: Counters, now: Counters) -> None:

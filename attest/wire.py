@@ -9,8 +9,8 @@ nothing else. Parsing is plain :mod:`struct` over ``bytes``: no cffi objects on 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 from enum import IntEnum, IntFlag
+from typing import NamedTuple
 
 from attest.errors import MalformedInput
 
@@ -107,7 +107,9 @@ BANK_BY_ALG: dict[int, str] = {v: k for k, v in BANK_NAMES.items()}
 
 _SYM_OBJECT_ALGS = frozenset({Alg.AES, Alg.SM4, Alg.CAMELLIA})
 _RSA_SCHEMES_WITH_HASH = frozenset({Alg.RSASSA, Alg.RSAPSS, Alg.OAEP})
-_ECC_SCHEMES_WITH_HASH = frozenset({Alg.ECDSA, Alg.ECDH, Alg.SM2, Alg.ECSCHNORR, Alg.ECMQV})
+_RSA_SCHEMES_BARE = frozenset({Alg.NULL, Alg.RSAES})
+_ECC_SCHEMES_WITH_HASH = frozenset({Alg.ECDSA, Alg.ECDH, Alg.SM2, Alg.ECSCHNORR, Alg.ECMQV, Alg.ECDAA})
+_ECC_SCHEMES_BARE = frozenset({Alg.NULL})
 _KDF_SCHEMES = frozenset({Alg.MGF1, Alg.KDF1_SP800_56A, Alg.KDF2, Alg.KDF1_SP800_108})
 _ECC_SIG_ALGS = frozenset({Alg.ECDSA, Alg.ECDAA, Alg.SM2, Alg.ECSCHNORR})
 
@@ -164,10 +166,9 @@ def _check_size(buf: bytes, limit: int, what: str) -> None:
 # TPM2B_PUBLIC / TPMT_PUBLIC
 
 
-@dataclass(frozen=True, slots=True)
-class Public:
+class Public(NamedTuple):
     """A parsed TPMT_PUBLIC (RSA or ECC only). ``area`` is the marshalled TPMT_PUBLIC, which is
-    what the object name hashes."""
+    what the object name hashes. (NamedTuples throughout: immutable and cheap to build.)"""
 
     type: int
     name_alg: int
@@ -190,7 +191,7 @@ class Public:
     ecc_y: bytes
     area: bytes
 
-    def has(self, attr: ObjectAttr) -> bool:
+    def has(self, attr: int) -> bool:
         return (self.attributes & attr) == attr
 
 
@@ -226,88 +227,47 @@ def parse_public_area(area: bytes, what: str = "TPMT_PUBLIC") -> Public:
         sym_bits = _u16(area, off, what)
         sym_mode = _u16(area, off + 2, what)
         off += 4
-    fields = dict(
-        type=obj_type,
-        name_alg=name_alg,
-        attributes=attrs,
-        auth_policy=policy,
-        sym_alg=sym_alg,
-        sym_bits=sym_bits,
-        sym_mode=sym_mode,
-        area=area,
-    )
     if obj_type == Alg.RSA:
-        off = _rsa_params(area, off, what, fields)
+        scheme, scheme_hash, off = _scheme(area, off, what, _RSA_SCHEMES_WITH_HASH, _RSA_SCHEMES_BARE)
+        bits = _u16(area, off, what)
+        exponent = _u32(area, off + 2, what)
+        modulus, off = _tpm2b(area, off + 6, MAX_RSA_BYTES, what)
+        curve, kdf, kdf_hash, x, y = 0, int(Alg.NULL), int(Alg.NULL), b"", b""
     else:
-        off = _ecc_params(area, off, what, fields)
+        scheme, scheme_hash, off = _scheme(area, off, what, _ECC_SCHEMES_WITH_HASH, _ECC_SCHEMES_BARE)
+        bits = exponent = 0
+        modulus = b""
+        curve = _u16(area, off, what)
+        kdf = _u16(area, off + 2, what)
+        kdf_hash = int(Alg.NULL)
+        off += 4
+        if kdf in _KDF_SCHEMES:
+            kdf_hash = _hash_alg(_u16(area, off, what), what, off)
+            off += 2
+        elif kdf != Alg.NULL:
+            raise _fail(what, f"unknown KDF 0x{kdf:04x}", off - 2)
+        x, off = _tpm2b(area, off, MAX_ECC_BYTES, what)
+        y, off = _tpm2b(area, off, MAX_ECC_BYTES, what)
     if off != len(area):
         raise _fail(what, f"{len(area) - off} trailing bytes in the public area", off)
-    return Public(**fields)  # type: ignore[arg-type]
+    return Public(
+        obj_type, name_alg, attrs, policy, sym_alg, sym_bits, sym_mode, scheme, scheme_hash,
+        bits, exponent, modulus, curve, kdf, kdf_hash, x, y, area,
+    )  # fmt: skip
 
 
-def _rsa_params(area: bytes, off: int, what: str, fields: dict[str, object]) -> int:
+def _scheme(
+    area: bytes, off: int, what: str, with_hash: frozenset[int], bare: frozenset[int]
+) -> tuple[int, int, int]:
+    """Read a TPMT_RSA_SCHEME / TPMT_ECC_SCHEME: (scheme, hash or NULL, next offset)."""
     scheme = _u16(area, off, what)
-    scheme_hash = int(Alg.NULL)
     off += 2
-    if scheme in _RSA_SCHEMES_WITH_HASH:
-        scheme_hash = _hash_alg(_u16(area, off, what), what, off)
-        off += 2
-    elif scheme not in (Alg.NULL, Alg.RSAES):
-        raise _fail(what, f"unknown RSA scheme 0x{scheme:04x}", off - 2)
-    bits = _u16(area, off, what)
-    exponent = _u32(area, off + 2, what)
-    modulus, off = _tpm2b(area, off + 6, MAX_RSA_BYTES, what)
-    fields.update(
-        scheme=scheme,
-        scheme_hash=scheme_hash,
-        rsa_bits=bits,
-        rsa_exponent=exponent,
-        rsa_modulus=modulus,
-        curve=0,
-        kdf=int(Alg.NULL),
-        kdf_hash=int(Alg.NULL),
-        ecc_x=b"",
-        ecc_y=b"",
-    )
-    return off
-
-
-def _ecc_params(area: bytes, off: int, what: str, fields: dict[str, object]) -> int:
-    scheme = _u16(area, off, what)
-    scheme_hash = int(Alg.NULL)
-    off += 2
-    if scheme in _ECC_SCHEMES_WITH_HASH:
-        scheme_hash = _hash_alg(_u16(area, off, what), what, off)
-        off += 2
-    elif scheme == Alg.ECDAA:
-        scheme_hash = _hash_alg(_u16(area, off, what), what, off)
-        off += 4  # hashAlg + count
-    elif scheme != Alg.NULL:
-        raise _fail(what, f"unknown ECC scheme 0x{scheme:04x}", off - 2)
-    curve = _u16(area, off, what)
-    kdf = _u16(area, off + 2, what)
-    kdf_hash = int(Alg.NULL)
-    off += 4
-    if kdf in _KDF_SCHEMES:
-        kdf_hash = _hash_alg(_u16(area, off, what), what, off)
-        off += 2
-    elif kdf != Alg.NULL:
-        raise _fail(what, f"unknown KDF 0x{kdf:04x}", off - 2)
-    x, off = _tpm2b(area, off, MAX_ECC_BYTES, what)
-    y, off = _tpm2b(area, off, MAX_ECC_BYTES, what)
-    fields.update(
-        scheme=scheme,
-        scheme_hash=scheme_hash,
-        rsa_bits=0,
-        rsa_exponent=0,
-        rsa_modulus=b"",
-        curve=curve,
-        kdf=kdf,
-        kdf_hash=kdf_hash,
-        ecc_x=x,
-        ecc_y=y,
-    )
-    return off
+    if scheme in with_hash:
+        extra = 4 if scheme == Alg.ECDAA else 2  # ECDAA details: hashAlg + count
+        return scheme, _hash_alg(_u16(area, off, what), what, off), off + extra
+    if scheme in bare:
+        return scheme, int(Alg.NULL), off
+    raise _fail(what, f"unknown scheme 0x{scheme:04x}", off - 2)
 
 
 # --------------------------------------------------------------------------------------------
@@ -377,8 +337,7 @@ def format_selection(selection: Selection) -> str:
 # TPMS_ATTEST (quotes only)
 
 
-@dataclass(frozen=True, slots=True)
-class Attest:
+class Attest(NamedTuple):
     """A parsed TPMS_ATTEST of type TPM_ST_ATTEST_QUOTE."""
 
     qualified_signer: bytes
@@ -392,8 +351,14 @@ class Attest:
     pcr_digest: bytes
 
 
-def parse_quote(buf: bytes, what: str = "TPMS_ATTEST") -> Attest:
-    """Parse a marshalled TPMS_ATTEST; magic and type must be those of a TPM2_Quote."""
+def parse_quote(
+    buf: bytes, what: str = "TPMS_ATTEST", known: tuple[bytes, Selection] | None = None
+) -> Attest:
+    """Parse a marshalled TPMS_ATTEST; magic and type must be those of a TPM2_Quote.
+
+    ``known`` is an expected selection as (marshalled bytes, parsed). When the quote holds exactly
+    those bytes they are not parsed again: a TPML_PCR_SELECTION is self-delimiting, so equal bytes
+    parse to the equal value."""
     _check_size(buf, MAX_ATTEST, what)
     if len(buf) < 6:
         raise _fail(what, "truncated", 0)
@@ -410,7 +375,11 @@ def parse_quote(buf: bytes, what: str = "TPMS_ATTEST") -> Attest:
     if safe > 1:
         raise _fail(what, f"clockInfo.safe is {safe}, not a TPMI_YES_NO", off + 16)
     off += _CLOCK_FW.size
-    selection, off = _parse_selection(buf, off, what)
+    if known is not None and buf.startswith(known[0], off):
+        selection = known[1]
+        off += len(known[0])
+    else:
+        selection, off = _parse_selection(buf, off, what)
     digest, off = _tpm2b(buf, off, MAX_DIGEST, what)
     if off != len(buf):
         raise _fail(what, f"{len(buf) - off} trailing bytes", off)
@@ -421,8 +390,7 @@ def parse_quote(buf: bytes, what: str = "TPMS_ATTEST") -> Attest:
 # TPMT_SIGNATURE
 
 
-@dataclass(frozen=True, slots=True)
-class Signature:
+class Signature(NamedTuple):
     """A parsed TPMT_SIGNATURE. For RSA ``sig`` is the signature; for ECC ``r`` and ``s``."""
 
     alg: int
