@@ -106,10 +106,14 @@ def make_credential(ek: Public, ek_key: PublicKey, name: bytes, secret: bytes) -
 
 def credential_proof(secret: bytes, session: str) -> bytes:
     """What the node returns after ActivateCredential: HMAC-SHA256(key=secret, msg=session)."""
+    if type(secret) is not bytes or type(session) is not str:
+        raise MalformedInput("credential proof needs a bytes secret and a str session")
     return hmac.digest(secret, session.encode("utf-8"), "sha256")
 
 
 def verify_credential_proof(secret: bytes, session: str, proof: bytes) -> None:
     """Constant-time check of a node's proof; raises ProofInvalid."""
+    if type(proof) is not bytes:
+        raise MalformedInput("credential proof must be bytes")
     if not hmac.compare_digest(credential_proof(secret, session), proof):
         raise ProofInvalid("credential proof does not match: the AK is not resident in the EK's TPM")

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, ObjectIdentifier
 
 from attest.errors import EkUntrusted, MalformedInput
@@ -20,6 +20,14 @@ from attest.errors import EkUntrusted, MalformedInput
 MAX_CERT_DER = 16 * 1024
 MAX_CHAIN_DEPTH = 6
 TCG_KP_EK_CERTIFICATE = ObjectIdentifier("2.23.133.8.1")
+
+_DECODE_ERRORS = (
+    ValueError,  # includes cryptography's ASN.1 parse errors
+    x509.InvalidVersion,
+    x509.DuplicateExtension,
+    x509.UnsupportedGeneralNameType,
+    UnsupportedAlgorithm,
+)
 
 # Critical extensions whose meaning this walk honours (or that carry no constraint for us).
 _UNDERSTOOD_CRITICAL = frozenset(
@@ -43,9 +51,14 @@ def parse_certificate_der(der: bytes, what: str = "EK certificate") -> x509.Cert
     if _der_length(der) != len(der):
         raise MalformedInput(f"{what}: DER length does not cover the input exactly")
     try:
-        return x509.load_der_x509_certificate(der)
-    except ValueError as exc:
-        raise MalformedInput(f"{what}: not a valid X.509 certificate ({exc})") from exc
+        cert = x509.load_der_x509_certificate(der)
+        # Extensions and the key are decoded lazily; decode them now so that every later
+        # access is safe and bad encodings are reported as what they are.
+        _ = cert.extensions
+        cert.public_key()
+    except _DECODE_ERRORS as exc:
+        raise MalformedInput(f"{what}: not a valid X.509 certificate ({exc})") from None
+    return cert
 
 
 def _der_length(der: bytes) -> int:
@@ -73,7 +86,11 @@ def _check_validity(cert: x509.Certificate, now: datetime, role: str) -> None:
 
 
 def _check_critical(cert: x509.Certificate, role: str) -> None:
-    for ext in cert.extensions:
+    try:
+        extensions = list(cert.extensions)
+    except _DECODE_ERRORS as exc:
+        raise EkUntrusted(f"{role} {_subject(cert)} has undecodable extensions ({exc})") from None
+    for ext in extensions:
         if ext.critical and ext.oid not in _UNDERSTOOD_CRITICAL:
             raise EkUntrusted(
                 f"{role} {_subject(cert)} has unknown critical extension {ext.oid.dotted_string}"
@@ -85,6 +102,8 @@ def _ext(cert: x509.Certificate, cls: type[x509.ExtensionType]) -> x509.Extensio
         return cert.extensions.get_extension_for_class(cls).value
     except x509.ExtensionNotFound:
         return None
+    except _DECODE_ERRORS as exc:  # a configured root or intermediate with bad extensions
+        raise EkUntrusted(f"{_subject(cert)} has undecodable extensions ({exc})") from None
 
 
 def check_leaf(cert: x509.Certificate, now: datetime) -> None:
@@ -119,12 +138,15 @@ def _check_issuer(issuer: x509.Certificate, below: int, now: datetime, role: str
         raise EkUntrusted(f"{role} {_subject(issuer)} may not sign certificates (keyUsage)")
 
 
-def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> bool:
+def _signed_by(child: x509.Certificate, issuer: x509.Certificate) -> str | None:
+    """None when ``issuer`` signed ``child``, else why not."""
     try:
         child.verify_directly_issued_by(issuer)
-    except (ValueError, TypeError, InvalidSignature):
-        return False
-    return True
+    except InvalidSignature:
+        return f"signature by {_subject(issuer)} does not verify"
+    except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+        return f"{_subject(issuer)} cannot have issued it ({exc})"
+    return None
 
 
 def verify_chain(
@@ -163,8 +185,9 @@ def _extend(
     for anchor in anchors:
         if anchor.subject != current.issuer:
             continue
-        if not _signed_by(current, anchor):
-            failures.append(f"signature by {_subject(anchor)} does not verify")
+        why = _signed_by(current, anchor)
+        if why is not None:
+            failures.append(why)
             continue
         try:
             _check_issuer(anchor, below, now, "EK root")
@@ -178,8 +201,9 @@ def _extend(
     for inter in intermediates:
         if inter.subject != current.issuer or any(inter == c for c in path):
             continue
-        if not _signed_by(current, inter):
-            failures.append(f"signature by {_subject(inter)} does not verify")
+        why = _signed_by(current, inter)
+        if why is not None:
+            failures.append(why)
             continue
         try:
             _check_issuer(inter, below, now, "EK intermediate")

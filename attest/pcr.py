@@ -46,6 +46,10 @@ class PcrClass(BaseModel):
     @classmethod
     def _golden(cls, value: dict[str, dict[int, tuple[str, ...]]]) -> dict[str, dict[int, tuple[str, ...]]]:
         out: dict[str, dict[int, tuple[str, ...]]] = {}
+        if not any(value.values()):
+            raise ValueError(
+                "a class needs at least one golden value (an empty class would admit every node)"
+            )
         for bank, entries in value.items():
             if bank not in BANK_NAMES:
                 raise ValueError(f"unknown PCR bank {bank!r}")
@@ -127,14 +131,27 @@ class PcrPolicyResult:
     reason: str = ""  # one line for people when not ok
 
 
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without anchors/aliases: a policy has no use for them, and nested aliases
+    expand exponentially (a few hundred bytes can become gigabytes)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("YAML aliases are not allowed in a PCR policy")
+        return super().compose_node(parent, index)
+
+
 def load_policy(text: str | bytes) -> PcrPolicy:
     """Parse a YAML PCR policy document; raise PolicyError with a readable reason."""
+    if not isinstance(text, str | bytes):
+        raise PolicyError(f"PCR policy must be text, not {type(text).__name__}")
     if len(text) > MAX_POLICY_BYTES:
         raise PolicyError(f"PCR policy is larger than {MAX_POLICY_BYTES} bytes")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"PCR policy is not valid YAML: {exc}") from None
+        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506  (a SafeLoader subclass)
+    except (yaml.YAMLError, RecursionError) as exc:
+        reason = exc if isinstance(exc, yaml.YAMLError) else "nested too deeply"
+        raise PolicyError(f"PCR policy is not valid YAML: {reason}") from None
     return policy_from_obj({} if data is None else data)
 
 
@@ -143,7 +160,14 @@ def policy_from_obj(data: object) -> PcrPolicy:
     try:
         return PcrPolicy.model_validate(data)
     except ValidationError as exc:
-        raise PolicyError(f"invalid PCR policy: {exc}") from None
+        # Never echo the input: it can be huge. Location and message are enough.
+        reasons = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
+            for e in exc.errors(include_input=False)[:10]
+        )
+        raise PolicyError(f"invalid PCR policy: {reasons}") from None
+    except RecursionError:
+        raise PolicyError("invalid PCR policy: nested too deeply") from None
 
 
 def _mismatches(c: PcrClass, pcrs: Mapping[str, Mapping[int, bytes]]) -> list[PcrMismatch]:

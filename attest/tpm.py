@@ -42,7 +42,7 @@ from attest.errors import (
     QuoteInvalid,
     QuoteSignatureInvalid,
 )
-from attest.keys import CURVE_BYTES, PublicKey, object_name, public_key, spki_der
+from attest.keys import CURVE_BYTES, PublicKey, hashlib_name, object_name, public_key, spki_der
 from attest.templates import EkTemplate, match_ek_template
 from attest.wire import Alg, ObjectAttr, Public
 
@@ -57,9 +57,11 @@ __all__ = [
     "Counters",
     "EkIdentity",
     "QuoteResult",
+    "TPM_RH_ENDORSEMENT",
     "clear_caches",
     "credential_proof",
     "make_credential",
+    "qualified_name",
     "verify_ak",
     "verify_credential_proof",
     "verify_ek",
@@ -85,11 +87,17 @@ class EkIdentity:
 
 @dataclass(frozen=True, slots=True)
 class AkIdentity:
-    name: bytes  # TPM name: nameAlg || H(TPMT_PUBLIC); what MakeCredential binds to
+    name: bytes  # TPM name: nameAlg || H(TPMT_PUBLIC), the buffer of a TPM2B_NAME; what
+    # MakeCredential binds to (34 bytes for SHA-256)
     scheme: int  # Alg.RSASSA or Alg.ECDSA
     hash_alg: int  # Alg.SHA256
     public: Public = field(repr=False)
     key: PublicKey = field(repr=False)
+
+    @property
+    def tpm2b_name(self) -> bytes:
+        """The name marshalled as a TPM2B_NAME (with its 2-byte size)."""
+        return wire.tpm2b(self.name)
 
 
 class Counters(NamedTuple):
@@ -132,17 +140,31 @@ class _AkVerifier(NamedTuple):
     rsa: rsa.RSAPublicKey | None
     ecc: ec.EllipticCurvePublicKey | None
     size: int  # RSA signature bytes, or ECC coordinate bytes
+    endorsement_qn: bytes  # qualified name as a primary of the endorsement hierarchy
 
 
 @lru_cache(maxsize=_CACHE_SIZE)
 def _ak(buf: bytes) -> _AkVerifier:
     pub, key = _load(buf, "ak_public")
     _check_ak(pub, key)
-    ident = AkIdentity(object_name(pub), pub.scheme, pub.scheme_hash, pub, key)
+    name = object_name(pub)
+    ident = AkIdentity(name, pub.scheme, pub.scheme_hash, pub, key)
     header = struct.pack(">HH", pub.scheme, pub.scheme_hash)
+    qn = qualified_name(TPM_RH_ENDORSEMENT.to_bytes(4, "big"), name)
     if isinstance(key, rsa.RSAPublicKey):
-        return _AkVerifier(ident, header, key, None, key.key_size // 8)
-    return _AkVerifier(ident, header, None, key, CURVE_BYTES[pub.curve])
+        return _AkVerifier(ident, header, key, None, key.key_size // 8, qn)
+    return _AkVerifier(ident, header, None, key, CURVE_BYTES[pub.curve], qn)
+
+
+TPM_RH_ENDORSEMENT = 0x4000000B
+
+
+def qualified_name(parent_qualified_name: bytes, name: bytes) -> bytes:
+    """TPM qualified name: nameAlg || H(parent QN || name). A hierarchy's QN is its 4-byte handle,
+    so an AK under the EK has ``qualified_name(qualified_name(RH_ENDORSEMENT, ek_name), ak_name)``
+    with ``RH_ENDORSEMENT = TPM_RH_ENDORSEMENT.to_bytes(4, "big")``."""
+    alg = int.from_bytes(name[:2], "big")
+    return name[:2] + hashlib.new(hashlib_name(alg), parent_qualified_name + name).digest()
 
 
 class _Selection(NamedTuple):
@@ -187,25 +209,45 @@ def verify_ek(
     one). ``intermediates`` only help to build a path. Allow- and denylist entries are hex
     SHA-256 digests of the EK SubjectPublicKeyInfo DER; the denylist wins.
     """
+    _require_bytes(ek_public, "ek_public")
+    if ek_certificate is not None:
+        _require_bytes(ek_certificate, "ek_certificate")
     pub, key = _load(ek_public, "ek_public")
     template: EkTemplate = match_ek_template(pub)
     spki = spki_der(key)
     digest = hashlib.sha256(spki).hexdigest()
-    if digest in {d.lower() for d in denylist}:
+    if digest in _hex_set(denylist, "denylist"):
         raise EkUntrusted(f"EK {digest} is on the denylist")
     cert = None
     if ek_certificate is not None:
         cert = ekcert.parse_certificate_der(ek_certificate)
         if spki_der(_cert_key(cert)) != spki:
             raise EkMismatch("EK certificate certifies a different key than ek_public")
-    if digest in {d.lower() for d in allowlist}:
+    if digest in _hex_set(allowlist, "allowlist"):
         return EkIdentity(digest, template.name, "allowlist", cert, (), pub, key)
     if cert is None:
         raise EkUntrusted("no EK certificate, and the EK is not on the allowlist")
+    if now is not None and now.tzinfo is None:
+        raise TypeError("now must be timezone-aware")  # a caller bug, not bad evidence
     when = now if now is not None else datetime.now(UTC)
     chain = ekcert.verify_chain(cert, roots, intermediates, when)
     trusted_by = "chain:" + (chain[-1].subject.rfc4514_string() or "<empty subject>")
     return EkIdentity(digest, template.name, trusted_by, cert, tuple(chain), pub, key)
+
+
+def _require_bytes(value: object, what: str) -> None:
+    """Checked before any cache lookup: the caches hash their argument."""
+    if type(value) is not bytes:
+        raise MalformedInput(f"{what} must be bytes, not {type(value).__name__}")
+
+
+def _hex_set(entries: Collection[str], what: str) -> set[str]:
+    out = set()
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise MalformedInput(f"{what} entries must be hex strings")
+        out.add(entry.lower())
+    return out
 
 
 def _cert_key(cert: x509.Certificate) -> PublicKey:
@@ -242,6 +284,7 @@ _DECRYPT = int(ObjectAttr.DECRYPT)
 
 def verify_ak(ak_public: bytes) -> AkIdentity:
     """Check that ``ak_public`` is a restricted, TPM-bound SHA-256 signing key; return its name."""
+    _require_bytes(ak_public, "ak_public")
     return _ak(ak_public).identity
 
 
@@ -281,6 +324,7 @@ def make_credential(ek_public: bytes, ak_name: bytes, secret: bytes) -> tuple[by
 
     Returns the marshalled TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET for ActivateCredential.
     """
+    _require_bytes(ek_public, "ek_public")
     sealer = _sealer(ek_public)
     if type(ak_name) is not bytes or len(ak_name) < 2:
         raise MalformedInput("AK name must be bytes: nameAlg || digest")
@@ -311,14 +355,28 @@ def verify_quote(
     pcrs: Mapping[str, Mapping[int, bytes]],
     qualifying_data: bytes,
     previous: Counters | None = None,
+    qualified_signer: bytes | None = None,
 ) -> QuoteResult:
     """Verify a TPM2_Quote by ``ak_public`` over ``qualifying_data`` and the PCR ``selection``.
 
     The signature is checked first (scheme and hash from the AK, never from the signature), so
-    no unauthenticated byte of the quote is interpreted. Then: magic and type, extraData, the
-    signed selection against the requested one, the digest of the supplied PCR values, the clock
-    safe flag and, against ``previous``, that the TPM's counters did not go back.
+    no unauthenticated byte of the quote is interpreted. Then: magic and type, the AK's place in
+    the TPM (qualifiedSigner), extraData, the signed selection against the requested one, the
+    digest of the supplied PCR values, the clock safe flag and, against ``previous``, that the
+    TPM's counters and clock did not go back.
+
+    ``qualified_signer`` defaults to the qualified name of the AK as a primary key of the
+    endorsement hierarchy (how `bootstrap.agent` creates it). Keys elsewhere get their counters
+    and firmware version obfuscated by the TPM, which would defeat the regression check; pass
+    the expected value explicitly to accept another construction, e.g. an AK under the EK.
     """
+    _require_bytes(ak_public, "ak_public")
+    if type(selection) is not str:
+        raise MalformedInput("selection must be a string such as 'sha256:0,1,2'")
+    if type(qualifying_data) is not bytes or not qualifying_data:
+        raise MalformedInput("qualifying_data must be non-empty bytes (an empty value disables freshness)")
+    if previous is not None:
+        previous = _counters(previous)
     ak = _ak(ak_public)
     sel = _selection(selection)
     _verify_signature(ak, signature, quote)
@@ -326,7 +384,15 @@ def verify_quote(
         att = wire.parse_quote(quote, "quote", sel.raw)
     except MalformedInput as exc:
         raise QuoteInvalid(exc.detail) from None
-    if type(qualifying_data) is not bytes or not hmac.compare_digest(att.extra_data, qualifying_data):
+    expected_signer = ak.endorsement_qn if qualified_signer is None else qualified_signer
+    if att.qualified_signer != expected_signer:
+        raise AkInvalid(
+            "the quote's qualifiedSigner shows the AK is not where it must be: a primary key of the "
+            "endorsement hierarchy, whose quotes carry unobfuscated counters and firmware version"
+            if qualified_signer is None
+            else "the quote's qualifiedSigner is not the expected one"
+        )
+    if not hmac.compare_digest(att.extra_data, qualifying_data):
         raise NonceMismatch("quote extraData is not the expected qualifying data (stale or replayed quote)")
     if att.selection is not sel.banks and att.selection != sel.banks:
         raise PcrSelectionMismatch(
@@ -421,14 +487,28 @@ def _pcr_values(
     return out, b"".join(parts)
 
 
+def _counters(value: object) -> Counters:
+    """Accept a Counters or any 3-sequence of non-negative ints (what a store may hand back)."""
+    if type(value) is Counters:
+        parts: tuple[object, ...] = tuple(value)
+    elif isinstance(value, tuple | list) and len(value) == 3:
+        parts = tuple(value)
+    else:
+        raise MalformedInput("previous must be Counters(reset_count, restart_count, clock)")
+    ints = [v for v in parts if type(v) is int and v >= 0]
+    if len(ints) != 3:
+        raise MalformedInput("previous counters must be non-negative integers")
+    return Counters(*ints)
+
+
 def _check_counters(previous: Counters, now: Counters) -> None:
-    """resetCount only grows; restartCount only grows within one reset; the clock only grows
-    within one (reset, restart) epoch. A TPM2_Clear legitimately resets all three: re-enrol."""
+    """resetCount only grows, restartCount only grows within one reset, and Clock never goes
+    back: it survives resets and restarts, and a quote with ``safe`` set promises that no larger
+    value was ever reported. TPM2_Clear resets all three: such a machine must be re-enrolled."""
     if (now.reset_count, now.restart_count) < (previous.reset_count, previous.restart_count):
         raise CounterRegressed(
             f"TPM counters went back: reset/restart {now.reset_count}/{now.restart_count} "
             f"after {previous.reset_count}/{previous.restart_count}"
         )
-    same_epoch = (now.reset_count, now.restart_count) == (previous.reset_count, previous.restart_count)
-    if same_epoch and now.clock < previous.clock:
+    if now.clock < previous.clock:
         raise CounterRegressed(f"TPM clock went back from {previous.clock} to {now.clock}")

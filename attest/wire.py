@@ -320,7 +320,7 @@ def parse_selection_string(text: str) -> Selection:
         seen.add(alg)
         indices: set[int] = set()
         for item in pcr_list.split(","):
-            if not item.isdigit() or len(item) > 2 or int(item) > 23:
+            if not (0 < len(item) <= 2 and item.isascii() and item.isdigit()) or int(item) > 23:
                 raise MalformedInput(f"PCR selection: bad PCR index {item!r} in {name}")
             if int(item) in indices:
                 raise MalformedInput(f"PCR selection: PCR {item} given twice in {name}")

@@ -158,6 +158,19 @@ class SoftAk:
     def sign(self, data: bytes, hash_alg: int = Alg.SHA256) -> bytes:
         return sign_ecdsa(self.key, data, hash_alg)
 
+    @property
+    def qualified_name(self) -> bytes:
+        """As if the key were a primary of the endorsement hierarchy (what the verifier expects)."""
+        from attest import keys, tpm, wire  # noqa: PLC0415
+
+        name = keys.object_name(wire.parse_public(self.public))
+        return tpm.qualified_name(tpm.TPM_RH_ENDORSEMENT.to_bytes(4, "big"), name)
+
+    def fake(self, extra_data: bytes, **fields: object) -> FakeQuote:
+        """A quote structure this key would produce, with ``fields`` overridden."""
+        fields.setdefault("qualified_signer", self.qualified_name)
+        return FakeQuote(extra_data, **fields)  # type: ignore[arg-type]
+
 
 def standard_pcrs(fill: int = 0) -> dict[str, dict[int, bytes]]:
     return {"sha256": {i: bytes([fill + i]) * 32 for i in range(8)}}

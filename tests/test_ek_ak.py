@@ -379,3 +379,16 @@ def test_ak_with_point_off_the_curve_is_malformed() -> None:
     good[-1] ^= 0x01
     with pytest.raises(MalformedInput):
         tpm.verify_ak(bytes(good))
+
+
+def test_trailing_or_oversized_public_areas_are_malformed(swtpm: TpmInfo) -> None:
+    with Agent(swtpm.tcti) as agent:
+        ek, ak = agent.create_ek("rsa"), agent.create_ak()
+    for bad in (ak.public + b"\x00", ak.public[:-1], b"\x00" * 2000):
+        with pytest.raises(MalformedInput) as exc:
+            tpm.verify_ak(bad)
+        assert exc.value.code == "malformed_request"
+    with pytest.raises(MalformedInput):
+        tpm.verify_ek(ek.public + b"\x00", ek.certificate, roots=[swtpm.root])
+    with pytest.raises(MalformedInput):
+        tpm.make_credential(ek.public + b"\x00", tpm.verify_ak(ak.public).name, b"s" * 32)

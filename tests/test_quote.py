@@ -88,11 +88,16 @@ def test_full_attestation_on_swtpm(swtpm: TpmInfo, ek_kind: str, ak_kind: str) -
         nonce = os.urandom(32)
         qualifying = hashlib.sha256(nonce + csr_hash).digest()
         q = _quote(agent, ak, nonce=qualifying)
+        again = _quote(agent, ak)
     result = q.verify()
     assert result.pcrs == q.pcrs
-    assert result.counters.reset_count >= 0
-    assert result.firmware_version != 0
-    assert result.firmware_version_str.count(".") == 3
+    later = again.verify(previous=result.counters)  # same power cycle: same epoch, clock on
+    assert later.counters.reset_count == result.counters.reset_count
+    assert later.counters.clock >= result.counters.clock
+    assert result.qualified_signer == tpm.qualified_name(
+        tpm.TPM_RH_ENDORSEMENT.to_bytes(4, "big"), ak_id.name
+    )
+    assert result.firmware_version_str == "8217.4131.22.13878"  # swtpm 0.7 / libtpms 0.9
 
 
 def test_counters_accepted_when_moving_forward(node: tuple[Agent, Key]) -> None:
@@ -134,40 +139,64 @@ def test_counter_regression_is_refused(node: tuple[Agent, Key]) -> None:
     assert exc.value.code == "counter_regressed"
 
 
-def test_clock_going_back_within_an_epoch_is_refused() -> None:
-    ak = fakes.SoftAk()
+def _soft_quote(
+    ak: fakes.SoftAk, **fields: object
+) -> tuple[bytes, bytes, dict[str, dict[int, bytes]], bytes]:
     pcrs = fakes.standard_pcrs()
     nonce = os.urandom(32)
-    quote = fakes.FakeQuote(
-        nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"]), clock=500, reset_count=3
-    ).build()
-    with pytest.raises(CounterRegressed):
+    quote = ak.fake(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"]), **fields).build()
+    return quote, ak.sign(quote), pcrs, nonce
+
+
+@pytest.mark.parametrize(
+    ("now", "previous"),
+    [
+        ({"clock": 500, "reset_count": 3}, (3, 0, 900)),  # same epoch
+        ({"clock": 500, "reset_count": 4}, (3, 0, 900)),  # Clock survives a TPM reset: still refused
+        ({"clock": 5000, "reset_count": 3, "restart_count": 1}, (3, 2, 900)),  # restartCount went back
+        ({"clock": 5000, "reset_count": 2, "restart_count": 9}, (3, 0, 900)),  # resetCount went back
+    ],
+)
+def test_counter_or_clock_going_back_is_refused(now: dict[str, int], previous: tuple[int, int, int]) -> None:
+    ak = fakes.SoftAk()
+    quote, sig, pcrs, nonce = _soft_quote(ak, **now)
+    with pytest.raises(CounterRegressed) as exc:
         tpm.verify_quote(
             ak.public,
             quote,
-            ak.sign(quote),
+            sig,
             selection=SEL,
             pcrs=pcrs,
             qualifying_data=nonce,
-            previous=tpm.Counters(3, 0, 900),
+            previous=tpm.Counters(*previous),
         )
-    # A TPM reset (resetCount up) legitimately restarts the clock.
-    tpm.verify_quote(
-        ak.public,
-        quote,
-        ak.sign(quote),
-        selection=SEL,
-        pcrs=pcrs,
-        qualifying_data=nonce,
-        previous=tpm.Counters(2, 5, 900),
+    assert exc.value.code == "counter_regressed"
+
+
+def test_counters_moving_forward_across_a_reset_are_accepted() -> None:
+    ak = fakes.SoftAk()
+    quote, sig, pcrs, nonce = _soft_quote(ak, clock=5000, reset_count=4, restart_count=0)
+    result = tpm.verify_quote(
+        ak.public, quote, sig, selection=SEL, pcrs=pcrs, qualifying_data=nonce, previous=(3, 7, 4000)
     )
+    assert result.counters == (4, 0, 5000)
+
+
+@pytest.mark.parametrize("previous", [(1, 2), "abc", (1, 2, -1), (1, 2, None), 7])
+def test_malformed_previous_counters_are_refused(previous: object) -> None:
+    ak = fakes.SoftAk()
+    quote, sig, pcrs, nonce = _soft_quote(ak)
+    with pytest.raises(MalformedInput):
+        tpm.verify_quote(
+            ak.public, quote, sig, selection=SEL, pcrs=pcrs, qualifying_data=nonce, previous=previous
+        )  # type: ignore[arg-type]
 
 
 def test_clock_not_safe_is_refused() -> None:
     ak = fakes.SoftAk()
     pcrs = fakes.standard_pcrs()
     nonce = os.urandom(32)
-    quote = fakes.FakeQuote(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"]), safe=0).build()
+    quote = ak.fake(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"]), safe=0).build()
     with pytest.raises(ClockUnsafe) as exc:
         tpm.verify_quote(ak.public, quote, ak.sign(quote), selection=SEL, pcrs=pcrs, qualifying_data=nonce)
     assert exc.value.code == "clock_unsafe"
@@ -234,7 +263,7 @@ def test_duplicate_bank_in_signed_selection_is_refused() -> None:
     nonce = os.urandom(32)
     entry = struct.pack(">HB", wire.Alg.SHA256, 3) + b"\xff\x00\x00"
     raw = struct.pack(">I", 2) + entry + entry
-    quote = fakes.FakeQuote(nonce, raw_selection=raw, pcr_digest=bytes(32)).build()
+    quote = ak.fake(nonce, raw_selection=raw, pcr_digest=bytes(32)).build()
     with pytest.raises(QuoteInvalid) as exc:
         tpm.verify_quote(
             ak.public, quote, ak.sign(quote), selection=SEL, pcrs=fakes.standard_pcrs(), qualifying_data=nonce
@@ -246,7 +275,7 @@ def test_oversized_signed_selection_is_refused() -> None:
     ak = fakes.SoftAk()
     nonce = os.urandom(32)
     raw = struct.pack(">I", 10_000) + (struct.pack(">HB", wire.Alg.SHA256, 3) + b"\xff\x00\x00") * 3
-    quote = fakes.FakeQuote(nonce, raw_selection=raw, pcr_digest=bytes(32)).build()
+    quote = ak.fake(nonce, raw_selection=raw, pcr_digest=bytes(32)).build()
     with pytest.raises(QuoteInvalid) as exc:
         tpm.verify_quote(
             ak.public, quote, ak.sign(quote), selection=SEL, pcrs=fakes.standard_pcrs(), qualifying_data=nonce
@@ -299,7 +328,7 @@ def test_trailing_bytes_on_signed_quote_are_refused() -> None:
     ak = fakes.SoftAk()
     pcrs = fakes.standard_pcrs()
     nonce = os.urandom(32)
-    quote = fakes.FakeQuote(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"])).build() + b"\x00\x00"
+    quote = ak.fake(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"])).build() + b"\x00\x00"
     with pytest.raises(QuoteInvalid):
         tpm.verify_quote(ak.public, quote, ak.sign(quote), selection=SEL, pcrs=pcrs, qualifying_data=nonce)
 
@@ -310,7 +339,7 @@ def test_signature_with_another_hash_is_refused(hash_alg: int) -> None:
     ak = fakes.SoftAk()
     pcrs = fakes.standard_pcrs()
     nonce = os.urandom(32)
-    quote = fakes.FakeQuote(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"])).build()
+    quote = ak.fake(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"])).build()
     with pytest.raises(QuoteSignatureInvalid) as exc:
         tpm.verify_quote(
             ak.public, quote, ak.sign(quote, hash_alg), selection=SEL, pcrs=pcrs, qualifying_data=nonce
@@ -343,7 +372,7 @@ def test_signed_structure_that_is_not_a_quote_is_refused(magic: int, st: int) ->
     ak = fakes.SoftAk()
     pcrs = fakes.standard_pcrs()
     nonce = os.urandom(32)
-    quote = fakes.FakeQuote(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"]), magic=magic, type=st).build()
+    quote = ak.fake(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"]), magic=magic, type=st).build()
     with pytest.raises(QuoteInvalid) as exc:
         tpm.verify_quote(ak.public, quote, ak.sign(quote), selection=SEL, pcrs=pcrs, qualifying_data=nonce)
     assert exc.value.code == "quote_invalid"
@@ -354,8 +383,84 @@ def test_a_well_formed_software_quote_passes_the_quote_checks() -> None:
     ak = fakes.SoftAk()
     pcrs = fakes.standard_pcrs()
     nonce = os.urandom(32)
-    quote = fakes.FakeQuote(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"])).build()
+    quote = ak.fake(nonce, pcr_digest=fakes.pcr_digest(pcrs["sha256"])).build()
     result = tpm.verify_quote(
         ak.public, quote, ak.sign(quote), selection=SEL, pcrs=pcrs, qualifying_data=nonce
     )
     assert result.counters == tpm.Counters(3, 0, 1_000_000)
+
+
+# -- attacks: where the AK lives ------------------------------------------------------------
+
+
+def test_ak_outside_the_endorsement_hierarchy_is_refused(swtpm: TpmInfo) -> None:
+    """An AK under the SRK gets obfuscated counters and firmware version: with a new AK each
+    join a node could dodge counter_regressed. The signed qualifiedSigner gives it away."""
+    from tpm2_pytss import ESYS_TR, TPM2_ALG, TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE, TPMA_OBJECT, TPMT_PUBLIC
+
+    from bootstrap.agent import _AK_ATTRS
+
+    srk_attrs = (
+        TPMA_OBJECT.RESTRICTED | TPMA_OBJECT.DECRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT
+        | TPMA_OBJECT.SENSITIVEDATAORIGIN | TPMA_OBJECT.USERWITHAUTH
+    )  # fmt: skip
+    srk_t = TPM2B_PUBLIC(
+        TPMT_PUBLIC.parse("ecc256:null:aes128cfb", nameAlg=TPM2_ALG.SHA256, objectAttributes=srk_attrs)
+    )
+    ak_t = TPM2B_PUBLIC(
+        TPMT_PUBLIC.parse("ecc256:ecdsa-sha256:null", nameAlg=TPM2_ALG.SHA256, objectAttributes=_AK_ATTRS)
+    )
+    with Agent(swtpm.tcti) as agent:
+        srk, srk_pub, *_ = agent.ctx.create_primary(TPM2B_SENSITIVE_CREATE(), srk_t, ESYS_TR.OWNER)
+        agent._handles.append(srk)
+        private, public, *_ = agent.ctx.create(srk, TPM2B_SENSITIVE_CREATE(), ak_t)
+        handle = agent.ctx.load(srk, private, public)
+        agent._handles.append(handle)
+        q = _quote(agent, Key(handle, public.marshal(), True))
+    tpm.verify_ak(q.ak_public)  # its attributes are fine...
+    with pytest.raises(tpm.AkInvalid) as exc:  # ...but its place is not
+        q.verify()
+    assert exc.value.code == "ak_invalid"
+    assert "endorsement hierarchy" in exc.value.detail
+    # A verifier that knows the construction can say so explicitly.
+    tpm_rh_owner = (0x40000001).to_bytes(4, "big")
+    owner_qn = tpm.qualified_name(tpm_rh_owner, srk_pub.get_name().marshal()[2:])
+    expected = tpm.qualified_name(owner_qn, tpm.verify_ak(q.ak_public).name)
+    assert q.verify(qualified_signer=expected).pcrs == q.pcrs
+
+
+def test_wrong_qualified_signer_is_refused() -> None:
+    ak = fakes.SoftAk()
+    quote, sig, pcrs, nonce = _soft_quote(ak, qualified_signer=b"\x00\x0b" + bytes(32))
+    with pytest.raises(tpm.AkInvalid):
+        tpm.verify_quote(ak.public, quote, sig, selection=SEL, pcrs=pcrs, qualifying_data=nonce)
+
+
+# -- hostile types ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"ak_public": bytearray(b"x")},
+        {"ak_public": "text"},
+        {"quote": bytearray(b"x")},
+        {"signature": None},
+        {"selection": None},
+        {"selection": "sha256:\u00b2"},  # superscript two: isdigit() but not a digit
+        {"selection": "sha256:\u0663"},  # Arabic-Indic three
+        {"qualifying_data": b""},
+        {"qualifying_data": "nonce"},
+        {"pcrs": None},
+        {"pcrs": {"sha256": [b"x"] * 8}},
+    ],
+)
+def test_hostile_argument_types_are_malformed(change: dict[str, object]) -> None:
+    ak = fakes.SoftAk()
+    quote, sig, pcrs, nonce = _soft_quote(ak)
+    args: dict[str, object] = {
+        "ak_public": ak.public, "quote": quote, "signature": sig, "selection": SEL, "pcrs": pcrs,
+        "qualifying_data": nonce, **change,
+    }  # fmt: skip
+    with pytest.raises((MalformedInput, PcrSelectionMismatch)):
+        tpm.verify_quote(args.pop("ak_public"), args.pop("quote"), args.pop("signature"), **args)  # type: ignore[arg-type]
