@@ -54,7 +54,8 @@ def parse_certificate_der(der: bytes, what: str = "EK certificate") -> x509.Cert
         cert = x509.load_der_x509_certificate(der)
         # Extensions and the key are decoded lazily; decode them now so that every later
         # access is safe and bad encodings are reported as what they are.
-        _ = cert.extensions
+        _ = (cert.extensions, cert.issuer, cert.subject, cert.not_valid_before_utc, cert.not_valid_after_utc)
+        cert.issuer.rfc4514_string()
         cert.public_key()
     except _DECODE_ERRORS as exc:
         raise MalformedInput(f"{what}: not a valid X.509 certificate ({exc})") from None

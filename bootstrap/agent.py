@@ -14,6 +14,7 @@ are :class:`TpmError` subclasses with a message a boot script can print as is.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from dataclasses import dataclass
@@ -110,8 +111,14 @@ def _explain(exc: TSS2_Exception, doing: str) -> TpmError:
     return TpmError(f"{doing}: TPM error 0x{exc.rc:x} ({exc})")
 
 
+_TCG_NV_HEADER = b"\x10\x01\x00"  # some vendors prefix the certificate with tag + 2-byte length
+
+
 def trim_der(data: bytes) -> bytes:
-    """NV indices are often larger than the certificate: keep exactly the first DER element."""
+    """NV indices are often larger than the certificate: keep exactly the first DER element
+    (after a TCG NV header, when there is one)."""
+    if data.startswith(_TCG_NV_HEADER) and len(data) > 5:
+        data = data[5 : 5 + int.from_bytes(data[3:5], "big")]
     if len(data) < 2 or data[0] != 0x30:
         raise TpmError("EK certificate in NV is not DER")
     first = data[1]
@@ -183,10 +190,10 @@ class Agent:
         for template, index in _EK_SOURCES[kind]:
             try:
                 raw = reader(index)
-            except NoSuchIndex:
+            except (NoSuchIndex, TSS2_Exception):
+                # Absent, or read-protected: try the next source. An EK without a readable
+                # certificate can still be admitted through the server's allowlist.
                 continue
-            except TSS2_Exception as exc:
-                raise _explain(exc, f"reading the EK certificate at NV 0x{index:08x}") from None
             return template, trim_der(bytes(raw))
         return _EK_SOURCES[kind][0][0], None
 
@@ -200,6 +207,8 @@ class Agent:
             )
         except TSS2_Exception as exc:
             raise _explain(exc, "creating the EK") from None
+        except ValueError as exc:  # the template's NV data changed between two reads
+            raise TpmError(f"creating the EK: {exc}") from None
         self._handles.append(handle)
         uwa = bool(public.publicArea.objectAttributes & TPMA_OBJECT.USERWITHAUTH)
         return Ek(handle, public.marshal(), uwa, template_name, cert)
@@ -235,10 +244,13 @@ class Agent:
 
     def activate_credential(self, ak: Key, ek: Ek, credential_blob: bytes, encrypted_secret: bytes) -> bytes:
         """Recover the secret MakeCredential sealed to (EK, AK name)."""
-        blob, used = TPM2B_ID_OBJECT.unmarshal(credential_blob)
-        secret, used2 = TPM2B_ENCRYPTED_SECRET.unmarshal(encrypted_secret)
+        try:
+            blob, used = TPM2B_ID_OBJECT.unmarshal(credential_blob)
+            secret, used2 = TPM2B_ENCRYPTED_SECRET.unmarshal(encrypted_secret)
+        except (TSS2_Exception, TypeError) as exc:
+            raise TpmError(f"the server's credential challenge does not unmarshal ({exc})") from None
         if used != len(credential_blob) or used2 != len(encrypted_secret):
-            raise TpmError("credential challenge has trailing bytes")
+            raise TpmError("the server's credential challenge has trailing bytes")
         session = None
         try:
             if ek.user_with_auth:
@@ -261,7 +273,8 @@ class Agent:
             raise _explain(exc, "activating the credential (is the AK in this TPM?)") from None
         finally:
             if session is not None:
-                self.ctx.flush_context(session)
+                with contextlib.suppress(TSS2_Exception):  # never mask the error being raised
+                    self.ctx.flush_context(session)
         return bytes(out)
 
     # -- quote and PCRs -----------------------------------------------------------------

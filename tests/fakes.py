@@ -50,9 +50,9 @@ def ecc_public(
     kdf: int = Alg.NULL,
     policy: bytes = b"",
 ) -> bytes:
-    """Marshalled TPM2B_PUBLIC for an ECC key (P-256 or P-384)."""
+    """Marshalled TPM2B_PUBLIC for an ECC key (P-256, P-384 or P-521)."""
     size = key.curve.key_size // 8 + (1 if key.curve.key_size % 8 else 0)
-    curve = {256: Curve.NIST_P256, 384: Curve.NIST_P384}[key.curve.key_size]
+    curve = {256: Curve.NIST_P256, 384: Curve.NIST_P384, 521: Curve.NIST_P521}[key.curve.key_size]
     nums = key.public_numbers()
     scheme_part = struct.pack(">H", scheme) + (struct.pack(">H", scheme_hash) if scheme != Alg.NULL else b"")
     area = (
@@ -61,6 +61,7 @@ def ecc_public(
         + (sym or struct.pack(">H", Alg.NULL))
         + scheme_part
         + struct.pack(">HH", curve, kdf)
+        + (struct.pack(">H", Alg.SHA256) if kdf != Alg.NULL else b"")
         + tpm2b(nums.x.to_bytes(size, "big"))
         + tpm2b(nums.y.to_bytes(size, "big"))
     )
@@ -161,7 +162,7 @@ class SoftAk:
     @property
     def qualified_name(self) -> bytes:
         """As if the key were a primary of the endorsement hierarchy (what the verifier expects)."""
-        from attest import keys, tpm, wire  # noqa: PLC0415
+        from attest import keys, tpm, wire
 
         name = keys.object_name(wire.parse_public(self.public))
         return tpm.qualified_name(tpm.TPM_RH_ENDORSEMENT.to_bytes(4, "big"), name)

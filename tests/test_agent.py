@@ -100,6 +100,15 @@ def test_trim_der_keeps_exactly_one_certificate() -> None:
     cert = b"\x30\x82\x00\x04abcd"
     assert trim_der(cert + b"\xff" * 100) == cert
     assert trim_der(b"\x30\x03abc\x00") == b"\x30\x03abc"
+    assert trim_der(b"\x10\x01\x00\x00\x08" + cert + b"\xff") == cert  # TCG NV header
     for bad in (b"", b"\x31\x01a", b"\x30\x82\x01\x00abc", b"\x30\x80abc"):
         with pytest.raises(TpmError):
             trim_der(bad)
+
+
+def test_malformed_challenge_gives_a_clear_error(swtpm: TpmInfo) -> None:
+    with Agent(swtpm.tcti) as agent:
+        ek, ak = agent.create_ek("rsa"), agent.create_ak()
+        for blob, secret in ((b"\x00", b"\x00\x01"), (b"\x00\x02ab", b"\x00\x00junk")):
+            with pytest.raises(TpmError, match="challenge"):
+                agent.activate_credential(ak, ek, blob, secret)

@@ -16,7 +16,7 @@ from cryptography.x509.oid import NameOID
 from attest import tpm, wire
 from attest.errors import AkInvalid, EkMismatch, EkUntrusted, MalformedInput
 from attest.keys import object_name
-from attest.templates import EK_TEMPLATES
+from attest.templates import EK_TEMPLATES, POLICY_A_SHA256
 from bootstrap.agent import Agent, Ek
 from tests import fakes
 from tests.conftest import TpmInfo
@@ -34,6 +34,9 @@ def make_ca(
     parent: tuple[rsa.RSAPrivateKey, x509.Certificate] | None = None,
     ca: bool = True,
     days: int = 3650,
+    not_before_days: int = -1,
+    path_length: int | None = None,
+    key_usage: x509.KeyUsage | None = None,
 ) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     issuer_key, issuer_name = (parent[0], parent[1].subject) if parent else (key, _name(cn))
@@ -43,12 +46,13 @@ def make_ca(
         .issuer_name(issuer_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(NOW - timedelta(days=1))
+        .not_valid_before(NOW + timedelta(days=not_before_days))
         .not_valid_after(NOW + timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        .sign(issuer_key, hashes.SHA256())
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=path_length if ca else None), critical=True)
     )
-    return key, cert
+    if key_usage is not None:
+        cert = cert.add_extension(key_usage, critical=True)
+    return key, cert.sign(issuer_key, hashes.SHA256())
 
 
 def issue_ek_cert(
@@ -184,16 +188,54 @@ def test_expired_ek_certificate_is_refused(ek: Ek) -> None:
     assert "expired" in exc.value.detail
 
 
-def test_not_yet_valid_and_expired_intermediate_are_refused(ek: Ek) -> None:
+def test_expired_intermediate_is_refused(ek: Ek) -> None:
     root = make_ca("root")
     inter = make_ca("inter", parent=root, days=-1)  # notAfter yesterday
     cert = issue_ek_cert(inter, _ek_key(ek))
     with pytest.raises(EkUntrusted) as exc:
         tpm.verify_ek(ek.public, cert, roots=[root[1]], intermediates=[inter[1]])
-    assert "expired" in exc.value.detail
-    good = issue_ek_cert(root, _ek_key(ek))
+    assert "EK intermediate CN=inter expired" in exc.value.detail
+
+
+def test_not_yet_valid_intermediate_and_leaf_are_refused(ek: Ek) -> None:
+    root = make_ca("root")
+    inter = make_ca("inter", parent=root, not_before_days=10)
+    with pytest.raises(EkUntrusted) as exc:
+        tpm.verify_ek(ek.public, issue_ek_cert(inter, _ek_key(ek)), roots=[root[1]], intermediates=[inter[1]])
+    assert "EK intermediate CN=inter is not valid before" in exc.value.detail
+    early = issue_ek_cert(root, _ek_key(ek), not_before=NOW + timedelta(days=2))
+    with pytest.raises(EkUntrusted) as exc2:
+        tpm.verify_ek(ek.public, early, roots=[root[1]])
+    assert "EK certificate" in exc2.value.detail
+    assert "not valid before" in exc2.value.detail
+
+
+def test_an_intermediate_is_not_a_trust_anchor(ek: Ek) -> None:
+    root = make_ca("root")
+    inter = make_ca("inter", parent=root)
+    cert = issue_ek_cert(inter, _ek_key(ek))
     with pytest.raises(EkUntrusted):
-        tpm.verify_ek(ek.public, good, roots=[root[1]], now=NOW - timedelta(days=30))
+        tpm.verify_ek(ek.public, cert, roots=[], intermediates=[inter[1]])
+    assert (
+        tpm.verify_ek(ek.public, cert, roots=[root[1]], intermediates=[inter[1]]).trusted_by
+        == "chain:CN=root"
+    )
+
+
+def test_path_length_is_enforced(ek: Ek) -> None:
+    root = make_ca("root", path_length=0)  # may only issue leaves
+    inter = make_ca("inter", parent=root)
+    with pytest.raises(EkUntrusted) as exc:
+        tpm.verify_ek(ek.public, issue_ek_cert(inter, _ek_key(ek)), roots=[root[1]], intermediates=[inter[1]])
+    assert "path length" in exc.value.detail
+
+
+def test_issuer_without_key_cert_sign_is_refused(ek: Ek) -> None:
+    ku = x509.KeyUsage(True, False, False, False, False, False, False, False, False)  # digitalSignature only
+    vendor = make_ca("vendor", key_usage=ku)
+    with pytest.raises(EkUntrusted) as exc:
+        tpm.verify_ek(ek.public, issue_ek_cert(vendor, _ek_key(ek)), roots=[vendor[1]])
+    assert "keyUsage" in exc.value.detail
 
 
 def test_issuer_that_is_not_a_ca_is_refused(ek: Ek) -> None:
@@ -218,8 +260,9 @@ def test_certificate_with_wrong_usage_is_refused(ek: Ek) -> None:
     vendor = make_ca("vendor")
     ku = x509.KeyUsage(True, False, False, False, False, False, False, False, False)  # signing only
     cert = issue_ek_cert(vendor, _ek_key(ek), extra=[(ku, True)])
-    with pytest.raises(EkUntrusted):
+    with pytest.raises(EkUntrusted) as exc:
         tpm.verify_ek(ek.public, cert, roots=[vendor[1]])
+    assert "neither keyEncipherment nor keyAgreement" in exc.value.detail
 
 
 def test_denylist_wins_over_chain_and_allowlist(swtpm: TpmInfo, ek: Ek) -> None:
@@ -392,3 +435,66 @@ def test_trailing_or_oversized_public_areas_are_malformed(swtpm: TpmInfo) -> Non
         tpm.verify_ek(ek.public + b"\x00", ek.certificate, roots=[swtpm.root])
     with pytest.raises(MalformedInput):
         tpm.make_credential(ek.public + b"\x00", tpm.verify_ak(ak.public).name, b"s" * 32)
+
+
+_EK_SYM = struct.pack(">HHH", wire.Alg.AES, 128, wire.Alg.CFB)
+_RSA_EK_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()
+_ECC_EK_KEY = ec.generate_private_key(ec.SECP256R1()).public_key()
+
+
+def _ecc_ek(key: ec.EllipticCurvePublicKey = _ECC_EK_KEY, kdf: int = wire.Alg.NULL) -> bytes:
+    """A public area following the L-2 ECC P-256 EK template (or deviating in curve or KDF)."""
+    return fakes.ecc_public(
+        key, attrs=0x000300B2, scheme=wire.Alg.NULL, policy=POLICY_A_SHA256, sym=_EK_SYM, kdf=kdf
+    )
+
+
+@pytest.mark.parametrize(
+    ("public", "why"),
+    [
+        (fakes.rsa_ek_public(_RSA_EK_KEY), None),
+        (_ecc_ek(), None),
+        (
+            fakes.rsa_public(
+                _RSA_EK_KEY, attrs=0x000300B2, scheme=wire.Alg.RSASSA, policy=POLICY_A_SHA256, sym=_EK_SYM
+            ),
+            "scheme",
+        ),
+        (
+            fakes.rsa_public(_RSA_EK_KEY, attrs=0x000300B2, scheme=wire.Alg.NULL, policy=POLICY_A_SHA256),
+            "symmetric",
+        ),
+        (
+            fakes.rsa_public(
+                _RSA_EK_KEY,
+                attrs=0x000300B2,
+                scheme=wire.Alg.NULL,
+                policy=POLICY_A_SHA256,
+                sym=struct.pack(">HHH", wire.Alg.AES, 256, wire.Alg.CFB),
+            ),
+            "symmetric",
+        ),
+        (_ecc_ek(kdf=wire.Alg.KDF1_SP800_108), "KDF"),
+        (_ecc_ek(key=ec.generate_private_key(ec.SECP384R1()).public_key()), "matches no TCG EK template"),
+        (
+            fakes.rsa_ek_public(rsa.generate_private_key(public_exponent=3, key_size=2048).public_key()),
+            "exponent",
+        ),
+    ],
+)
+def test_ek_template_deviations(public: bytes, why: str | None) -> None:
+    if why is None:
+        assert tpm.verify_ek(public, None, roots=[], allowlist={_sha(public)}).template.startswith("L-")
+        return
+    with pytest.raises(EkUntrusted) as exc:
+        tpm.verify_ek(public, None, roots=[], allowlist={_sha(public)})
+    assert why in exc.value.detail
+
+
+def test_ak_on_an_unsupported_curve_or_with_a_kdf_is_refused() -> None:
+    p521 = fakes.ecc_public(ec.generate_private_key(ec.SECP521R1()).public_key())
+    with pytest.raises(AkInvalid, match="P-256 or P-384"):
+        tpm.verify_ak(p521)
+    with_kdf = fakes.ecc_public(_EC, kdf=wire.Alg.KDF1_SP800_108)
+    with pytest.raises(AkInvalid, match="KDF"):
+        tpm.verify_ak(with_kdf)

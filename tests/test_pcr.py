@@ -105,7 +105,8 @@ def test_empty_policy_records_only() -> None:
         ("classes: [{name: a, golden: {sha256: {0: ['aa']}}}]", "not 32 bytes"),
         ("classes: [{name: a, golden: {sha256: {0: []}}}]", "no golden value"),
         (
-            f"classes: [{{name: a, golden: {{sha256: {{0: ['{A}']}}}}}}, {{name: a, golden: {{sha256: {{0: ['{A}']}}}}}}]",
+            f"classes: [{{name: a, golden: {{sha256: {{0: ['{A}']}}}}}},"
+            f" {{name: a, golden: {{sha256: {{0: ['{A}']}}}}}}]",
             "unique",
         ),
         ("classes: [{name: a, golden: {}}]", "at least one golden value"),

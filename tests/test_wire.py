@@ -144,3 +144,79 @@ def test_verify_quote_raises_only_attestation_errors(ak: bytes, quote: bytes, si
 def test_verify_ek_raises_only_attestation_errors(ek: bytes, cert: bytes | None) -> None:
     with contextlib.suppress(AttestationError):
         tpm.verify_ek(ek, cert, roots=[])
+
+
+# -- hypothesis on the certificate path, the credential and the policy loader --------------------
+
+
+def _cert_material() -> tuple[bytes, bytes, list[object]]:
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import NameOID
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fuzz-ca")])
+    now = datetime.now(UTC)
+    ca = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(ca_key.public_key())
+        .serial_number(1).not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=9))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    ek_key = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()
+    leaf = (
+        x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(name).public_key(ek_key)
+        .serial_number(2).not_valid_before(now - timedelta(days=1)).not_valid_after(now + timedelta(days=9))
+        .add_extension(x509.SubjectAlternativeName([x509.DirectoryName(name)]), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.ObjectIdentifier("2.23.133.8.1")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+    return fakes.rsa_ek_public(ek_key), leaf.public_bytes(serialization.Encoding.DER), [ca]
+
+
+EK_PUBLIC, EK_CERT, EK_ROOTS = _cert_material()
+
+
+def test_fuzz_material_verifies() -> None:
+    assert tpm.verify_ek(EK_PUBLIC, EK_CERT, roots=EK_ROOTS).trusted_by == "chain:CN=fuzz-ca"  # type: ignore[arg-type]
+
+
+@settings(max_examples=500, deadline=None)
+@given(index=st.integers(0, 10_000), flips=st.binary(min_size=1, max_size=3), cut=st.integers(0, 3))
+def test_verify_ek_on_mutated_certificates_raises_only_attestation_errors(
+    index: int, flips: bytes, cut: int
+) -> None:
+    """Mutations of a certificate for a valid EK reach the chain walk and the extension code."""
+    cert = bytearray(EK_CERT)
+    for k, f in enumerate(flips):
+        cert[(index + k * 13) % len(cert)] ^= f or 1
+    with contextlib.suppress(AttestationError):
+        tpm.verify_ek(EK_PUBLIC, bytes(cert[: len(cert) - cut]), roots=EK_ROOTS)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ek=st.just(EK_PUBLIC) | st.binary(max_size=400),
+    name=st.binary(max_size=70),
+    secret=st.binary(max_size=70),
+)
+def test_make_credential_raises_only_attestation_errors(ek: bytes, name: bytes, secret: bytes) -> None:
+    with contextlib.suppress(AttestationError):
+        blob, enc = tpm.make_credential(ek, name, secret)
+        assert blob
+        assert enc
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    doc=st.text(max_size=300)
+    | st.sampled_from(["classes: [{name: a, golden: {sha256: {0: [x]}}}]", "pcrs: [a]"])
+)
+def test_load_policy_raises_only_policy_error(doc: str) -> None:
+    from attest import pcr
+
+    with contextlib.suppress(pcr.PolicyError):
+        pcr.load_policy(doc)
