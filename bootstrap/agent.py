@@ -293,8 +293,26 @@ class Agent:
             raise _explain(exc, "quoting PCRs") from None
         return bytes(attest), signature.marshal()
 
+    def quote_with_pcrs(
+        self, ak: Key, selection: str, qualifying_data: bytes, attempts: int = 5
+    ) -> tuple[bytes, bytes, dict[str, dict[int, bytes]]]:
+        """Quote and read the quoted PCRs consistently: if any PCR was extended between the
+        reads around the quote (the TPM's pcrUpdateCounter moved), try again."""
+        for _ in range(attempts):
+            before, _values = self._read_pcrs_counted(selection)
+            quote, signature = self.quote(ak, selection, qualifying_data)
+            after, values = self._read_pcrs_counted(selection)
+            if before == after:
+                return quote, signature, values
+        raise TpmError(f"PCRs kept changing during {attempts} quote attempts; retry the join")
+
     def read_pcrs(self, selection: str) -> dict[str, dict[int, bytes]]:
         """Read the selected PCRs, 8 per TPM2_PCR_Read as the TPM allows."""
+        return self._read_pcrs_counted(selection)[1]
+
+    def _read_pcrs_counted(self, selection: str) -> tuple[tuple[int, ...], dict[str, dict[int, bytes]]]:
+        """The PCR values and the pcrUpdateCounter seen by each TPM2_PCR_Read."""
+        counters: list[int] = []
         out: dict[str, dict[int, bytes]] = {}
         for alg, indices in wire.parse_selection_string(selection):
             bank = wire.BANK_BY_ALG[alg]
@@ -304,15 +322,16 @@ class Agent:
                 chunk = wanted[start : start + _PCRS_PER_READ]
                 spec = f"{bank}:{','.join(map(str, chunk))}"
                 try:
-                    _, _, digests = self.ctx.pcr_read(TPML_PCR_SELECTION.parse(spec))
+                    counter, _, digests = self.ctx.pcr_read(TPML_PCR_SELECTION.parse(spec))
                 except TSS2_Exception as exc:
                     raise _explain(exc, "reading PCRs") from None
+                counters.append(int(counter))
                 got = [bytes(digests[i]) for i in range(digests.count)]
                 if len(got) != len(chunk):
                     raise TpmError(f"TPM returned {len(got)} values for {spec}; is the {bank} bank active?")
                 values.update(zip(chunk, got, strict=True))
             out[bank] = values
-        return out
+        return tuple(counters), out
 
     def extend_pcr(self, index: int, data_digest: bytes, bank: str = "sha256") -> None:
         """PCR_Extend (boot scripts and tests measure things with it)."""

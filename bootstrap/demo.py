@@ -13,18 +13,13 @@ from pathlib import Path
 
 from attest import pcr, tpm
 from bootstrap import swtpm
-from bootstrap.agent import Agent, Key
+from bootstrap.agent import Agent
 
 SELECTION = "sha256:0,1,2,3,4,5,6,7"
 
 
 def _step(n: int, text: str) -> None:
     print(f"[{n}] {text}", flush=True)
-
-
-def _quote(node: Agent, ak: Key, nonce: bytes) -> tuple[bytes, bytes, dict[str, dict[int, bytes]]]:
-    quote, sig = node.quote(ak, SELECTION, nonce)
-    return quote, sig, node.read_pcrs(SELECTION)
 
 
 def attest_node(server: swtpm.Swtpm, ca: swtpm.LocalCa) -> tuple[tpm.EkIdentity, tpm.QuoteResult]:
@@ -40,7 +35,7 @@ def attest_node(server: swtpm.Swtpm, ca: swtpm.LocalCa) -> tuple[tpm.EkIdentity,
         proof = tpm.credential_proof(node.activate_credential(ak, ek, blob, encrypted), "demo-session")
         tpm.verify_credential_proof(secret, "demo-session", proof)
         nonce = os.urandom(32)
-        quote, sig, values = _quote(node, ak, nonce)
+        quote, sig, values = node.quote_with_pcrs(ak, SELECTION, nonce)
     result = tpm.verify_quote(ak.public, quote, sig, selection=SELECTION, pcrs=values, qualifying_data=nonce)
     return ek_id, result
 
@@ -53,7 +48,7 @@ def tampered_node(server: swtpm.Swtpm, policy: pcr.PcrPolicy) -> list[str]:
         ak = node.create_ak("ecc")
         node.extend_pcr(7, hashlib.sha256(b"unsigned bootloader").digest())
         nonce = os.urandom(32)
-        quote, sig, values = _quote(node, ak, nonce)
+        quote, sig, values = node.quote_with_pcrs(ak, SELECTION, nonce)
     result = tpm.verify_quote(ak.public, quote, sig, selection=SELECTION, pcrs=values, qualifying_data=nonce)
     verdict = pcr.evaluate(policy, result.pcrs)
     codes.append("accepted" if verdict.ok else "pcr_policy_violation")

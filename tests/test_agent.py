@@ -112,3 +112,37 @@ def test_malformed_challenge_gives_a_clear_error(swtpm: TpmInfo) -> None:
         for blob, secret in ((b"\x00", b"\x00\x01"), (b"\x00\x02ab", b"\x00\x00junk")):
             with pytest.raises(TpmError, match="challenge"):
                 agent.activate_credential(ak, ek, blob, secret)
+
+
+def test_quote_with_pcrs_returns_the_values_the_quote_covers(swtpm: TpmInfo) -> None:
+    from attest import tpm
+
+    with Agent(swtpm.tcti) as agent:
+        ak = agent.create_ak()
+        agent.extend_pcr(5, hashlib.sha256(b"boot step").digest())
+        quote, sig, pcrs = agent.quote_with_pcrs(ak, ALL_PCRS, b"q" * 32)
+    result = tpm.verify_quote(ak.public, quote, sig, selection=ALL_PCRS, pcrs=pcrs, qualifying_data=b"q" * 32)
+    assert result.pcrs == pcrs
+
+
+def test_quote_with_pcrs_retries_when_a_pcr_moves(swtpm: TpmInfo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An extend between the reads around the quote (IMA, a boot service) forces a retry, so the
+    values handed to the server are the ones the quote covers."""
+    from attest import tpm
+
+    with Agent(swtpm.tcti) as agent:
+        ak = agent.create_ak()
+        real_quote = agent.quote
+        calls: list[int] = []
+
+        def racing_quote(key: object, selection: str, qd: bytes) -> tuple[bytes, bytes]:
+            out = real_quote(key, selection, qd)  # type: ignore[arg-type]
+            calls.append(1)
+            if len(calls) == 1:
+                agent.extend_pcr(3, hashlib.sha256(b"late measurement").digest())
+            return out
+
+        monkeypatch.setattr(agent, "quote", racing_quote)
+        quote, sig, pcrs = agent.quote_with_pcrs(ak, "sha256:0,1,2,3", b"q" * 32)
+    assert len(calls) == 2
+    tpm.verify_quote(ak.public, quote, sig, selection="sha256:0,1,2,3", pcrs=pcrs, qualifying_data=b"q" * 32)
