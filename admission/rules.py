@@ -18,16 +18,24 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
+from admission.crs import (
+    PACKAGE_GROUPS,
+    Interrupt,
+    Package,
+    PackageCR,
+    Selector,
+    parse_package_cr,
+)
 from admission.images import DIGEST_RE, ImageError, ImageRef, allowed_by, parse_image, parse_prefix
-from admission.policy import INTERRUPT_TYPES, PackagePolicy
+from admission.policy import INTERRUPT_TYPES, Budget, PackagePolicy
 from admission.quantity import parse_quantity
+from admission.violations import Violation
+
+__all__ = ["PACKAGE_GROUPS", "PackageCR", "Selector", "Violation", "parse_package_cr"]  # re-exported
 
 HOLD_TAINT_KEY = "nodegate.io/hold"
-PACKAGE_GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"}
 _NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
 # semver.org's regular expression: no "v" prefix, no shorthand versions.
 _SEMVER_RE = re.compile(
@@ -35,139 +43,6 @@ _SEMVER_RE = re.compile(
     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
     r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    rule: str
-    path: str
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message} ({self.fix})"
-
-
-# ------------------------------------------------------------------------------------------
-# Models: what we read of the CRs, tolerant of fields we do not know (upstream adds them often).
-
-
-class _Lax(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
-
-
-class Requirement(_Lax):
-    key: str
-    operator: str
-    values: list[str] = Field(default_factory=list)
-
-
-class Selector(_Lax):
-    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
-    match_expressions: list[Requirement] = Field(default_factory=list, alias="matchExpressions")
-
-
-class Interrupt(_Lax):
-    type: str
-    services: list[str] = Field(default_factory=list)
-
-
-class Resources(_Lax):
-    cpu_request: str | int | float | None = Field(default=None, alias="cpuRequest")
-    cpu_limit: str | int | float | None = Field(default=None, alias="cpuLimit")
-    memory_request: str | int | float | None = Field(default=None, alias="memoryRequest")
-    memory_limit: str | int | float | None = Field(default=None, alias="memoryLimit")
-
-
-class Uninstall(_Lax):
-    enabled: bool = False
-    apply: bool = False
-
-
-class EnvVar(_Lax):
-    name: str
-    value: str | None = None
-    value_from: dict[str, Any] | None = Field(default=None, alias="valueFrom")
-
-
-class Toleration(_Lax):
-    key: str | None = None
-    operator: str | None = None
-    value: str | None = None
-    effect: str | None = None
-
-
-class Package(_Lax):
-    name: str | None = None
-    version: str | None = None
-    image: str | None = None
-    container_sha: str | None = Field(default=None, alias="containerSHA")
-    agent_image_override: str | None = Field(default=None, alias="agentImageOverride")
-    interrupt: Interrupt | None = None
-    config_interrupts: dict[str, Interrupt] = Field(default_factory=dict, alias="configInterrupts")
-    config_map: dict[str, str] = Field(default_factory=dict, alias="configMap")
-    depends_on: dict[str, str] = Field(default_factory=dict, alias="dependsOn")
-    env: list[EnvVar] = Field(default_factory=list)
-    resources: Resources | None = None
-    uninstall: Uninstall | None = None
-
-
-class BudgetSpec(_Lax):
-    percent: int | None = None
-    count: int | None = None
-
-
-class PackageSpec(_Lax):
-    node_selectors: Selector | None = Field(default=None, alias="nodeSelectors")
-    interruption_budget: BudgetSpec | None = Field(default=None, alias="interruptionBudget")
-    deployment_policy: str | None = Field(default=None, alias="deploymentPolicy")
-    packages: dict[str, Package] = Field(default_factory=dict)
-    additional_tolerations: list[Toleration] = Field(default_factory=list, alias="additionalTolerations")
-    runtime_required: bool = Field(default=False, alias="runtimeRequired")
-    auto_taint_new_nodes: bool = Field(default=False, alias="autoTaintNewNodes")
-    priority: int = 200
-
-
-class Metadata(_Lax):
-    name: str = ""
-    annotations: dict[str, str] = Field(default_factory=dict)
-
-
-class PackageCR(_Lax):
-    api_version: str = Field(alias="apiVersion")
-    kind: Literal["NodeWright", "Skyhook"]
-    metadata: Metadata = Field(default_factory=Metadata)
-    spec: PackageSpec = Field(default_factory=PackageSpec)
-
-    @property
-    def selector(self) -> Selector:
-        return self.spec.node_selectors or Selector()
-
-
-def parse_package_cr(obj: Mapping[str, Any]) -> PackageCR | list[Violation]:
-    """The CR, or violations naming each field that does not have the shape the operator reads."""
-    group = str(obj.get("apiVersion", "")).split("/", 1)[0]
-    if PACKAGE_GROUPS.get(group) != obj.get("kind"):
-        return [
-            Violation(
-                "kind",
-                "apiVersion",
-                f"not a package CR: {obj.get('apiVersion')}/{obj.get('kind')}",
-                "send NodeWright (nodewright.nvidia.com) or Skyhook (skyhook.nvidia.com) objects",
-            )
-        ]
-    try:
-        return PackageCR.model_validate(obj)
-    except ValidationError as exc:
-        return [
-            Violation("schema", _loc(e["loc"]), e["msg"], "fix the field's type")
-            for e in exc.errors(include_input=False)[:20]
-        ]
-
-
-def _loc(loc: tuple[int | str, ...]) -> str:
-    names = {"node_selectors": "nodeSelectors", "interruption_budget": "interruptionBudget"}
-    return ".".join(names.get(str(p), str(p)) for p in loc) or "<root>"
 
 
 # ------------------------------------------------------------------------------------------
@@ -552,27 +427,40 @@ def prule_interrupts(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation
                 )
 
 
+def budget_within(percent: int | None, count: int | None, cap: Budget) -> bool:
+    """Whether a budget is provably within a cap without knowing the pool's size. The operator's
+    ceiling for a percent budget is max(1, floor(nodes * percent / 100)), so one node at a time
+    is within every percent cap; other mixes of units cannot be compared and do not pass."""
+    if cap.percent is not None:
+        return (percent is not None and percent <= cap.percent) or count == 1
+    return count is not None and cap.count is not None and count <= cap.count
+
+
 def prule_budget(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation]:
     cap = policy.spec.max_interruption_budget
     if cap is None or cr.spec.deployment_policy:
         return  # DeploymentPolicies are judged against the caps of every pool they apply to
     budget = cr.spec.interruption_budget
-    path = "spec.interruptionBudget"
     if budget is None:
         yield Violation(
-            "budget-cap", path, "no budget means 100% of the pool at once", f"set a budget within {_cap(cap)}"
+            "budget-cap",
+            "spec.interruptionBudget",
+            "no budget means 100% of the pool at once",
+            f"set a budget within {budget_cap_text(cap)}",
         )
-    elif cap.percent is not None and (budget.percent is None or budget.percent > cap.percent):
-        yield Violation(
-            "budget-cap", path, f"budget exceeds the pool's {_cap(cap)}", f"use percent <= {cap.percent}"
+    elif not budget_within(budget.percent, budget.count, cap):
+        unit = (
+            f"percent <= {cap.percent} (or count: 1)" if cap.percent is not None else f"count <= {cap.count}"
         )
-    elif cap.count is not None and (budget.count is None or budget.count > cap.count):
         yield Violation(
-            "budget-cap", path, f"budget exceeds the pool's {_cap(cap)}", f"use count <= {cap.count}"
+            "budget-cap",
+            "spec.interruptionBudget",
+            f"budget exceeds the pool's {budget_cap_text(cap)}",
+            f"use {unit}",
         )
 
 
-def _cap(cap: Any) -> str:
+def budget_cap_text(cap: Any) -> str:
     return f"{cap.percent}%" if cap.percent is not None else f"{cap.count} nodes"
 
 
@@ -682,3 +570,69 @@ def no_pool_violation(cr: PackageCR) -> Violation:
         "no PackagePolicy's pool contains this selector" + (" (empty: every node)" if not labels else ""),
         "select nodes by the labels of a pool you may deploy to",
     )
+
+
+# ------------------------------------------------------------------------------------------
+# UPDATE and DELETE of package CRs
+
+
+def spec_changed(old: PackageCR, new: PackageCR) -> bool:
+    """Whether anything the operator acts on changed (spec, pause/disable annotations)."""
+    return old.spec != new.spec or _gates(old) != _gates(new)
+
+
+def _gates(cr: PackageCR) -> tuple[str | None, ...]:
+    ann = cr.metadata.annotations
+    return tuple(ann.get(f"{g}/{k}") for g in PACKAGE_GROUPS for k in ("pause", "disable"))
+
+
+def new_reboots(old: PackageCR | None, new: PackageCR) -> list[str]:
+    """Packages whose reboot interrupt this change would fire: packages with a reboot interrupt
+    that are new, or differ in any field from before (a version bump re-runs and reboots)."""
+    out = []
+    before = old.spec.packages if old is not None else {}
+    for key, path, pkg in _packages(new):
+        if any(i.type == "reboot" for _w, i in _interrupts(path, pkg)) and before.get(key) != pkg:
+            out.append(key)
+    return out
+
+
+def delete_violations(old: Mapping[str, Any]) -> list[Violation]:
+    """Upstream's rule: a CR that is paused or disabled cannot run its pending uninstalls, so
+    deleting it would strand them (the operator blocks the finalizer; we refuse up front)."""
+    cr = parse_package_cr(old)
+    if isinstance(cr, list):
+        return []  # nothing we understand to protect; RBAC on delete still applies
+    gate = next(
+        (
+            k
+            for g in PACKAGE_GROUPS
+            for k in ("pause", "disable")
+            if cr.metadata.annotations.get(f"{g}/{k}") == "true"
+        ),
+        None,
+    )
+    if gate is None:
+        return []
+    uninstalling = {k for k, p in cr.spec.packages.items() if p.uninstall is not None and p.uninstall.enabled}
+    node_state = old.get("status", {}).get("nodeState", {}) if isinstance(old.get("status"), Mapping) else {}
+    pending = sorted(
+        {
+            str(entry).split("|", 1)[0]
+            for states in node_state.values()
+            if isinstance(states, Mapping)
+            for entry in states
+        }
+        & uninstalling
+    )
+    if not pending:
+        return []
+    return [
+        Violation(
+            "delete-pending-uninstall",
+            "metadata.annotations",
+            f"the CR is {'paused' if gate == 'pause' else 'disabled'} with uninstalls pending on nodes "
+            f"({', '.join(pending)})",
+            f"remove the {gate} annotation so the uninstalls run, then delete",
+        )
+    ]

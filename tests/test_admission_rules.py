@@ -341,7 +341,7 @@ def test_sample_passes_an_open_gpu_policy(group: str) -> None:
         ({"images": {"registries": ["ghcr.io/nvidia"], "requireDigest": True}}, "require-digest"),
         ({"interrupts": {"allowed": ["noop", "restartAllServices"]}}, "interrupt-allowed"),  # reboot
         ({"maxInterruptionBudget": {"percent": 10}}, "budget-cap"),
-        ({"maxInterruptionBudget": {"count": 2}}, "budget-cap"),  # CR uses percent
+        ({"maxInterruptionBudget": {"count": 2}}, "budget-cap"),  # CR uses percent: not comparable
         ({"priority": {"min": 300}}, "priority"),
     ],
 )
@@ -385,6 +385,15 @@ def test_no_budget_exceeds_any_cap_and_a_deployment_policy_is_judged_elsewhere()
     assert verdict(doc, maxInterruptionBudget={"percent": 50}) == ["budget-cap"]
     doc["spec"]["deploymentPolicy"] = "rollout"
     assert verdict(doc, maxInterruptionBudget={"percent": 50}) == []
+
+
+def test_one_node_at_a_time_is_within_every_percent_cap() -> None:
+    doc = copy.deepcopy(SAMPLE)
+    doc["spec"]["interruptionBudget"] = {"count": 1}
+    assert verdict(doc, maxInterruptionBudget={"percent": 5}) == []
+    doc["spec"]["interruptionBudget"] = {"count": 2}
+    assert verdict(doc, maxInterruptionBudget={"percent": 5}) == ["budget-cap"]
+    assert verdict(doc, maxInterruptionBudget={"count": 2}) == []
 
 
 def test_policy_defaults_are_strict() -> None:

@@ -1,0 +1,131 @@
+"""The NodeWright / Skyhook package CRs as nodegate reads them: tolerant of fields upstream adds,
+strict about the types of the fields it acts on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from admission.violations import Violation
+
+PACKAGE_GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"}
+
+
+class LaxModel(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+
+
+class Requirement(LaxModel):
+    key: str
+    operator: str
+    values: list[str] = Field(default_factory=list)
+
+
+class Selector(LaxModel):
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+    match_expressions: list[Requirement] = Field(default_factory=list, alias="matchExpressions")
+
+
+class Interrupt(LaxModel):
+    type: str
+    services: list[str] = Field(default_factory=list)
+
+
+class Resources(LaxModel):
+    cpu_request: str | int | float | None = Field(default=None, alias="cpuRequest")
+    cpu_limit: str | int | float | None = Field(default=None, alias="cpuLimit")
+    memory_request: str | int | float | None = Field(default=None, alias="memoryRequest")
+    memory_limit: str | int | float | None = Field(default=None, alias="memoryLimit")
+
+
+class Uninstall(LaxModel):
+    enabled: bool = False
+    apply: bool = False
+
+
+class EnvVar(LaxModel):
+    name: str
+    value: str | None = None
+    value_from: dict[str, Any] | None = Field(default=None, alias="valueFrom")
+
+
+class Toleration(LaxModel):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
+
+
+class Package(LaxModel):
+    name: str | None = None
+    version: str | None = None
+    image: str | None = None
+    container_sha: str | None = Field(default=None, alias="containerSHA")
+    agent_image_override: str | None = Field(default=None, alias="agentImageOverride")
+    interrupt: Interrupt | None = None
+    config_interrupts: dict[str, Interrupt] = Field(default_factory=dict, alias="configInterrupts")
+    config_map: dict[str, str] = Field(default_factory=dict, alias="configMap")
+    depends_on: dict[str, str] = Field(default_factory=dict, alias="dependsOn")
+    env: list[EnvVar] = Field(default_factory=list)
+    resources: Resources | None = None
+    uninstall: Uninstall | None = None
+
+
+class BudgetSpec(LaxModel):
+    percent: int | None = None
+    count: int | None = None
+
+
+class PackageSpec(LaxModel):
+    node_selectors: Selector | None = Field(default=None, alias="nodeSelectors")
+    interruption_budget: BudgetSpec | None = Field(default=None, alias="interruptionBudget")
+    deployment_policy: str | None = Field(default=None, alias="deploymentPolicy")
+    packages: dict[str, Package] = Field(default_factory=dict)
+    additional_tolerations: list[Toleration] = Field(default_factory=list, alias="additionalTolerations")
+    runtime_required: bool = Field(default=False, alias="runtimeRequired")
+    auto_taint_new_nodes: bool = Field(default=False, alias="autoTaintNewNodes")
+    priority: int = 200
+
+
+class Metadata(LaxModel):
+    name: str = ""
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class PackageCR(LaxModel):
+    api_version: str = Field(alias="apiVersion")
+    kind: Literal["NodeWright", "Skyhook"]
+    metadata: Metadata = Field(default_factory=Metadata)
+    spec: PackageSpec = Field(default_factory=PackageSpec)
+
+    @property
+    def selector(self) -> Selector:
+        return self.spec.node_selectors or Selector()
+
+
+def parse_package_cr(obj: Mapping[str, Any]) -> PackageCR | list[Violation]:
+    """The CR, or violations naming each field that does not have the shape the operator reads."""
+    group = str(obj.get("apiVersion", "")).split("/", 1)[0]
+    if PACKAGE_GROUPS.get(group) != obj.get("kind"):
+        return [
+            Violation(
+                "kind",
+                "apiVersion",
+                f"not a package CR: {obj.get('apiVersion')}/{obj.get('kind')}",
+                "send NodeWright (nodewright.nvidia.com) or Skyhook (skyhook.nvidia.com) objects",
+            )
+        ]
+    try:
+        return PackageCR.model_validate(obj)
+    except ValidationError as exc:
+        return [
+            Violation("schema", loc_path(e["loc"]), e["msg"], "fix the field's type")
+            for e in exc.errors(include_input=False)[:20]
+        ]
+
+
+def loc_path(loc: tuple[int | str, ...]) -> str:
+    names = {"node_selectors": "nodeSelectors", "interruption_budget": "interruptionBudget"}
+    return ".".join(names.get(str(p), str(p)) for p in loc) or "<root>"
