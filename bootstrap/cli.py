@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 _PENDING = {
     "serve": "the join service (issue 3)",
     "join": "the node join client (issue 3)",
     "gate": "the hold-taint controller (issue 4)",
-    "policy": "admission policy tools (issue 5)",
     "ca": "CA rotation (issue 3)",
     "backup": "backup and restore (issue 6)",
     "restore": "backup and restore (issue 6)",
@@ -28,6 +28,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("demo", help="attest software TPMs locally and show a refused one")
+    policy = sub.add_parser("policy", help="admission policy tools")
+    psub = policy.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
+    test = psub.add_parser("test", help="judge AdmissionReview files offline; prints one response per file")
+    test.add_argument(
+        "--policy", action="append", default=[], type=Path, metavar="FILE", help="PackagePolicy YAML"
+    )
+    test.add_argument("--rbac", action="append", default=[], type=Path, metavar="FILE", help="RBAC manifests")
+    test.add_argument(
+        "--owner", default="system:serviceaccount:nodegate:nodegate", help="nodegate's username"
+    )
+    test.add_argument("reviews", nargs="+", type=Path, metavar="REVIEW")
     for name, what in _PENDING.items():
         sub.add_parser(name, help=f"{what}; not built yet")
     return p
@@ -39,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "policy":
+        from bootstrap import policytool  # noqa: PLC0415
+
+        return policytool.run(args.policy, args.rbac, args.reviews, args.owner)
     if args.command == "demo":
         from bootstrap.demo import run  # noqa: PLC0415  (keeps `nodegate --help` free of tpm2-pytss)
 

@@ -1,0 +1,102 @@
+"""`nodegate policy test`: judge AdmissionReview files offline, with the server's own decider.
+
+    nodegate policy test --policy policies.yaml --rbac rbac.yaml review1.json review2.yaml
+
+Prints one AdmissionReview response (JSON, one line) per input, in order; exits 0 when every
+review was allowed, 1 when any was denied, 2 for unusable inputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from admission.policy import PackagePolicy
+from admission.rbac import RbacError, RbacEvaluator
+from admission.webhook import Decider, LocalRbac, ReviewError, StaticPolicies, parse_review
+
+DEFAULT_OWNER = "system:serviceaccount:nodegate:nodegate"
+MAX_FILE = 8 * 1024 * 1024
+
+
+class ToolError(Exception):
+    """An input file that cannot be used; the message names it."""
+
+
+def _documents(path: Path) -> Iterator[Any]:
+    try:
+        if path.stat().st_size > MAX_FILE:
+            raise ToolError(f"{path}: larger than {MAX_FILE} bytes")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ToolError(f"{path}: {exc.strerror}") from None
+    try:
+        for doc in yaml.safe_load_all(text):
+            if doc is None:
+                continue
+            if (
+                isinstance(doc, dict)
+                and isinstance(doc.get("items"), list)
+                and str(doc.get("kind", "")).endswith("List")
+            ):
+                yield from doc["items"]
+            else:
+                yield doc
+    except yaml.YAMLError as exc:
+        raise ToolError(f"{path}: not YAML/JSON: {exc}") from None
+
+
+def load_policies(paths: Sequence[Path]) -> list[PackagePolicy]:
+    out = []
+    for path in paths:
+        for doc in _documents(path):
+            try:
+                out.append(PackagePolicy.model_validate(doc))
+            except ValueError as exc:
+                raise ToolError(f"{path}: not a PackagePolicy: {exc}") from None
+    return out
+
+
+def load_rbac(paths: Sequence[Path]) -> RbacEvaluator:
+    try:
+        return RbacEvaluator.from_objects([doc for p in paths for doc in _documents(p)])
+    except RbacError as exc:
+        raise ToolError(f"RBAC manifests: {exc}") from None
+
+
+async def _run(decider: Decider, reviews: Sequence[Path], out: TextIO) -> int:
+    denied = False
+    for path in reviews:
+        docs = list(_documents(path))
+        if len(docs) != 1:
+            raise ToolError(f"{path}: expected exactly one AdmissionReview")
+        try:
+            review = parse_review(json.dumps(docs[0]).encode())
+        except ReviewError as exc:
+            raise ToolError(f"{path}: {exc}") from None
+        decision = await decider.decide(review.request)
+        denied |= not decision.allowed
+        body = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": decision.response(review.request.uid),
+        }
+        print(json.dumps(body, sort_keys=True), file=out)
+    return 1 if denied else 0
+
+
+def run(
+    policies: Sequence[Path], rbac: Sequence[Path], reviews: Sequence[Path], owner: str = DEFAULT_OWNER
+) -> int:
+    try:
+        decider = Decider(StaticPolicies(load_policies(policies)), LocalRbac(load_rbac(rbac)), owner)
+        return asyncio.run(_run(decider, reviews, sys.stdout))
+    except ToolError as exc:
+        print(f"nodegate policy test: {exc}", file=sys.stderr)
+        return 2
