@@ -283,7 +283,7 @@ def _aggregate(root: _Role, cluster_roles: Sequence[_Role]) -> tuple[_Rule, ...]
     while todo:
         role = todo.pop()
         for other in cluster_roles:
-            if not role.selects(other):
+            if other.name in seen or not role.selects(other):
                 continue
             seen.add(other.name)
             if other.selectors is None:

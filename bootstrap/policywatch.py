@@ -1,0 +1,90 @@
+"""PackagePolicies from the cluster: list, then watch from the list's resourceVersion; 410 and
+broken streams re-list. ``policies()`` is None until the first list succeeded (readyz)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from admission.policy import PackagePolicy
+from bootstrap.kube import Kube, KubeUnavailable, WatchExpired
+
+log = logging.getLogger("nodegate.policies")
+
+GROUP, VERSION, PLURAL = "nodegate.io", "v1alpha1", "packagepolicies"
+
+
+class PolicyWatcher:
+    def __init__(self, kube: Kube, *, max_backoff: float = 30.0) -> None:
+        self._kube = kube
+        self._max_backoff = max_backoff
+        self._policies: dict[str, PackagePolicy] | None = None
+        self._invalid: dict[str, str] = {}
+        self._rv = ""
+
+    def policies(self) -> list[PackagePolicy] | None:
+        return None if self._policies is None else list(self._policies.values())
+
+    @property
+    def ready(self) -> bool:
+        return self._policies is not None
+
+    @property
+    def invalid(self) -> Mapping[str, str]:
+        """Policies that do not validate (name -> reason). They grant nothing."""
+        return dict(self._invalid)
+
+    async def relist(self) -> None:
+        items, rv = await self._kube.list_cluster_objects(GROUP, VERSION, PLURAL)
+        fresh: dict[str, PackagePolicy] = {}
+        self._invalid = {}
+        for obj in items:
+            self._apply(fresh, "ADDED", obj)
+        self._policies, self._rv = fresh, rv
+
+    def _apply(self, into: dict[str, PackagePolicy], kind: str, obj: Mapping[str, Any]) -> None:
+        name = str(obj.get("metadata", {}).get("name", ""))
+        if kind == "DELETED":
+            into.pop(name, None)
+            self._invalid.pop(name, None)
+            return
+        try:
+            into[name] = PackagePolicy.model_validate(obj)
+            self._invalid.pop(name, None)
+        except ValidationError as exc:
+            into.pop(name, None)  # an invalid update revokes what the old version granted
+            reason = "; ".join(e["msg"] for e in exc.errors(include_input=False)[:3])
+            self._invalid[name] = reason
+            log.warning("PackagePolicy %s is invalid and grants nothing: %s", name, reason)
+
+    async def watch_once(self) -> None:
+        """Follow the stream until it ends; raises WatchExpired / KubeUnavailable."""
+        assert self._policies is not None  # noqa: S101  (relist() first)
+        async for event in self._kube.watch_cluster_objects(GROUP, VERSION, PLURAL, self._rv):
+            rv = str(event.object.get("metadata", {}).get("resourceVersion", ""))
+            if event.type != "BOOKMARK":
+                self._apply(self._policies, event.type, event.object)
+            if rv:
+                self._rv = rv
+
+    async def run(self) -> None:
+        """Forever: list, watch, re-list on 410 or failure (with jittered backoff on failures)."""
+        failures = 0
+        while True:
+            try:
+                if self._policies is None or not self._rv:
+                    await self.relist()
+                await self.watch_once()
+                failures = 0
+            except WatchExpired:
+                self._rv = ""  # forces a re-list; the current snapshot stays in force meanwhile
+            except KubeUnavailable as exc:
+                failures += 1
+                delay = min(self._max_backoff, 0.5 * 2**failures) * random.uniform(0.5, 1.0)  # noqa: S311
+                log.warning("PackagePolicy watch failed (%s); retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay)
