@@ -346,9 +346,17 @@ def make_handler(decider: Decider) -> Callable[[web.Request], Awaitable[web.Stre
 
 
 def make_app(decider: Decider) -> web.Application:
-    """The webhook alone (the join service mounts the same handler on its listener)."""
+    """The webhook alone (the join service mounts the same handler on its listener). ``/readyz``
+    answers 200 once PackagePolicies are loaded, 503 before (the webhook denies meanwhile)."""
     app = web.Application(client_max_size=MAX_REVIEW_BYTES)
     app.router.add_post("/admission/validate", make_handler(decider))
+
+    async def readyz(_request: web.Request) -> web.Response:
+        if decider.policy_source.policies() is None:
+            return web.Response(status=503, text="PackagePolicies not loaded\n")
+        return web.Response(text="ok\n")
+
+    app.router.add_get("/readyz", readyz)
     return app
 
 

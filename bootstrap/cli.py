@@ -39,6 +39,15 @@ def _parser() -> argparse.ArgumentParser:
         "--owner", default="system:serviceaccount:nodegate:nodegate", help="nodegate's username"
     )
     test.add_argument("reviews", nargs="+", type=Path, metavar="REVIEW")
+    audit = psub.add_parser(
+        "audit",
+        help="list existing package CRs (YAML/JSON files, e.g. from kubectl get -o yaml) "
+        "that today's policies would refuse",
+    )
+    audit.add_argument(
+        "--policy", action="append", default=[], type=Path, metavar="FILE", help="PackagePolicy YAML"
+    )
+    audit.add_argument("objects", nargs="+", type=Path, metavar="FILE")
     for name, what in _PENDING.items():
         sub.add_parser(name, help=f"{what}; not built yet")
     return p
@@ -53,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "policy":
         from bootstrap import policytool  # noqa: PLC0415
 
+        if args.policy_command == "audit":
+            return policytool.audit(args.policy, args.objects)
         return policytool.run(args.policy, args.rbac, args.reviews, args.owner)
     if args.command == "demo":
         from bootstrap.demo import run  # noqa: PLC0415  (keeps `nodegate --help` free of tpm2-pytss)

@@ -1,4 +1,4 @@
-"""`nodegate policy test`: judge AdmissionReview files offline, with the server's own decider.
+"""`nodegate policy test` and `nodegate policy audit`: offline judgements with the server's code.
 
     nodegate policy test --policy policies.yaml --rbac rbac.yaml review1.json review2.yaml
 
@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from admission import rules
 from admission.policy import PackagePolicy
 from admission.rbac import RbacError, RbacEvaluator
 from admission.webhook import Decider, LocalRbac, ReviewError, StaticPolicies, parse_review
@@ -89,6 +90,46 @@ async def _run(decider: Decider, reviews: Sequence[Path], out: TextIO) -> int:
         }
         print(json.dumps(body, sort_keys=True), file=out)
     return 1 if denied else 0
+
+
+def audit_objects(policies: list[PackagePolicy], objects: Sequence[Any]) -> list[dict[str, Any]]:
+    """Judge existing package CRs against today's policies, without identity: the structural
+    rules and every candidate policy's limits. Who may use a policy cannot be audited after the
+    fact (the requester is gone), so a CR passes when *some* policy's limits hold."""
+    out = []
+    for obj in objects:
+        if not isinstance(obj, dict) or obj.get("kind") not in ("NodeWright", "Skyhook"):
+            continue
+        name = str(obj.get("metadata", {}).get("name", ""))
+        parsed = rules.parse_package_cr(obj)
+        if isinstance(parsed, list):
+            out.append({"kind": obj["kind"], "name": name, "violations": [str(v) for v in parsed]})
+            continue
+        found = [str(v) for v in rules.structural_violations(parsed)]
+        if not found:
+            verdicts = rules.policy_verdicts(parsed, policies)
+            if not verdicts:
+                found = [str(rules.no_pool_violation(parsed))]
+            elif not any(v.ok for v in verdicts):
+                found = [f"[{v.policy}] {x}" for v in verdicts for x in v.violations]
+        if found:
+            out.append({"kind": obj["kind"], "name": name, "violations": found})
+    return out
+
+
+def audit(policies: Sequence[Path], objects: Sequence[Path]) -> int:
+    """`nodegate policy audit`: print one JSON line per CR that today's policies would refuse."""
+    try:
+        refused = audit_objects(load_policies(policies), [doc for p in objects for doc in _documents(p)])
+    except ToolError as exc:
+        print(f"nodegate policy audit: {exc}", file=sys.stderr)
+        return 2
+    for entry in refused:
+        print(json.dumps(entry, sort_keys=True))
+    print(
+        f"{len(refused)} CR(s) would be refused (identity-dependent rules are not audited)", file=sys.stderr
+    )
+    return 1 if refused else 0
 
 
 def run(

@@ -421,3 +421,45 @@ def test_policy_test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     capsys.readouterr()
     assert cli.main([*args, str(tmp_path / "missing.json")]) == 2
     assert "missing.json" in capsys.readouterr().err
+
+
+def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    (tmp_path / "policies.yaml").write_text(
+        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
+    )
+    over = copy.deepcopy(SAMPLE)
+    over["metadata"]["name"] = "over-budget"
+    over["spec"]["interruptionBudget"] = {"percent": 90}
+    broken = copy.deepcopy(SAMPLE)
+    broken["metadata"]["name"] = "broken"
+    broken["spec"]["packages"]["tuning"]["version"] = "v1"
+    listing = {"apiVersion": "v1", "kind": "List", "items": [SAMPLE, over, broken, {"kind": "ConfigMap"}]}
+    (tmp_path / "crs.yaml").write_text(yaml.safe_dump(listing))
+    assert (
+        cli.main(["policy", "audit", "--policy", str(tmp_path / "policies.yaml"), str(tmp_path / "crs.yaml")])
+        == 1
+    )
+    out = capsys.readouterr()
+    refused = {json.loads(line)["name"]: json.loads(line)["violations"] for line in out.out.splitlines()}
+    assert set(refused) == {"over-budget", "broken"}
+    assert any("budget" in v for v in refused["over-budget"])
+    assert "identity-dependent rules are not audited" in out.err
+
+
+async def test_readyz_follows_the_policy_source() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    class Flag:
+        items: list[Any] | None = None
+
+        def policies(self) -> list[Any] | None:
+            return self.items
+
+    flag = Flag()
+    app = webhook.make_app(Decider(flag, LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE))
+    async with TestClient(TestServer(app)) as client:
+        assert (await client.get("/readyz")).status == 503
+        flag.items = POLICIES
+        assert (await client.get("/readyz")).status == 200
