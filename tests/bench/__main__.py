@@ -1,7 +1,10 @@
-"""Run every benchmark: ``python -m tests.bench [--json] [--quick] [--rounds R]`` (``make bench``).
+"""Run the benchmarks: ``python -m tests.bench [NAME ...] [--only NAME] [--json] [--quick] [--rounds R]``
+(``make bench``).
 
 Each benchmark is a module with ``main(argv) -> int`` that accepts the same options; add new ones
-to ``BENCHMARKS``. With ``--json`` each benchmark prints one JSON object on one line (JSON Lines).
+to ``BENCHMARKS``. Without names every benchmark runs, in order; with names (``admission``, or
+``--only admission``, repeatable) just those. With ``--json`` each benchmark prints one JSON
+object on one line (JSON Lines).
 """
 
 from __future__ import annotations
@@ -9,18 +12,39 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import attest
+from tests.bench import admission, attest
 
-BENCHMARKS: list[Callable[[Sequence[str] | None], int]] = [
-    attest.main,
-]
+BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
+    "attest": attest.main,
+    "admission": admission.main,
+}
+
+
+def _select(args: list[str]) -> tuple[list[str], list[str]]:
+    """Split the command line into benchmark names (positional or ``--only``) and the rest."""
+    names: list[str] = []
+    rest: list[str] = []
+    it = iter(args)
+    for arg in it:
+        if arg == "--only" or arg.startswith("--only="):
+            name = arg.partition("=")[2] if "=" in arg else next(it, "")
+            names.append(name)
+        elif arg in BENCHMARKS:
+            names.append(arg)
+        else:
+            rest.append(arg)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise SystemExit(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHMARKS)}")
+    return names, rest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    names, args = _select(list(sys.argv[1:] if argv is None else argv))
     rc = 0
-    for bench in BENCHMARKS:
-        rc = max(rc, bench(args))
+    for name, bench in BENCHMARKS.items():
+        if not names or name in names:
+            rc = max(rc, bench(args))
     return rc
 
 

@@ -1,0 +1,634 @@
+"""Benchmark of the admission webhook over TLS against a bare aiohttp handler, under load.
+
+What is measured, all in one run: two server processes on 127.0.0.1, each one aiohttp process
+with TLS and keep-alive, access logs off (``tests.bench.admission_server``):
+  webhook   ``admission.webhook.make_app`` with 3 PackagePolicies and 22 RBAC objects
+            (``tests.bench.admission_data``): the real decision for every review
+  bare      a handler that reads the body, ``json.loads`` it and answers allowed with its uid:
+            what any AdmissionReview server on aiohttp spends at least (the floor)
+
+The load generator is this process: one asyncio event loop, one ``aiohttp.ClientSession`` per
+server with ``TCPConnector(limit=C)`` and C worker coroutines, each sending the next body of a
+pre-serialised list and waiting for the answer (closed loop, C reviews in flight). The mix is 70 %
+reviews the webhook must allow (four kinds: plain CREATE, CREATE with a reboot by a group that may
+reboot, another pool, an UPDATE that bumps a version) and 30 % it must deny (no RBAC, a foreign
+registry, a reboot without the verb); every body has its own uid. Each answer is checked (HTTP 200,
+the uid echoed, ``allowed`` as expected: the bare handler always allows); a failed check or a
+failed request is an error, reported, and makes the run's numbers suspect (exit code 1).
+
+Method: for each concurrency (8, 64) both sessions are opened and warmed up (every connection
+made, TLS handshakes done), then R rounds; in each round both servers get the same list of N
+reviews, one after the other, the order alternating per round.
+
+How to read the table:
+  reviews/s      median over rounds of N / wall time of the round
+  p50, p99       latency of one review (send to answer read), over all timed reviews of all
+                 rounds (pooled)
+  srv CPU        the server process's CPU time per review (user + system, from /proc, in clock
+                 ticks of usually 10 ms: coarse for the short rounds of --quick), median over
+                 rounds; srv % is its CPU time / wall time (100 % = the server is saturated)
+  cli CPU        the same for this process, the client; a cli % near 100 means the client, not
+                 the server, limits the throughput
+  ratios         webhook/bare throughput, p50, p99 and server CPU per review, medians of per-round
+                 ratios: the servers of one round run seconds apart, so machine drift cancels
+                 out; trust them over the absolute numbers. 1 / the server-CPU ratio is the
+                 throughput ratio two saturated servers would show with the client out of the way
+The targets at the end are reported, never asserted: on a machine with few CPUs the client and
+the two servers share them and the client's own cost bounds what the bare handler can show.
+
+``NODEGATE_BENCH_PROFILE=DIR`` runs both servers under cProfile (stats in DIR/admission-<mode>.prof,
+the webhook's top functions printed to stderr); the numbers of such a run are slowed by it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import ipaddress
+import json
+import math
+import os
+import platform
+import pstats
+import random
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.bench import admission_data
+from tests.bench.admission_data import Request
+
+CONCURRENCY = (8, 64)
+REQUESTS = {8: 1000, 64: 2000}  # per server and round
+QUICK_REQUESTS = {8: 150, 64: 300}
+ROUNDS = 7
+QUICK_ROUNDS = 3
+SERVERS = ("webhook", "bare")
+WEBHOOK, BARE = SERVERS
+START_SECONDS = 30.0  # deadline for a server to write its port file
+HEADERS = {"Content-Type": "application/json"}
+PROFILE_ENV = "NODEGATE_BENCH_PROFILE"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ------------------------------------------------------------------------------------------
+# TLS and server processes
+
+
+def make_tls(workdir: Path) -> tuple[Path, Path, ssl.SSLContext]:
+    """A self-signed P-256 certificate for 127.0.0.1; its files and a client context trusting it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nodegate-bench.nodegate.svc")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=2))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = workdir / "tls.crt", workdir / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    client = ssl.create_default_context(cafile=str(cert_file))
+    client.minimum_version = ssl.TLSVersion.TLSv1_2
+    return cert_file, key_file, client
+
+
+@dataclass
+class Server:
+    mode: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+    port_file: Path
+    profile: Path | None
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}{admission_data.PATH}"
+
+    def cpu_seconds(self) -> float | None:
+        """User + system CPU time of the server process so far (Linux /proc), None elsewhere."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = stat[stat.rindex(")") + 2 :].split()  # fields 3.. of proc(5); utime, stime: 14, 15
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+
+def start_server(mode: str, cert: Path, key: Path, workdir: Path, profile_dir: Path | None) -> Server:
+    port_file, log = workdir / f"{mode}.port", workdir / f"{mode}.log"
+    profile = profile_dir / f"admission-{mode}.prof" if profile_dir else None
+    cmd = [sys.executable, "-m", "tests.bench.admission_server", "--mode", mode]
+    cmd += ["--cert", str(cert), "--key", str(key), "--port-file", str(port_file)]
+    if profile is not None:
+        cmd += ["--profile", str(profile)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    return Server(mode, proc, log, port_file, profile)
+
+
+def wait_listening(servers: list[Server]) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    for server in servers:
+        while not server.port_file.exists():
+            if server.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{server.mode} server exited with {server.proc.returncode}:\n{server.tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{server.mode} server did not listen within {START_SECONDS:.0f} s")
+            time.sleep(0.02)
+        server.port = int(server.port_file.read_text())
+
+
+def stop_servers(servers: list[Server]) -> None:
+    for server in servers:
+        if server.proc.poll() is None:
+            server.proc.terminate()
+    for server in servers:
+        try:
+            server.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+
+
+# ------------------------------------------------------------------------------------------
+# Load
+
+
+@dataclass
+class Batch:
+    """One server's share of one round."""
+
+    requests: int
+    wall_s: float
+    latencies_ns: list[int]  # of the requests that succeeded
+    errors: list[str]
+    client_cpu_s: float
+    server_cpu_s: float | None
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.wall_s
+
+    def percentile_ms(self, q: float) -> float:
+        return percentile(self.latencies_ns, q) / 1e6
+
+
+def percentile(values: list[int], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1) of unsorted values."""
+    ordered = sorted(values)
+    return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])
+
+
+def _check(status: int, raw: bytes, req: Request, expect_allowed: bool) -> str | None:
+    if status != 200:
+        return f"HTTP {status}: {raw[:200]!r}"
+    try:
+        out = json.loads(raw)
+        response = out["response"]
+        uid, allowed = response["uid"], response["allowed"]
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"malformed answer ({type(exc).__name__}: {exc}): {raw[:200]!r}"
+    if out.get("apiVersion") != "admission.k8s.io/v1" or out.get("kind") != "AdmissionReview":
+        return f"not an AdmissionReview v1: {raw[:200]!r}"
+    if uid != req.uid:
+        return f"uid {uid!r} answered for {req.uid!r}"
+    if allowed is not expect_allowed:
+        return f"allowed={allowed!r}, expected {expect_allowed} for uid {req.uid}"
+    return None
+
+
+async def run_batch(
+    session: aiohttp.ClientSession, server: Server, reqs: list[Request], concurrency: int
+) -> Batch:
+    """Send ``reqs`` with ``concurrency`` reviews in flight; time each and check each answer."""
+    url, bare = server.url, server.mode == BARE
+    latencies: list[int] = []
+    errors: list[str] = []
+    todo = iter(reqs)
+    clock = time.perf_counter_ns
+
+    async def worker() -> None:
+        for req in todo:  # one iterator shared by the workers: each takes the next review
+            started = clock()
+            try:
+                async with session.post(url, data=req.body, headers=HEADERS) as resp:
+                    raw = await resp.read()
+                    status = resp.status
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                continue
+            latencies.append(clock() - started)
+            problem = _check(status, raw, req, True if bare else req.allowed)
+            if problem is not None:
+                errors.append(problem)
+
+    server_cpu = server.cpu_seconds()
+    client_cpu = time.process_time()
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall = time.perf_counter() - started
+    client_cpu = time.process_time() - client_cpu
+    server_after = server.cpu_seconds()
+    spent = None if server_cpu is None or server_after is None else server_after - server_cpu
+    return Batch(len(reqs), wall, latencies, errors, client_cpu, spent)
+
+
+def _session(concurrency: int, client_ctx: ssl.SSLContext) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=concurrency, ssl=client_ctx),
+        timeout=aiohttp.ClientTimeout(total=60),
+        cookie_jar=aiohttp.DummyCookieJar(),
+    )
+
+
+@dataclass
+class Level:
+    """All batches at one concurrency."""
+
+    concurrency: int
+    requests: int  # per server and round
+    warmup: int
+    batches: dict[str, list[Batch]] = field(default_factory=lambda: {s: [] for s in SERVERS})
+    warmup_errors: dict[str, list[str]] = field(default_factory=lambda: {s: [] for s in SERVERS})
+
+
+async def measure_level(
+    servers: dict[str, Server],
+    client_ctx: ssl.SSLContext,
+    concurrency: int,
+    requests: int,
+    rounds: int,
+    rng: random.Random,
+) -> Level:
+    level = Level(concurrency, requests, warmup=max(4 * concurrency, requests // 4))
+    sessions = {mode: _session(concurrency, client_ctx) for mode in SERVERS}
+    try:
+        for mode in SERVERS:  # opens every connection and warms both servers' code paths
+            warm = await run_batch(
+                sessions[mode], servers[mode], admission_data.requests(level.warmup, rng), concurrency
+            )
+            level.warmup_errors[mode] = warm.errors
+        for r in range(rounds):
+            reqs = admission_data.requests(requests, rng)  # the same reviews for both servers
+            for mode in SERVERS if r % 2 == 0 else SERVERS[::-1]:
+                level.batches[mode].append(await run_batch(sessions[mode], servers[mode], reqs, concurrency))
+    finally:
+        for session in sessions.values():
+            await session.close()
+    return level
+
+
+async def measure(
+    servers: dict[str, Server], client_ctx: ssl.SSLContext, requests: dict[int, int], rounds: int
+) -> list[Level]:
+    rng = random.Random(20240611)  # a reproducible mix, not a secret
+    return [await measure_level(servers, client_ctx, c, requests[c], rounds, rng) for c in CONCURRENCY]
+
+
+def check_expectations() -> None:
+    """Every template is decided as the mix claims, before any load is sent."""
+    from admission import webhook
+
+    decider = admission_data.decider()
+    for template in admission_data.REVIEWS:
+        head, tail = template.split()
+        request = webhook.parse_review(head + b"check" + tail).request
+        decision = asyncio.run(decider.decide(request))
+        if decision.allowed is not template.allowed:
+            raise RuntimeError(
+                f"review {template.name!r}: the webhook answers allowed={decision.allowed} "
+                f"({decision.message}), the benchmark expects {template.allowed}"
+            )
+
+
+# ------------------------------------------------------------------------------------------
+# Results
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def _median_ratio(top: list[float], bottom: list[float]) -> float:
+    return statistics.median(t / b for t, b in zip(top, bottom, strict=True))
+
+
+def summarise(levels: list[Level], config: dict[str, Any]) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    ratios: dict[int, dict[str, float]] = {}
+    errors: list[dict[str, Any]] = []
+    for level in levels:
+        for mode in SERVERS:
+            batches = level.batches[mode]
+            pooled = [ns for b in batches for ns in b.latencies_ns]
+            errs = [e for b in batches for e in b.errors]
+            srv = [None if b.server_cpu_s is None else b.server_cpu_s / b.requests for b in batches]
+            srv_share = [None if b.server_cpu_s is None else b.server_cpu_s / b.wall_s for b in batches]
+            srv_us, srv_pct = _median(srv), _median(srv_share)
+            rows.append(
+                {
+                    "server": mode,
+                    "concurrency": level.concurrency,
+                    "requests_per_round": level.requests,
+                    "rounds": len(batches),
+                    "reviews_per_s": statistics.median(b.throughput for b in batches),
+                    "reviews_per_s_rounds": [round(b.throughput, 1) for b in batches],
+                    "p50_ms": percentile(pooled, 0.50) / 1e6 if pooled else None,
+                    "p99_ms": percentile(pooled, 0.99) / 1e6 if pooled else None,
+                    "p99_ms_rounds": [round(b.percentile_ms(0.99), 3) for b in batches if b.latencies_ns],
+                    "server_cpu_us_per_review": None if srv_us is None else srv_us * 1e6,
+                    "server_cpu_share": srv_pct,
+                    "client_cpu_us_per_review": statistics.median(
+                        b.client_cpu_s / b.requests for b in batches
+                    )
+                    * 1e6,
+                    "client_cpu_share": statistics.median(b.client_cpu_s / b.wall_s for b in batches),
+                    "errors": len(errs),
+                    "warmup_errors": len(level.warmup_errors[mode]),
+                }
+            )
+            for where, found in (("timed", errs), ("warm-up", level.warmup_errors[mode])):
+                if found:
+                    errors.append(
+                        {
+                            "server": mode,
+                            "concurrency": level.concurrency,
+                            "phase": where,
+                            "count": len(found),
+                            "first": sorted(set(found))[:5],
+                        }
+                    )
+        hook, bare = level.batches[WEBHOOK], level.batches[BARE]
+        if all(b.latencies_ns for b in hook + bare):
+            ratios[level.concurrency] = {
+                "throughput": _median_ratio([b.throughput for b in hook], [b.throughput for b in bare]),
+                "p99": _median_ratio(
+                    [b.percentile_ms(0.99) for b in hook], [b.percentile_ms(0.99) for b in bare]
+                ),
+                "p50": _median_ratio(
+                    [b.percentile_ms(0.50) for b in hook], [b.percentile_ms(0.50) for b in bare]
+                ),
+            }
+            if all(b.server_cpu_s for b in hook + bare):
+                ratios[level.concurrency]["server_cpu"] = _median_ratio(
+                    [(b.server_cpu_s or 0) / b.requests for b in hook],
+                    [(b.server_cpu_s or 0) / b.requests for b in bare],
+                )
+    targets = [
+        _target(64, "throughput", ">=", 0.60, ratios),
+        _target(8, "p99", "<=", 1.50, ratios),
+    ]
+    return {
+        "benchmark": "admission",
+        "environment": _environment(),
+        "config": config,
+        "rows": rows,
+        "ratios": {str(c): r for c, r in ratios.items()},
+        "targets": targets,
+        "errors": errors,
+    }
+
+
+def _target(
+    concurrency: int, metric: str, op: str, threshold: float, ratios: dict[int, dict[str, float]]
+) -> dict[str, Any]:
+    value = ratios.get(concurrency, {}).get(metric)
+    met = None if value is None else (value >= threshold if op == ">=" else value <= threshold)
+    return {
+        "concurrency": concurrency,
+        "metric": f"webhook/bare {metric}",
+        "value": value,
+        "op": op,
+        "threshold": threshold,
+        "met": met,
+    }
+
+
+def _environment() -> dict[str, Any]:
+    versions: dict[str, str | None] = {}
+    for dist in ("aiohttp", "pydantic", "pydantic-core", "nodegate"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "usable_cpus": usable,
+        "openssl": ssl.OPENSSL_VERSION,
+        "versions": versions,
+    }
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def render(results: dict[str, Any]) -> str:
+    env, config = results["environment"], results["config"]
+    mix = [f"{'allowed' if t['allowed'] else 'denied'} {t['weight']}% {t['name']}" for t in config["mix"]]
+    low, high = config["body_bytes"]
+    mix_lines = textwrap.wrap(
+        f"mix ({low}-{high} B bodies, {config['policies']} PackagePolicies, "
+        f"{config['rbac_objects']} RBAC objects): " + "; ".join(mix),
+        width=104,
+        initial_indent="  ",
+        subsequent_indent="    ",
+    )
+    lines = [
+        "admission benchmark: webhook vs bare aiohttp handler, AdmissionReview v1 over TLS, keep-alive",
+        f"  Python {env['python']} ({env['implementation']}, {env['machine']}), {env['cpus']} CPUs "
+        f"({env['usable_cpus']} usable), {env['openssl']}",
+        "  " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
+        "  servers: one process each, asyncio, TLS, access log off; client: this process, one event",
+        "  loop (it shares the CPUs with the servers and can itself limit throughput: see cli %)",
+        *mix_lines,
+        f"  {config['rounds']} rounds per concurrency, servers alternating; reviews per round in brackets;"
+        f" load part {config['timed_seconds']} s",
+        "  reviews/s: median over rounds; p50/p99: over all timed reviews of all rounds (pooled);",
+        "  srv/cli CPU: CPU µs per review and CPU/wall of the server process and of the client;",
+        "  ratios: webhook/bare, medians of per-round ratios",
+    ]
+    if config["profile_dir"]:
+        lines.append(
+            f"  PROFILING ON (cProfile in the servers, stats in {config['profile_dir']}): slowed numbers"
+        )
+    header = (
+        f"  {'server':<8} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'srv µs':>8} {'srv %':>6} "
+        f"{'cli µs':>8} {'cli %':>6} {'errors':>7}"
+    )
+    for concurrency in CONCURRENCY:
+        rows = [r for r in results["rows"] if r["concurrency"] == concurrency]
+        if not rows:
+            continue
+        lines += ["", f"{concurrency} concurrent clients [{rows[0]['requests_per_round']}]", header]
+        for row in rows:
+            errs = row["errors"] + row["warmup_errors"]
+            lines.append(
+                f"  {row['server']:<8} {row['reviews_per_s']:>10,.0f} {_num(row['p50_ms'], '.2f'):>8} "
+                f"{_num(row['p99_ms'], '.2f'):>8} {_num(row['server_cpu_us_per_review'], ',.0f'):>8} "
+                f"{_pct(row['server_cpu_share']):>6} {row['client_cpu_us_per_review']:>8,.0f} "
+                f"{_pct(row['client_cpu_share']):>6} {errs:>7}"
+            )
+        ratio = results["ratios"].get(str(concurrency))
+        if ratio:
+            cpu = f", server CPU per review {ratio['server_cpu']:.2f}x" if "server_cpu" in ratio else ""
+            lines.append(
+                f"  webhook/bare: throughput {ratio['throughput']:.2f}x, p50 {ratio['p50']:.2f}x, "
+                f"p99 {ratio['p99']:.2f}x{cpu}"
+            )
+    if results["errors"]:
+        lines += ["", "ERRORS (the numbers of this run are suspect)"]
+        for e in results["errors"]:
+            lines.append(
+                f"  {e['server']} at {e['concurrency']} concurrent, {e['phase']}: {e['count']} errors"
+            )
+            lines += [f"    {msg}" for msg in e["first"]]
+    lines += ["", "targets (reported, not asserted)"]
+    for t in results["targets"]:
+        head = f"{t['concurrency']:>2} concurrent: {t['metric']:<24}"
+        goal = f"{t['op']} {t['threshold']:.2f}x"
+        if t["met"] is None:
+            lines.append(f"  n/a   {head} {'-':>6}   {goal}")
+        else:
+            lines.append(f"  {'met ' if t['met'] else 'MISS'}  {head} {t['value']:>5.2f}x  {goal}")
+    judged = [t for t in results["targets"] if t["met"] is not None]
+    lines.append(f"  {sum(1 for t in judged if t['met'])} of {len(judged)} targets met")
+    return "\n".join(lines)
+
+
+def print_profile(server: Server, top: int = 25) -> None:
+    if server.profile is None or not server.profile.exists():
+        return
+    print(f"\n{server.mode} server profile ({server.profile}), top {top} by own time:", file=sys.stderr)
+    stats = pstats.Stats(str(server.profile), stream=sys.stderr)
+    stats.sort_stats(pstats.SortKey.TIME).print_stats(top)
+    print(f"{server.mode} server profile, top {top} by cumulative time:", file=sys.stderr)
+    stats.sort_stats(pstats.SortKey.CUMULATIVE).print_stats(top)
+
+
+# ------------------------------------------------------------------------------------------
+# Entry point
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m tests.bench", description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object on one line")
+    p.add_argument("--rounds", type=_positive, default=ROUNDS, help=f"timed rounds (default {ROUNDS})")
+    p.add_argument("--quick", action="store_true", help="a smoke run: 3 rounds of far fewer reviews")
+    return p
+
+
+def run(rounds: int = ROUNDS, quick: bool = False) -> dict[str, Any]:
+    if rounds < 1:
+        raise ValueError("rounds must be at least 1")
+    rounds = min(rounds, QUICK_ROUNDS) if quick else rounds
+    requests = QUICK_REQUESTS if quick else REQUESTS
+    check_expectations()
+    profile_env = os.environ.get(PROFILE_ENV)
+    profile_dir = Path(profile_env).resolve() if profile_env else None
+    if profile_dir is not None:
+        profile_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="nodegate-bench-") as tmp:
+        workdir = Path(tmp)
+        cert, key, client_ctx = make_tls(workdir)
+        servers: list[Server] = []
+        try:
+            for mode in SERVERS:
+                servers.append(start_server(mode, cert, key, workdir, profile_dir))
+            wait_listening(servers)
+            started = time.perf_counter()
+            levels = asyncio.run(measure({s.mode: s for s in servers}, client_ctx, requests, rounds))
+            timed = time.perf_counter() - started
+        finally:
+            stop_servers(servers)
+        for server in servers:
+            if server.proc.returncode not in (0, None):
+                print(
+                    f"{server.mode} server exited with {server.proc.returncode}:\n{server.tail()}",
+                    file=sys.stderr,
+                )
+        if profile_dir is not None:
+            print_profile(next(s for s in servers if s.mode == WEBHOOK))
+    sizes = [len(t.split()[0]) + len(t.split()[1]) + 36 for t in admission_data.REVIEWS]
+    config = {
+        "rounds": rounds,
+        "concurrency": list(CONCURRENCY),
+        "requests_per_round": {str(c): requests[c] for c in CONCURRENCY},
+        "warmup": {str(level.concurrency): level.warmup for level in levels},
+        "mix": [{"name": t.name, "weight": t.weight, "allowed": t.allowed} for t in admission_data.REVIEWS],
+        "body_bytes": [min(sizes), max(sizes)],
+        "policies": len(admission_data.POLICY_DOCS),
+        "rbac_objects": len(admission_data.RBAC),
+        "timed_seconds": round(timed, 1),
+        "profile_dir": str(profile_dir) if profile_dir else None,
+    }
+    return summarise(levels, config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    results = run(rounds=args.rounds, quick=args.quick)
+    print(json.dumps(results, separators=(",", ":")) if args.json else render(results), flush=True)
+    return 1 if results["errors"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""One server process for the admission benchmark (``tests.bench.admission``).
+
+    python -m tests.bench.admission_server --mode webhook|bare --cert F --key F --port-file F
+                                           [--profile F]
+
+Listens on 127.0.0.1 on a free port with TLS (1.2 or later) and serves ``POST /admission/validate``
+until SIGTERM (or SIGINT); once listening it writes the port to ``--port-file`` (atomically).
+
+``webhook``  ``admission.webhook.make_app`` with the benchmark's policies and RBAC
+             (``tests.bench.admission_data``)
+``bare``     a handler that reads the body, ``json.loads`` it and answers allowed with the uid:
+             what any AdmissionReview server over aiohttp must at least spend
+
+Access logs are off in both; the ``nodegate`` loggers stay at the default WARNING level, so the
+webhook's per-review ``log.info`` is built but not emitted. ``--profile F`` runs the server under
+cProfile, timed by process CPU time, and writes the stats (``pstats`` format) to F on shutdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import signal
+import ssl
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from tests.bench.admission_data import PATH
+
+
+def bare_app() -> web.Application:
+    async def validate(request: web.Request) -> web.Response:
+        review = json.loads(await request.read())
+        out = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": {"uid": review["request"]["uid"], "allowed": True},
+        }
+        return web.json_response(out)
+
+    app = web.Application()
+    app.router.add_post(PATH, validate)
+    return app
+
+
+def webhook_app() -> web.Application:
+    from admission import webhook
+    from tests.bench import admission_data
+
+    return webhook.make_app(admission_data.decider())
+
+
+def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+async def serve(app: web.Application, ctx: ssl.SSLContext, port_file: Path) -> None:
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+        await site.start()
+        port = runner.addresses[0][1]
+        partial = port_file.with_name(port_file.name + ".partial")
+        partial.write_text(f"{port}\n")
+        partial.replace(port_file)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tests.bench.admission_server", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--mode", choices=("webhook", "bare"), required=True)
+    p.add_argument("--cert", type=Path, required=True, help="PEM certificate")
+    p.add_argument("--key", type=Path, required=True, help="PEM private key")
+    p.add_argument("--port-file", type=Path, required=True, help="where to write the port once listening")
+    p.add_argument("--profile", type=Path, help="run under cProfile and write the stats here on exit")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    app = webhook_app() if args.mode == "webhook" else bare_app()
+    ctx = server_context(args.cert, args.key)
+    # CPU time, not wall time: on a busy machine a wall-clock profile mostly shows the process
+    # waiting (in epoll, or in a loopback send() that hands the CPU to the client).
+    profiler = cProfile.Profile(time.process_time) if args.profile else None
+    if profiler is not None:
+        profiler.enable()
+    try:
+        asyncio.run(serve(app, ctx, args.port_file))
+    finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(os.fspath(args.profile))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
