@@ -4,6 +4,7 @@ strict about the types of the fields it acts on."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -103,6 +104,11 @@ class PackageCR(LaxModel):
     @property
     def selector(self) -> Selector:
         return self.spec.node_selectors or Selector()
+
+    @cached_property
+    def package_items(self) -> tuple[tuple[str, str, Package], ...]:
+        """(key, field path, package) for every package; every rule walks these."""
+        return tuple((key, f"spec.packages.{key}", pkg) for key, pkg in self.spec.packages.items())
 
 
 def parse_package_cr(obj: Mapping[str, Any]) -> PackageCR | list[Violation]:

@@ -8,6 +8,7 @@ allowedrepos lesson). Here the registry host, the port and each path component a
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
 MAX_REFERENCE = 512
@@ -37,6 +38,7 @@ class ImageRef(NamedTuple):
         return host + "/" + "/".join(self.path)
 
 
+@lru_cache(maxsize=4096)  # pure; reviews repeat the same few images, and errors are not cached
 def parse_image(ref: str) -> ImageRef:
     """Parse ``[host[:port]/]path[:tag][@digest]`` the way container runtimes do: the first
     component is a registry when it has a dot or a port, or is ``localhost``."""
@@ -74,6 +76,7 @@ def parse_image(ref: str) -> ImageRef:
     return ImageRef(host.lower(), port, tuple(path_parts), tag, digest or None)
 
 
+@lru_cache(maxsize=1024)
 def parse_prefix(prefix: str) -> ImageRef:
     """An allowlist entry: ``host[:port][/path...]``, no tag or digest. A bare host admits
     everything that registry serves."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 _QUANTITY = re.compile(
     r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
@@ -32,14 +33,18 @@ def parse_quantity(value: object) -> Decimal:
     """Raise ValueError for anything that is not a Kubernetes quantity."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"{value!r} is not a quantity")  # noqa: TRY004  (callers catch ValueError)
-    text = str(value)
+    return _parse(str(value))  # keyed by text: True/1/1.0 must not share a cache entry
+
+
+@lru_cache(maxsize=1024)
+def _parse(text: str) -> Decimal:
     m = _QUANTITY.match(text) if len(text) <= 64 else None
     if m is None:
-        raise ValueError(f"{value!r} is not a quantity")
+        raise ValueError(f"{text!r} is not a quantity")
     number, suffix = m.group(1), m.group(2) or ""
     try:
         if suffix[:1] in ("e", "E"):
             return Decimal(number) * (Decimal(10) ** int(suffix[1:]))
         return Decimal(number) * _SUFFIX[suffix]
     except (InvalidOperation, OverflowError):
-        raise ValueError(f"{value!r} is not a quantity") from None
+        raise ValueError(f"{text!r} is not a quantity") from None

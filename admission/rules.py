@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from admission.crs import (
@@ -52,9 +53,8 @@ _SEMVER_RE = re.compile(
 StructuralRule = Callable[[PackageCR, str], Iterator[Violation]]
 
 
-def _packages(cr: PackageCR) -> Iterator[tuple[str, str, Package]]:
-    for key, pkg in cr.spec.packages.items():
-        yield key, f"spec.packages.{key}", pkg
+def _packages(cr: PackageCR) -> tuple[tuple[str, str, Package], ...]:
+    return cr.package_items
 
 
 def rule_package_names(cr: PackageCR, _hold: str) -> Iterator[Violation]:
@@ -263,7 +263,7 @@ def rule_interrupts(cr: PackageCR, _hold: str) -> Iterator[Violation]:
                     f"use one of {', '.join(INTERRUPT_TYPES)}",
                 )
         for glob in pkg.config_interrupts:
-            pattern = re.compile("^" + ".*".join(map(re.escape, glob.split("*"))) + "$")
+            pattern = _glob(glob)
             if not any(pattern.match(k) for k in pkg.config_map):
                 yield Violation(
                     "config-interrupt",
@@ -271,6 +271,11 @@ def rule_interrupts(cr: PackageCR, _hold: str) -> Iterator[Violation]:
                     "matches no configMap key",
                     "name an existing configMap key (or a * glob matching one)",
                 )
+
+
+@lru_cache(maxsize=1024)
+def _glob(glob: str) -> re.Pattern[str]:
+    return re.compile("^" + ".*".join(map(re.escape, glob.split("*"))) + "$")
 
 
 def _interrupts(path: str, pkg: Package) -> Iterator[tuple[str, Interrupt]]:
@@ -552,13 +557,17 @@ def uses_reboot(cr: PackageCR) -> bool:
     return any(i.type == "reboot" for _k, path, pkg in _packages(cr) for _w, i in _interrupts(path, pkg))
 
 
+def candidate_policies(cr: PackageCR, policies: list[PackagePolicy]) -> list[PackagePolicy]:
+    """The policies whose pool contains the CR's selector, in name order."""
+    return sorted((p for p in policies if pool_contains(p.pool, cr.selector)), key=lambda p: p.name)
+
+
 def policy_verdicts(cr: PackageCR, policies: list[PackagePolicy]) -> list[PolicyVerdict]:
     """One verdict per policy whose pool contains the CR's selector, in name order."""
     reboot = uses_reboot(cr)
     return [
         PolicyVerdict(p.name, tuple(policy_violations(cr, p)), reboot)
-        for p in sorted(policies, key=lambda p: p.name)
-        if pool_contains(p.pool, cr.selector)
+        for p in candidate_policies(cr, policies)
     ]
 
 

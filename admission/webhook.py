@@ -15,7 +15,6 @@ The decision for a NodeWright / Skyhook CREATE or UPDATE:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -114,14 +113,13 @@ class ReviewError(Exception):
 
 
 def parse_review(body: bytes) -> AdmissionReview:
+    """Parse and validate in one pass (pydantic's JSON parser, which also bounds nesting)."""
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise ReviewError(f"body is not JSON: {exc}") from None
-    try:
-        return AdmissionReview.model_validate(data)
+        return AdmissionReview.model_validate_json(body)
     except ValidationError as exc:
         first = exc.errors(include_input=False)[0]
+        if first["type"] == "json_invalid":
+            raise ReviewError(f"body is not JSON: {first['msg']}") from None
         where = ".".join(str(p) for p in first["loc"]) or "<root>"
         raise ReviewError(f"not an AdmissionReview v1: {where}: {first['msg']}") from None
     except RecursionError:
@@ -232,50 +230,45 @@ class Decider:
     async def _authorize(
         self, req: AdmissionRequest, cr: PackageCR, old: PackageCR | None, policies: list[PackagePolicy]
     ) -> Decision:
-        verdicts = rules.policy_verdicts(cr, policies)
-        if not verdicts:
+        candidates = rules.candidate_policies(cr, policies)
+        if not candidates:
             return _deny("package CR refused by nodegate", [rules.no_pool_violation(cr)], "pool")
         user = _user(req.user_info)
         reboots = rules.new_reboots(old, cr)
+        verbs = ("deploy", "reboot") if reboots else ("deploy",)
         reasons: list[Violation] = []
-        for verdict in verdicts:
-            missing = [
-                verb
-                for verb in ("deploy", *(["reboot"] if reboots else []))
-                if not await self.authorizer.allowed(user, _attrs(verb, verdict.policy))
-            ]
+        for policy in candidates:
+            # Rights first: the limits of a policy the requester may not use are not worth computing.
+            missing = [v for v in verbs if not await self.authorizer.allowed(user, _attrs(v, policy.name))]
             if missing:
-                reasons.append(
-                    Violation(
-                        "rbac",
-                        f"PackagePolicy {verdict.policy}",
-                        f"{user.username or '<anonymous>'} lacks verb {' and '.join(missing)} on "
-                        f"{POLICY_RESOURCE}/{verdict.policy} in {POLICY_GROUP}"
-                        + (f" (reboots: {', '.join(reboots)})" if "reboot" in missing else ""),
-                        "ask for a (Cluster)RoleBinding that grants it, or target another pool",
-                    )
-                )
+                reasons.append(_missing_verbs(user, policy.name, missing, reboots))
                 continue
-            if verdict.violations:
+            violations = rules.policy_violations(cr, policy)
+            if violations:
                 reasons += [
-                    Violation(v.rule, v.path, f"[{verdict.policy}] {v.message}", v.fix)
-                    for v in verdict.violations
+                    Violation(v.rule, v.path, f"[{policy.name}] {v.message}", v.fix) for v in violations
                 ]
                 continue
-            return Decision(
-                True,
-                warnings=_soft_warnings(cr),
-                audit={
-                    "decision": "allow",
-                    "policy": verdict.policy,
-                    **({"reboot": ",".join(reboots)} if reboots else {}),
-                },
-            )
+            audit = {"decision": "allow", "policy": policy.name}
+            if reboots:
+                audit["reboot"] = ",".join(reboots)
+            return Decision(True, warnings=_soft_warnings(cr), audit=audit)
         return _deny(
             "package CR refused by nodegate: no PackagePolicy admits it for this requester",
             reasons,
             reasons[0].rule,
         )
+
+
+def _missing_verbs(user: UserInfo, policy: str, missing: list[str], reboots: list[str]) -> Violation:
+    because = f" (reboots: {', '.join(reboots)})" if "reboot" in missing else ""
+    return Violation(
+        "rbac",
+        f"PackagePolicy {policy}",
+        f"{user.username or '<anonymous>'} lacks verb {' and '.join(missing)} on "
+        f"{POLICY_RESOURCE}/{policy} in {POLICY_GROUP}{because}",
+        "ask for a (Cluster)RoleBinding that grants it, or target another pool",
+    )
 
 
 def _attrs(verb: str, policy: str) -> ResourceAttributes:
