@@ -334,7 +334,33 @@ def rule_hold_toleration(cr: PackageCR, hold: str) -> Iterator[Violation]:
     )
 
 
+_OPERATORS = {"In": True, "NotIn": True, "Exists": False, "DoesNotExist": False}  # needs values?
+
+
+def rule_selector(cr: PackageCR, _hold: str) -> Iterator[Violation]:
+    """The operator parses nodeSelectors as a LabelSelector and refuses what does not parse; a
+    selector we read differently from the operator would make pool containment meaningless."""
+    for i, req in enumerate(cr.selector.match_expressions):
+        path = f"spec.nodeSelectors.matchExpressions[{i}]"
+        needs_values = _OPERATORS.get(req.operator)
+        if needs_values is None:
+            yield Violation(
+                "selector",
+                f"{path}.operator",
+                f"unknown operator {req.operator!r}",
+                "use In, NotIn, Exists or DoesNotExist",
+            )
+        elif needs_values != bool(req.values):
+            yield Violation(
+                "selector",
+                f"{path}.values",
+                f"{req.operator} {'needs' if needs_values else 'takes no'} values",
+                "fix the values",
+            )
+
+
 STRUCTURAL_RULES: tuple[StructuralRule, ...] = (
+    rule_selector,
     rule_package_names,
     rule_versions,
     rule_images,

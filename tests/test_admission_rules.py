@@ -253,6 +253,20 @@ def test_budget_shape_rules() -> None:
         assert "budget" in structural(doc)
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        {"key": "agentpool", "operator": "Gt", "values": ["1"]},
+        {"key": "agentpool", "operator": "In", "values": []},
+        {"key": "agentpool", "operator": "Exists", "values": ["gpu"]},
+    ],
+)
+def test_selectors_the_operator_would_not_parse_are_refused(expr: dict[str, Any]) -> None:
+    doc = copy.deepcopy(DEMO)
+    doc["spec"]["nodeSelectors"] = {"matchLabels": {"agentpool": "gpu"}, "matchExpressions": [expr]}
+    assert structural(doc) == ["selector"]
+
+
 def test_wildcard_toleration_is_refused() -> None:
     doc = copy.deepcopy(DEMO)
     doc["spec"]["additionalTolerations"] = [{"operator": "Exists"}]
