@@ -296,22 +296,22 @@ def make_handler(decider: Decider) -> Callable[[web.Request], Awaitable[web.Stre
     async def validate(request: web.Request) -> web.StreamResponse:
         if request.content_type != "application/json":
             return problem(415, "Unsupported Media Type", "send application/json", "malformed_request")
-        if request.content_length is not None and request.content_length > MAX_REVIEW_BYTES:
-            return problem(
+        body = b""
+        too_large = request.content_length is not None and request.content_length > MAX_REVIEW_BYTES
+        if not too_large:
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                too_large = True
+        if too_large:
+            resp = problem(
                 413,
                 "Payload Too Large",
                 f"reviews are limited to {MAX_REVIEW_BYTES} bytes",
                 "payload_too_large",
             )
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return problem(
-                413,
-                "Payload Too Large",
-                f"reviews are limited to {MAX_REVIEW_BYTES} bytes",
-                "payload_too_large",
-            )
+            resp.force_close()  # the unread body would otherwise keep the connection busy
+            return resp
         try:
             review = parse_review(body)
         except ReviewError as exc:
