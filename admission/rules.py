@@ -316,15 +316,14 @@ def rule_tolerations(cr: PackageCR, _hold: str) -> Iterator[Violation]:
 
 
 def rule_hold_toleration(cr: PackageCR, hold: str) -> Iterator[Violation]:
-    """Runtime-required packages run on held nodes, so they must tolerate the hold taint."""
+    """Runtime-required packages run on held nodes, so they must tolerate the hold taint while
+    its reason is packages-pending (an Equal toleration for another reason would never match)."""
     if not cr.spec.runtime_required:
         return
     for tol in cr.spec.additional_tolerations:
-        if (
-            tol.key == hold
-            and tol.operator in ("Exists", "Equal", None)
-            and tol.effect in (None, "", "NoSchedule")
-        ):
+        if tol.key != hold or tol.effect not in (None, "", "NoSchedule"):
+            continue
+        if tol.operator == "Exists" or (tol.operator in ("Equal", None) and tol.value == "packages-pending"):
             return
     yield Violation(
         "hold-toleration",

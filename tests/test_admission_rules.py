@@ -285,6 +285,11 @@ def test_runtime_required_needs_the_hold_toleration() -> None:
         {"key": "nodegate.io/hold", "operator": "Exists", "effect": "NoExecute"}
     ]
     assert structural(doc) == ["hold-toleration"]
+    equal = {"key": "nodegate.io/hold", "operator": "Equal", "effect": "NoSchedule"}
+    doc["spec"]["additionalTolerations"] = [{**equal, "value": "packages-pending"}]
+    assert structural(doc) == []
+    doc["spec"]["additionalTolerations"] = [{**equal, "value": "unattested"}]  # never matches while pending
+    assert structural(doc) == ["hold-toleration"]
 
 
 # -- pools -------------------------------------------------------------------------------------
