@@ -512,3 +512,9 @@ def _check_counters(previous: Counters, now: Counters) -> None:
         )
     if now.clock < previous.clock:
         raise CounterRegressed(f"TPM clock went back from {previous.clock} to {now.clock}")
+
+
+def check_counters(previous: Counters, now: Counters) -> None:
+    """The regression rule of :func:`verify_quote`, for a store that re-checks a result against
+    a record written concurrently (two joins of one node on two replicas)."""
+    _check_counters(_counters(previous), _counters(now))

@@ -102,6 +102,8 @@ class GateSettings(_Model):
 class AdmissionSettings(_Model):
     policy_files: tuple[Path, ...] | None = None
     rbac_files: tuple[Path, ...] | None = None
+    # nodegate's own username: the only one allowed to lift the hold taint (an addition to DESIGN.md)
+    owner: str = "system:serviceaccount:nodegate:nodegate"
 
 
 class Limits(_Model):

@@ -1,0 +1,382 @@
+"""The join protocol (DESIGN.md "Join protocol"): start, finish, and the two-step renewal.
+
+Each step is a sequence of separate, named checks from ``attest`` (the SPIRE attestor habit: one
+check, one failure code). State lives in three places only: the sealed session token the node
+carries between steps, the store (bindings, counters, used sessions) and the CA. Nothing here
+speaks HTTP; ``bootstrap.server`` maps the exceptions to statuses.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from attest import ca, credential, pcr, svid, tpm
+from attest.csr import parse_node_csr
+from attest.errors import (
+    AttestationError,
+    MalformedInput,
+    NodeNameConflict,
+    NodeNotEnrolled,
+    NodeRevoked,
+    SessionReused,
+    SessionUnknown,
+)
+from bootstrap import kubelet
+from bootstrap.config import Settings, is_node_name
+from bootstrap.errors import Unauthenticated, Unavailable
+from bootstrap.kube import Conflict as KubeConflict
+from bootstrap.kube import CsrDenied, Kube, KubeUnavailable
+from bootstrap.protocol import (
+    FinishRequest,
+    FinishResponse,
+    RenewFinishRequest,
+    RenewStartRequest,
+    RenewStartResponse,
+    StartRequest,
+    StartResponse,
+    rfc3339,
+)
+from bootstrap.sessions import Sealer, Session
+from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
+
+log = logging.getLogger("nodegate.join")
+
+Refusal = Callable[[str, str, str], Awaitable[None]]  # node_name, code, detail
+
+
+@dataclass(frozen=True, slots=True)
+class EkTrust:
+    roots: tuple[x509.Certificate, ...]
+    intermediates: tuple[x509.Certificate, ...]
+    allowlist: frozenset[str]
+    denylist: frozenset[str]
+
+
+def load_ek_trust(settings: Settings) -> EkTrust:
+    """PEM files or folders of PEM files; self-signed certificates are anchors, others help build
+    paths. A file that does not parse stops the service at start, not a join later."""
+    roots: list[x509.Certificate] = []
+    inter: list[x509.Certificate] = []
+    for path in settings.ek_roots:
+        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            try:
+                certs = x509.load_pem_x509_certificates(f.read_bytes())
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"ek_roots: {f}: {exc}") from None
+            for c in certs:
+                (roots if c.issuer == c.subject else inter).append(c)
+    return EkTrust(
+        tuple(roots), tuple(inter), frozenset(settings.ek_allowlist), frozenset(settings.ek_denylist)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    record: NodeRecord
+    response: FinishResponse
+
+
+class JoinService:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store,
+        sealer: Sealer,
+        authorities: Callable[[], ca.CaSet],
+        ek_trust: EkTrust,
+        kube: Kube | None = None,
+        on_refusal: Refusal | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.sealer = sealer
+        self._authorities = authorities
+        self._ek = ek_trust
+        self.kube = kube
+        self._on_refusal = on_refusal
+        self._now = now
+        self._selection = settings.pcr_policy.selection
+        self._inventory = settings.inventory_index
+
+    # -- join ----------------------------------------------------------------------------------
+
+    async def start(self, req: StartRequest) -> StartResponse:
+        if not is_node_name(req.node_name):
+            raise MalformedInput(f"node_name {req.node_name[:64]!r} is not a Kubernetes node name")
+        ek = tpm.verify_ek(
+            req.ek_public,
+            req.ek_certificate,
+            roots=self._ek.roots,
+            intermediates=self._ek.intermediates,
+            allowlist=self._ek.allowlist,
+            denylist=self._ek.denylist,
+            now=self._now(),
+        )
+        ak = tpm.verify_ak(req.ak_public)
+        csr = parse_node_csr(req.csr, req.node_name)
+        self._check_enrolled(ek.sha256, req.node_name)
+        _check_binding(await self._get(req.node_name), ek.sha256, req.node_name)
+        secret = os.urandom(32)
+        blob, encrypted = tpm.make_credential(req.ek_public, ak.name, secret)
+        session, token = self.sealer.new(
+            kind="join",
+            node_name=req.node_name,
+            ek_sha256=ek.sha256,
+            ak_public=req.ak_public,
+            csr_der=csr.der,
+            selection=self._selection,
+            ttl=self.settings.session_ttl.total_seconds(),
+            secret=secret,
+        )
+        return StartResponse(
+            session=token,
+            credential_blob=blob,
+            encrypted_secret=encrypted,
+            nonce=session.nonce,
+            pcr_selection=session.selection,
+            expires_at=rfc3339(session.expires_at),
+        )
+
+    async def finish(self, req: FinishRequest) -> FinishResponse:
+        session = self.sealer.open(req.session, "join")
+        try:
+            return await self._finish(session, req)
+        except AttestationError as exc:
+            await self._refused(session.node_name, exc)
+            raise
+
+    async def _finish(self, session: Session, req: FinishRequest) -> FinishResponse:
+        if await self._used(session):
+            raise SessionReused("this session already finished a join; start again")
+        credential.verify_credential_proof(session.secret, req.session, req.proof)
+        record = await self._get(session.node_name)
+        _check_binding(record, session.ek_sha256, session.node_name)
+        quote = tpm.verify_quote(
+            session.ak_public,
+            req.quote,
+            req.signature,
+            selection=session.selection,
+            pcrs=req.pcrs,
+            qualifying_data=session.qualifying_data,
+            previous=record.counters if record is not None else None,
+        )
+        verdict = pcr.enforce(self.settings.pcr_policy, quote.pcrs)
+        sid = svid.render_spiffe_id(
+            self.settings.spiffe_id_template,
+            trust_domain=self.settings.trust_domain,
+            node_name=session.node_name,
+            ek_sha256=session.ek_sha256,
+        )
+        issued = await self._issue(session, sid, quote.counters, action="join")
+        kubeconfig = None
+        if self.kube is not None:
+            kubeconfig = await self._kubelet(session, str(sid), verdict.matched_class)
+        return FinishResponse(**{**issued.response.model_dump(), "kubeconfig": kubeconfig})
+
+    # -- renewal -------------------------------------------------------------------------------
+
+    async def renew_start(self, peer: x509.Certificate | None, req: RenewStartRequest) -> RenewStartResponse:
+        record, sid = await self._peer_record(peer)
+        csr = parse_node_csr(req.csr, record.node_name)
+        session, token = self.sealer.new(
+            kind="renew",
+            node_name=record.node_name,
+            ek_sha256=record.ek_sha256,
+            ak_public=record.ak_public,
+            csr_der=csr.der,
+            selection=self._selection,
+            ttl=self.settings.session_ttl.total_seconds(),
+            spiffe_id=str(sid),
+        )
+        return RenewStartResponse(
+            session=token,
+            nonce=session.nonce,
+            pcr_selection=session.selection,
+            expires_at=rfc3339(session.expires_at),
+        )
+
+    async def renew_finish(self, peer: x509.Certificate | None, req: RenewFinishRequest) -> FinishResponse:
+        record, sid = await self._peer_record(peer)
+        session = self.sealer.open(req.session, "renew")
+        if session.spiffe_id != str(sid) or session.node_name != record.node_name:
+            raise SessionUnknown("this renewal session belongs to another SVID")
+        try:
+            if await self._used(session):
+                raise SessionReused("this session already renewed the SVID; start again")
+            quote = tpm.verify_quote(
+                session.ak_public,
+                req.quote,
+                req.signature,
+                selection=session.selection,
+                pcrs=req.pcrs,
+                qualifying_data=session.qualifying_data,
+                previous=record.counters,
+            )
+            pcr.enforce(self.settings.pcr_policy, quote.pcrs)
+            issued = await self._issue(session, sid, quote.counters, action="renew")
+        except AttestationError as exc:
+            await self._refused(session.node_name, exc)
+            raise
+        return issued.response
+
+    async def _peer_record(self, peer: x509.Certificate | None) -> tuple[NodeRecord, svid.SpiffeId]:
+        if peer is None:
+            raise Unauthenticated("renewal needs the node's SVID as the TLS client certificate")
+        now = self._now()
+        sid = svid.verify_svid(
+            peer, roots=self._authorities().roots(now), trust_domain=self.settings.trust_domain, now=now
+        )
+        record = await self._record_for(sid)
+        if record is None:
+            raise Unauthenticated(f"no node holds the SPIFFE ID {sid}")
+        if record.revoked:
+            raise NodeRevoked(f"node {record.node_name} is revoked")
+        if f"{peer.serial_number:x}" not in record.svid_serials:
+            raise Unauthenticated("this SVID was not issued to the node's current attestation")
+        return record, sid
+
+    async def _record_for(self, sid: svid.SpiffeId) -> NodeRecord | None:
+        # The default template ends with the node name; other templates need a scan.
+        candidate = sid.path.rsplit("/", 1)[-1]
+        if is_node_name(candidate):
+            record = await self._get(candidate)
+            if record is not None and record.spiffe_id == str(sid):
+                return record
+        try:
+            nodes = await self.store.list_nodes()
+        except StoreUnavailable as exc:
+            raise Unavailable(f"store: {exc}", retry_after=2) from None
+        return next((r for r in nodes if r.spiffe_id == str(sid)), None)
+
+    # -- shared steps --------------------------------------------------------------------------
+
+    async def _issue(
+        self, session: Session, sid: svid.SpiffeId, counters: tpm.Counters, *, action: str
+    ) -> Issued:
+        now = self._now()
+        cas = self._authorities()
+        public_key = x509.load_der_x509_csr(session.csr_der).public_key()
+        leaf = svid.issue_svid(
+            cas.signer,
+            spiffe_id=sid,
+            public_key=public_key,  # type: ignore[arg-type]  # parse_node_csr admitted only EC/RSA
+            now=now,
+            ttl=self.settings.svid_ttl,
+        )
+        att = Attestation(
+            node_name=session.node_name,
+            ek_sha256=session.ek_sha256,
+            ak_public=session.ak_public,
+            spiffe_id=str(sid),
+            counters=counters,
+            svid_serial=f"{leaf.serial_number:x}",
+            attested_at=now,
+            expires_at=leaf.not_valid_after_utc,
+        )
+
+        def check(existing: NodeRecord | None) -> None:
+            # Re-run against what the store holds at commit time: another replica may have
+            # committed a join of this node since we read it.
+            _check_binding(existing, session.ek_sha256, session.node_name)
+            if existing is not None and existing.counters is not None:
+                tpm.check_counters(existing.counters, counters)
+
+        try:
+            record = await self.store.commit(
+                att,
+                session_id=session.id,
+                session_expires_at=datetime.fromtimestamp(session.expires_at, UTC),
+                action=action,
+                check=check,
+            )
+        except StoreUnavailable as exc:
+            raise Unavailable(f"store: {exc}", retry_after=2) from None
+        chain = leaf.public_bytes(serialization.Encoding.PEM).decode()
+        return Issued(
+            record,
+            FinishResponse(
+                node_name=session.node_name,
+                spiffe_id=str(sid),
+                svid=chain,
+                bundle=svid.bundle_pem(cas.roots(now)).decode(),
+                svid_expires_at=rfc3339(leaf.not_valid_after_utc),
+                kubeconfig=None,
+            ),
+        )
+
+    async def _kubelet(self, session: Session, spiffe_id: str, pcr_class: str | None) -> str:
+        if self.kube is None:
+            raise Unavailable("no cluster configured")
+        entry = self._inventory.get(session.ek_sha256)
+        labels = kubelet.attested_labels(session.ek_sha256, pcr_class, entry.labels if entry else {})
+        csr_pem = x509.load_der_x509_csr(session.csr_der).public_bytes(serialization.Encoding.PEM)
+        k8s = self.settings.kubernetes
+        try:
+            await kubelet.ensure_node(self.kube, session.node_name, labels, self.settings.gate.taint_key)
+            cert = await kubelet.issue_kubelet_certificate(
+                self.kube,
+                node_name=session.node_name,
+                session_id=session.id,
+                csr_pem=csr_pem,
+                spiffe_id=spiffe_id,
+                expiration_seconds=int(max(self.settings.svid_ttl, timedelta(hours=24)).total_seconds()),
+                timeout=k8s.csr_timeout.total_seconds(),
+            )
+            server, ca_pem = self.kube.api_server()
+        except (KubeUnavailable, KubeConflict, CsrDenied) as exc:
+            # The SVID is recorded but not handed out; the node starts over and gets both.
+            raise Unavailable(f"kubelet credentials: {exc}"[:500], retry_after=5) from None
+        return kubelet.kubeconfig(
+            node_name=session.node_name, server=server, ca_pem=ca_pem, client_cert_pem=cert
+        )
+
+    def _check_enrolled(self, ek_sha256: str, node_name: str) -> None:
+        if self.settings.enrollment != "inventory":
+            return
+        entry = self._inventory.get(ek_sha256)
+        if entry is None:
+            raise NodeNotEnrolled(f"EK {ek_sha256} is not in the inventory")
+        if entry.node_name != node_name:
+            raise NodeNotEnrolled(f"EK {ek_sha256} is enrolled as {entry.node_name}, not {node_name}")
+
+    async def _get(self, node_name: str) -> NodeRecord | None:
+        try:
+            return await self.store.get(node_name)
+        except StoreUnavailable as exc:
+            raise Unavailable(f"store: {exc}", retry_after=2) from None
+
+    async def _used(self, session: Session) -> bool:
+        try:
+            return await self.store.session_used(session.id, node_name=session.node_name)
+        except StoreUnavailable as exc:
+            raise Unavailable(f"store: {exc}", retry_after=2) from None
+
+    async def _refused(self, node_name: str, exc: AttestationError) -> None:
+        """Refusals of sessions we issued are audited (start-step refusals are not: anyone can
+        send them, and the store must not fill up with an attacker's noise)."""
+        log.info("join refused", extra={"node": node_name, "code": exc.code})
+        if self._on_refusal is None:
+            return
+        try:
+            await self._on_refusal(node_name, exc.code, exc.detail)
+        except (StoreUnavailable, KubeUnavailable) as err:
+            log.warning("could not record a refusal", extra={"node": node_name, "error": str(err)[:200]})
+
+
+def _check_binding(record: NodeRecord | None, ek_sha256: str, node_name: str) -> None:
+    if record is None:
+        return
+    if record.ek_sha256 != ek_sha256:
+        raise NodeNameConflict(f"node name {node_name} is bound to another EK")
+    if record.revoked:
+        raise NodeRevoked(f"node {node_name} is revoked")

@@ -1,0 +1,130 @@
+"""Kubelet credentials for an attested node: Node pre-creation with the hold taint, the kubelet
+client CSR (created and approved by nodegate), and a kubeconfig without the private key.
+
+The node's key never leaves the node: the CSR from the join carries it, the cluster signer
+(kube-controller-manager) signs it, and the node puts its key into the kubeconfig itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+from collections.abc import Awaitable, Mapping
+from typing import Any
+
+import yaml
+
+from bootstrap.kube import Conflict, Kube
+
+SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
+USAGES = ("digital signature", "client auth")
+LABEL_PREFIX = "node-restriction.kubernetes.io/"
+HOLD_VALUE = "packages-pending"
+_PATCH_ATTEMPTS = 5
+
+
+def attested_labels(ek_sha256: str, pcr_class: str | None, extra: Mapping[str, str]) -> dict[str, str]:
+    """Labels a kubelet cannot set itself (NodeRestriction forbids this prefix to kubelets)."""
+    labels = {
+        f"{LABEL_PREFIX}nodegate.io-attested": "true",
+        f"{LABEL_PREFIX}nodegate.io-ek-sha256": ek_sha256[:63],
+    }
+    if pcr_class:
+        labels[f"{LABEL_PREFIX}nodegate.io-pcr-class"] = pcr_class[:63]
+    for key, value in extra.items():
+        labels[key if key.startswith(LABEL_PREFIX) else LABEL_PREFIX + key] = value
+    return labels
+
+
+def hold_taint(taint_key: str) -> dict[str, str]:
+    return {"key": taint_key, "value": HOLD_VALUE, "effect": "NoSchedule"}
+
+
+async def ensure_node(kube: Kube, node_name: str, labels: Mapping[str, str], taint_key: str) -> None:
+    """Create the Node with the hold taint, or, if it exists (a re-join), add the attested labels
+    and the hold taint when the node carries no hold taint at all. Other taints stay untouched."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node_name, "labels": dict(labels)},
+        "spec": {"taints": [hold_taint(taint_key)]},
+    }
+    if await _applied(kube.create_node(body)):
+        return
+    for _ in range(_PATCH_ATTEMPTS):
+        node = await kube.get_node(node_name)
+        if node is None:  # deleted in between: create again
+            if await _applied(kube.create_node(body)):
+                return
+            continue
+        meta = node.get("metadata") or {}
+        taints = list((node.get("spec") or {}).get("taints") or [])
+        patch: dict[str, Any] = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": dict(labels)}
+        }
+        if not any(isinstance(t, dict) and t.get("key") == taint_key for t in taints):
+            patch["spec"] = {"taints": [*taints, hold_taint(taint_key)]}
+        if await _applied(kube.patch_node(node_name, patch)):
+            return
+    raise Conflict(f"node {node_name} kept changing while nodegate updated it")
+
+
+async def _applied(write: Awaitable[object]) -> bool:
+    """False on 409 (exists, or a stale resourceVersion): the caller re-reads."""
+    try:
+        await write
+    except Conflict:
+        return False
+    return True
+
+
+def csr_name(node_name: str, session_id: str) -> str:
+    return f"nodegate-{hashlib.sha256(node_name.encode()).hexdigest()[:16]}-{session_id[:16]}"
+
+
+async def issue_kubelet_certificate(
+    kube: Kube,
+    *,
+    node_name: str,
+    session_id: str,
+    csr_pem: bytes,
+    spiffe_id: str,
+    expiration_seconds: int,
+    timeout: float,
+) -> bytes:
+    """Create the CSR, approve it as nodegate (the attestation is the reason), wait for the signer."""
+    name = csr_name(node_name, session_id)
+    with contextlib.suppress(Conflict):  # a retry of the same session: the CSR is already there
+        await kube.create_csr(
+            name,
+            csr_pem,
+            signer=SIGNER,
+            usages=USAGES,
+            expiration_seconds=max(600, expiration_seconds),
+            labels={"app.kubernetes.io/managed-by": "nodegate"},
+        )
+    await kube.approve_csr(
+        name, reason="NodegateAttested", message=f"TPM attestation verified for {spiffe_id}"[:1024]
+    )
+    return await kube.wait_csr_certificate(name, timeout=timeout)
+
+
+def kubeconfig(*, node_name: str, server: str, ca_pem: bytes | None, client_cert_pem: bytes) -> str:
+    """A kubelet kubeconfig whose user has the certificate but no key (the node adds
+    ``client-key-data`` from its own key file)."""
+    cluster: dict[str, Any] = {"server": server}
+    if ca_pem:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
+    user = f"system:node:{node_name}"
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "kubernetes", "cluster": cluster}],
+        "users": [
+            {"name": user, "user": {"client-certificate-data": base64.b64encode(client_cert_pem).decode()}}
+        ],
+        "contexts": [{"name": "kubelet", "context": {"cluster": "kubernetes", "user": user}}],
+        "current-context": "kubelet",
+    }
+    return yaml.safe_dump(doc, sort_keys=False)

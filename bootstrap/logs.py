@@ -1,0 +1,37 @@
+"""Structured JSON logs, one object per line. Only whitelisted extra fields are emitted, so a
+careless ``extra=`` can never put a token, proof or key into the log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+FIELDS = ("node", "code", "endpoint", "status", "ms", "peer", "error", "actor", "spiffe_id", "listen")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key in FIELDS:
+            value = record.__dict__.get(key)
+            if value is not None:
+                out[key] = value
+        if record.exc_info and record.exc_info[0] is not None:
+            out["exception"] = self.formatException(record.exc_info)  # code lines, never locals
+        return json.dumps(out, default=str)
+
+
+def configure(level: int = logging.INFO) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger("nodegate")
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    root.propagate = False

@@ -1,0 +1,39 @@
+"""Prometheus metrics of one service instance (its own registry: tests run several in a process)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "nodegate_requests",
+            "API requests by endpoint and result code (ok or a machine code).",
+            ["endpoint", "code"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "nodegate_request_seconds",
+            "API request latency by endpoint.",
+            ["endpoint"],
+            buckets=_BUCKETS,
+            registry=self.registry,
+        )
+        self.inflight = Gauge(
+            "nodegate_inflight_requests", "Join requests being worked on.", registry=self.registry
+        )
+        self.events_dropped = Counter(
+            "nodegate_events_dropped",
+            "Kubernetes Events not sent because too many were pending or the API failed.",
+            registry=self.registry,
+        )
+        self.bundle_sequence = Gauge(
+            "nodegate_bundle_sequence", "spiffe_sequence of the served trust bundle.", registry=self.registry
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

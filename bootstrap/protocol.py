@@ -1,0 +1,172 @@
+"""Wire models of the join protocol (DESIGN.md, "Join protocol"); pydantic, strict, size-capped.
+
+Requests refuse unknown fields and non-canonical base64, so one request has one meaning; responses
+are built by the server from checked values. Sizes are the largest a real TPM structure can be,
+well under the 64 KiB body limit, so a parse never allocates much for a hostile body.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
+
+from attest.errors import MalformedInput
+
+_PCR_INDEX = re.compile(r"(?:[0-9]|1[0-9]|2[0-3])")
+_HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
+_MAX_PCR_HEX = 128  # sha512
+
+
+def _b64(limit: int) -> Callable[[object], bytes]:
+    def decode(value: object) -> bytes:
+        if isinstance(value, bytes):
+            return value  # built by our own code
+        if not isinstance(value, str) or len(value) > (limit + 2) // 3 * 4:
+            raise ValueError(f"must be standard base64 of at most {limit} bytes")
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("is not standard base64") from None
+        if base64.b64encode(raw).decode() != value:
+            raise ValueError("is not canonical base64")
+        return raw
+
+    return decode
+
+
+_B64 = PlainSerializer(lambda b: base64.b64encode(b).decode(), return_type=str)
+
+
+def _pcrs(value: object) -> dict[str, dict[int, bytes]]:
+    if isinstance(value, dict) and all(isinstance(v, dict) for v in value.values()):
+        out: dict[str, dict[int, bytes]] = {}
+        if len(value) > 4:
+            raise ValueError("at most 4 PCR banks")
+        for bank, entries in value.items():
+            if not isinstance(bank, str) or len(bank) > 16 or len(entries) > 24:
+                raise ValueError("a PCR bank is a short name with at most 24 entries")
+            out[bank] = {}
+            for key, v in entries.items():
+                k = str(key) if isinstance(key, int) and not isinstance(key, bool) else key
+                if not isinstance(k, str) or not _PCR_INDEX.fullmatch(k):
+                    raise ValueError(f"PCR index {k!r} is not 0-23")
+                if isinstance(v, bytes):
+                    out[bank][int(k)] = v
+                    continue
+                if not isinstance(v, str) or len(v) > _MAX_PCR_HEX or not _HEX.fullmatch(v):
+                    raise ValueError(f"PCR {bank}:{k} is not a hex digest")
+                out[bank][int(k)] = bytes.fromhex(v)
+        return out
+    raise ValueError('pcrs is {"bank": {"index": hex}}')
+
+
+B64Public = Annotated[
+    bytes, BeforeValidator(_b64(1024)), _B64
+]  # TPM2B_PUBLIC: RSA-4096 templates stay below 700 bytes
+B64Cert = Annotated[bytes, BeforeValidator(_b64(8192)), _B64]
+B64Attest = Annotated[bytes, BeforeValidator(_b64(2048)), _B64]
+B64Signature = Annotated[bytes, BeforeValidator(_b64(1024)), _B64]
+B64Proof = Annotated[bytes, BeforeValidator(_b64(64)), _B64]
+B64EventLog = Annotated[bytes, BeforeValidator(_b64(48 * 1024)), _B64]
+Pcrs = Annotated[
+    dict[str, dict[int, bytes]],
+    BeforeValidator(_pcrs),
+    PlainSerializer(
+        lambda d: {b: {str(i): v.hex() for i, v in sorted(e.items())} for b, e in d.items()},
+        return_type=dict,
+    ),
+]
+Token = Annotated[str, Field(min_length=1, max_length=8192)]
+NodeName = Annotated[str, Field(min_length=1, max_length=253)]
+Pem = Annotated[str, Field(min_length=1, max_length=16 * 1024)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, hide_input_in_errors=True)
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+M = TypeVar("M", bound=_Request)
+
+
+class StartRequest(_Request):
+    node_name: NodeName
+    ek_public: B64Public
+    ek_certificate: B64Cert | None = None
+    ak_public: B64Public
+    csr: Pem
+
+
+class StartResponse(_Response):
+    session: str
+    credential_blob: B64Public
+    encrypted_secret: B64Public
+    nonce: B64Proof
+    pcr_selection: str
+    expires_at: str
+
+
+class QuoteEvidence(_Request):
+    session: Token
+    quote: B64Attest
+    signature: B64Signature
+    pcrs: Pcrs
+    event_log: B64EventLog | None = None
+
+
+class FinishRequest(QuoteEvidence):
+    proof: B64Proof
+
+
+class FinishResponse(_Response):
+    node_name: str
+    spiffe_id: str
+    svid: str
+    bundle: str
+    svid_expires_at: str
+    kubeconfig: str | None
+
+
+class RenewStartRequest(_Request):
+    csr: Pem  # a fresh key for the new SVID (the CSR rules of the join apply)
+
+
+class RenewStartResponse(_Response):
+    session: str
+    nonce: B64Proof
+    pcr_selection: str
+    expires_at: str
+
+
+class RenewFinishRequest(QuoteEvidence):
+    pass
+
+
+class RevokeRequest(_Request):
+    reason: Annotated[str, Field(min_length=1, max_length=512)]
+    revoked: bool = True
+
+
+def rfc3339(when: datetime | float) -> str:
+    if isinstance(when, int | float):
+        when = datetime.fromtimestamp(when, UTC)
+    return when.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def parse_request(model: type[M], body: object) -> M:
+    """Validate a decoded JSON body; MalformedInput names the fields, never echoes their values."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        errors = exc.errors(include_input=False, include_url=False)[:5]
+        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors)
+        raise MalformedInput(f"invalid {model.__name__}: {reasons}"[:500]) from None
