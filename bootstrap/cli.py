@@ -1,7 +1,7 @@
 """Command line: `nodegate` and `kubectl-nodegate`.
 
-Only `nodegate demo` does real work so far (the attestation core on software TPMs); the service,
-join client, gate and policy commands arrive with their issues and say so when called.
+`serve`, `join`, `ca rotate`, `demo` and `policy` work; the gate and backup commands arrive with
+their issues and say so when called.
 """
 
 from __future__ import annotations
@@ -10,12 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 _PENDING = {
-    "serve": "the join service (issue 3)",
-    "join": "the node join client (issue 3)",
     "gate": "the hold-taint controller (issue 4)",
-    "ca": "CA rotation (issue 3)",
     "backup": "backup and restore (issue 6)",
     "restore": "backup and restore (issue 6)",
 }
@@ -28,6 +26,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("demo", help="attest software TPMs locally and show a refused one")
+    serve = sub.add_parser("serve", help="run the join service, bundle, admin API and admission webhook")
+    serve.add_argument("--config", type=Path, metavar="FILE", help="YAML config (every key has a default)")
+    serve.add_argument(
+        "--insecure-plaintext",
+        action="store_true",
+        help="development only: plain HTTP, refused unless listen is a loopback address",
+    )
+    serve.add_argument(
+        "--port-file", type=Path, metavar="FILE", help="write the bound port here once listening"
+    )
+    join = sub.add_parser("join", help="attest this machine with its TPM and fetch its credentials")
+    from bootstrap import joinclient  # noqa: PLC0415  (argument definitions only; no TPM import)
+
+    joinclient.add_arguments(join)
+    ca = sub.add_parser("ca", help="the service's signing authorities")
+    casub = ca.add_subparsers(dest="ca_command", metavar="ACTION", required=True)
+    rotate = casub.add_parser("rotate", help="add a new signing CA; the old one retires after ca_grace")
+    rotate.add_argument("--config", type=Path, metavar="FILE", help="the service's config")
     policy = sub.add_parser("policy", help="admission policy tools")
     psub = policy.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
     test = psub.add_parser("test", help="judge AdmissionReview files offline; prints one response per file")
@@ -65,12 +81,75 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.policy_command == "audit":
             return policytool.audit(args.policy, args.objects)
         return policytool.run(args.policy, args.rbac, args.reviews, args.owner)
+    if args.command == "serve":
+        return _serve(args.config, args.insecure_plaintext, args.port_file)
+    if args.command == "join":
+        from bootstrap import joinclient  # noqa: PLC0415
+
+        return joinclient.main(args)
+    if args.command == "ca":
+        return _rotate(args.config)
     if args.command == "demo":
         from bootstrap.demo import run  # noqa: PLC0415  (keeps `nodegate --help` free of tpm2-pytss)
 
         return run()
     print(f"nodegate {args.command}: {_PENDING[args.command]} is not built yet.", file=sys.stderr)
     return 2
+
+
+def _settings(config: Path | None) -> Any:
+    from bootstrap.config import ConfigError, Settings, load_settings  # noqa: PLC0415
+
+    try:
+        return load_settings(config) if config is not None else Settings()
+    except ConfigError as exc:
+        print(f"nodegate: {exc}", file=sys.stderr)
+        return None
+
+
+def _serve(config: Path | None, plaintext: bool, port_file: Path | None) -> int:
+    import asyncio  # noqa: PLC0415
+
+    from bootstrap import logs, server  # noqa: PLC0415
+    from bootstrap.kube import KubeUnavailable  # noqa: PLC0415
+
+    settings = _settings(config)
+    if settings is None:
+        return 2
+    logs.configure()
+
+    def ready(port: int) -> None:
+        if port_file is not None:
+            server.write_port(port_file, port)
+
+    try:
+        asyncio.run(server.serve(settings, insecure_plaintext=plaintext, ready=ready))
+    except (ValueError, OSError, KubeUnavailable) as exc:  # a bad listen, unreadable files, no cluster
+        print(f"nodegate serve: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _rotate(config: Path | None) -> int:
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from bootstrap.authority import CaStore, CaUnavailable  # noqa: PLC0415
+
+    settings = _settings(config)
+    if settings is None:
+        return 2
+    store = CaStore(settings.state_dir / "ca", settings.trust_domain)
+    now = datetime.now(UTC)
+    try:
+        rotated = store.rotate(now, settings.ca_grace)
+    except CaUnavailable as exc:
+        print(f"nodegate ca rotate: {exc}", file=sys.stderr)
+        return 1
+    old = [a for a in rotated.authorities if a is not rotated.signer]
+    print(f"new signer {rotated.signer.stem}; bundle sequence {rotated.bundle_sequence(now)}")
+    for a in old:
+        print(f"  {a.stem} stays in the bundle until {a.retire_at.isoformat() if a.retire_at else 'expiry'}")
+    return 0
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from bootstrap.config import Settings, is_node_name
 from bootstrap.errors import Unauthenticated, Unavailable
 from bootstrap.kube import Conflict as KubeConflict
 from bootstrap.kube import CsrDenied, Kube, KubeUnavailable
+from bootstrap.kube import NotFound as KubeNotFound
 from bootstrap.protocol import (
     FinishRequest,
     FinishResponse,
@@ -333,7 +334,7 @@ class JoinService:
                 timeout=k8s.csr_timeout.total_seconds(),
             )
             server, ca_pem = self.kube.api_server()
-        except (KubeUnavailable, KubeConflict, CsrDenied) as exc:
+        except (KubeUnavailable, KubeConflict, KubeNotFound, CsrDenied) as exc:
             # The SVID is recorded but not handed out; the node starts over and gets both.
             raise Unavailable(f"kubelet credentials: {exc}"[:500], retry_after=5) from None
         return kubelet.kubeconfig(

@@ -61,7 +61,8 @@ async def test_join_issues_an_svid_that_verifies(svc: Running, ek_ca: EkCa, tmp_
         )
         assert proc.returncode == 0, proc.stderr
     record = await svc.service.store.get("gpu-001")
-    assert record is not None and record.ek_sha256 == node.tpm.ek_sha256
+    assert record is not None
+    assert record.ek_sha256 == node.tpm.ek_sha256
     assert f"{leaf.serial_number:x}" in record.svid_serials
 
 
@@ -73,7 +74,9 @@ async def _start(svc: Running, http: Any, node: SoftNode) -> dict[str, Any]:
 
 def _expect(status: int, body: dict[str, Any], want_status: int, want_code: str) -> None:
     assert (status, body.get("code")) == (want_status, want_code), body
-    assert body["status"] == want_status and body["title"] and body["detail"]
+    assert body["status"] == want_status
+    assert body["title"]
+    assert body["detail"]
 
 
 async def test_finish_is_single_use(svc: Running, ek_ca: EkCa) -> None:
@@ -148,7 +151,8 @@ async def test_bundle_jwks_and_pem(svc: Running) -> None:
             pem = await resp.read()
     roots, sequence = svid.parse_bundle_document(raw)
     doc = json.loads(raw)
-    assert sequence == doc["spiffe_sequence"] == 1 and doc["spiffe_refresh_hint"] > 0
+    assert sequence == doc["spiffe_sequence"] == 1
+    assert doc["spiffe_refresh_hint"] > 0
     assert [r.public_bytes(serialization.Encoding.DER) for r in x509.load_pem_x509_certificates(pem)] == [
         r.public_bytes(serialization.Encoding.DER) for r in roots
     ]

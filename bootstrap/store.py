@@ -1,0 +1,270 @@
+"""The join service's state: node bindings, used sessions and an audit trail, in one of two backends.
+
+``sqlite`` (the embedded default) keeps everything in ``<state_dir>/nodegate.db``; ``kubernetes``
+keeps it in NodeAttestation objects so every replica of the service shares it through etcd. Both
+honour one contract, :class:`Store`, whose central operation is :meth:`Store.commit`: a successful
+join or renewal is written in one atomic step that also marks the session used, so a session
+finishes at most once across every replica.
+
+Timestamps are timezone-aware; the stores return them in UTC.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, Protocol
+
+from attest.tpm import Counters
+from bootstrap.config import is_node_name
+
+if TYPE_CHECKING:
+    from bootstrap.kube import Kube
+
+__all__ = [
+    "ACTIONS",
+    "MAX_SERIALS",
+    "Attestation",
+    "AuditEntry",
+    "Check",
+    "NodeRecord",
+    "Store",
+    "StoreSchemaError",
+    "StoreUnavailable",
+    "open_store",
+]
+
+MAX_SERIALS: Final = 32  # SVID serials remembered per node, newest last
+MAX_SESSION_ID: Final = 64
+MAX_SPIFFE_ID: Final = 2048  # the SPIFFE spec's limit for an ID
+MAX_AK_PUBLIC: Final = 4096  # a TPM2B_PUBLIC is well under this
+MAX_ACTOR: Final = 256
+MAX_CODE: Final = 64
+MAX_DETAIL: Final = 1024  # audit details are truncated, never refused
+ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget"})
+COMMIT_ACTIONS: Final = frozenset({"join", "renew"})
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SERIAL = re.compile(r"[0-9a-f]{1,64}")
+_CODE = re.compile(r"[a-z0-9_]{0,64}")
+_U64 = 1 << 64
+
+
+class StoreUnavailable(Exception):
+    """The backend is down, locked or timed out: the service answers 503 and the node retries."""
+
+
+class StoreSchemaError(Exception):
+    """The database was written by a newer nodegate (or is not a nodegate database): refusing it
+    protects data that this version does not understand."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    node_name: str
+    ek_sha256: str  # the binding
+    ak_public: bytes  # marshalled TPM2B_PUBLIC of the AK of the last attestation (renewal uses it)
+    spiffe_id: str
+    counters: Counters | None  # last seen TPM counters for this EK
+    attested_at: datetime | None
+    expires_at: datetime | None
+    revoked: bool
+    svid_serials: tuple[str, ...]  # hex serials, oldest first, the newest MAX_SERIALS
+
+
+@dataclass(frozen=True, slots=True)
+class Attestation:
+    """What a successful join or renewal commits."""
+
+    node_name: str
+    ek_sha256: str
+    ak_public: bytes
+    spiffe_id: str
+    counters: Counters
+    svid_serial: str
+    attested_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    at: datetime
+    node_name: str
+    action: str  # one of ACTIONS
+    actor: str  # "node" or the admin identity
+    code: str  # machine code for refusals, "" otherwise
+    detail: str
+
+
+# Raises an AttestationError to abort the commit. The sqlite backend calls it on its worker thread
+# inside the write transaction, so it must be quick and must not touch the event loop.
+Check = Callable[[NodeRecord | None], None]
+
+
+class Store(Protocol):
+    async def get(self, node_name: str) -> NodeRecord | None: ...
+
+    async def list_nodes(self) -> list[NodeRecord]: ...
+
+    async def commit(
+        self, att: Attestation, *, session_id: str, session_expires_at: datetime, action: str, check: Check
+    ) -> NodeRecord:
+        """One atomic step: (1) ``session_id`` already used -> SessionReused; (2) ``att.ek_sha256``
+        bound to another node name -> NodeNameConflict; (3) ``check(existing record)``, whose
+        exceptions propagate with nothing written; (4) write the record (serial appended), mark the
+        session used until ``session_expires_at``, append an audit entry (actor "node")."""
+        ...
+
+    async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
+        """A fast pre-check (commit is authoritative). ``node_name`` (the session's node) lets the
+        kubernetes backend read one object instead of listing them all."""
+        ...
+
+    async def record_refusal(self, node_name: str, code: str, detail: str) -> None: ...
+
+    async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
+        """Set (or with ``revoked=False`` clear) the revoked flag; KeyError for an unknown node."""
+        ...
+
+    async def forget(self, node_name: str, *, actor: str, reason: str) -> bool:
+        """Drop the binding (a re-imaged machine may join again); the audit trail stays.
+        False when there was no binding."""
+        ...
+
+    async def audit(self, node_name: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        """Newest first."""
+        ...
+
+    async def prune(self, now: datetime) -> int:
+        """Forget used sessions whose expiry has passed; returns how many."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+async def open_store(kind: str, *, state_dir: Path, kube: Kube | None) -> Store:
+    """``"sqlite"``: ``<state_dir>/nodegate.db``; ``"kubernetes"``: NodeAttestation objects."""
+    if kind == "sqlite":
+        from bootstrap.store_sqlite import SqliteStore  # noqa: PLC0415  (the backends import this module)
+
+        return await SqliteStore.open(state_dir / "nodegate.db")
+    if kind == "kubernetes":
+        if kube is None:
+            raise ValueError("store: kubernetes needs a cluster (kubernetes.kubeconfig or in-cluster)")
+        from bootstrap.store_kube import KubeStore  # noqa: PLC0415
+
+        return KubeStore(kube)
+    raise ValueError(f"unknown store kind {kind!r} (sqlite or kubernetes)")
+
+
+# -- validation at the boundary: these are programmer errors, so ValueError -------------------------
+
+
+def check_node_name(name: object) -> str:
+    if not isinstance(name, str) or not is_node_name(name):
+        raise ValueError(f"{name!r:.80} is not a node name (a DNS subdomain of at most 253 characters)")
+    return name
+
+
+def check_ek(ek_sha256: object) -> str:
+    if not isinstance(ek_sha256, str) or _HEX64.fullmatch(ek_sha256) is None:
+        raise ValueError("ek_sha256 must be 64 lowercase hex characters")
+    return ek_sha256
+
+
+def check_session_id(session_id: object) -> str:
+    if not isinstance(session_id, str) or not 0 < len(session_id) <= MAX_SESSION_ID:
+        raise ValueError(f"a session id is a non-empty string of at most {MAX_SESSION_ID} characters")
+    return session_id
+
+
+def check_time(value: object, what: str) -> datetime:
+    if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"{what} must be a timezone-aware datetime")
+    return value.astimezone(UTC)
+
+
+def check_counters(value: object) -> Counters:
+    if not isinstance(value, tuple) or len(value) != 3:
+        raise ValueError("counters must be attest.tpm.Counters")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < _U64 for v in value):
+        raise ValueError("TPM counters are unsigned 64-bit integers")
+    return Counters(*value)
+
+
+def check_attestation(att: object) -> Attestation:
+    if not isinstance(att, Attestation):
+        raise ValueError("commit takes an Attestation")  # noqa: TRY004  (ValueError is the contract)
+    check_node_name(att.node_name)
+    check_ek(att.ek_sha256)
+    if not isinstance(att.ak_public, bytes) or not 0 < len(att.ak_public) <= MAX_AK_PUBLIC:
+        raise ValueError(f"ak_public must be 1..{MAX_AK_PUBLIC} bytes")
+    if not isinstance(att.spiffe_id, str) or not att.spiffe_id.startswith("spiffe://"):
+        raise ValueError("spiffe_id must be a spiffe:// URI")
+    if len(att.spiffe_id) > MAX_SPIFFE_ID:
+        raise ValueError(f"spiffe_id is longer than {MAX_SPIFFE_ID} characters")
+    if not isinstance(att.svid_serial, str) or _SERIAL.fullmatch(att.svid_serial) is None:
+        raise ValueError("svid_serial must be 1..64 lowercase hex characters")
+    check_counters(att.counters)
+    attested = check_time(att.attested_at, "attested_at")
+    expires = check_time(att.expires_at, "expires_at")
+    if expires < attested:
+        raise ValueError("expires_at is before attested_at")
+    return att
+
+
+def check_action(action: object, allowed: frozenset[str] = COMMIT_ACTIONS) -> str:
+    if not isinstance(action, str) or action not in allowed:
+        raise ValueError(f"action must be one of {sorted(allowed)}")
+    return action
+
+
+def check_actor(actor: object) -> str:
+    if not isinstance(actor, str) or not 0 < len(actor) <= MAX_ACTOR:
+        raise ValueError(f"actor must be a non-empty string of at most {MAX_ACTOR} characters")
+    return actor
+
+
+def check_code(code: object) -> str:
+    if not isinstance(code, str) or _CODE.fullmatch(code) is None:
+        raise ValueError("code must be a machine code such as node_name_conflict")
+    return code
+
+
+def check_limit(limit: object) -> int:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise ValueError("limit must be a non-negative integer")
+    return limit
+
+
+def clip(detail: object) -> str:
+    """Audit details are for people: cap the length rather than refuse the event."""
+    if not isinstance(detail, str):
+        raise ValueError("detail must be a string")  # noqa: TRY004  (ValueError is the contract)
+    return detail[:MAX_DETAIL]
+
+
+def with_serial(serials: tuple[str, ...], serial: str) -> tuple[str, ...]:
+    return (*serials, serial)[-MAX_SERIALS:]
+
+
+def record_from(att: Attestation, *, revoked: bool, serials: tuple[str, ...]) -> NodeRecord:
+    """The record a commit writes, given what it replaces (revoked flag and serial history)."""
+    return NodeRecord(
+        node_name=att.node_name,
+        ek_sha256=att.ek_sha256,
+        ak_public=att.ak_public,
+        spiffe_id=att.spiffe_id,
+        counters=Counters(*att.counters),
+        attested_at=att.attested_at.astimezone(UTC),
+        expires_at=att.expires_at.astimezone(UTC),
+        revoked=revoked,
+        svid_serials=with_serial(serials, att.svid_serial),
+    )
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

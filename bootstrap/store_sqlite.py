@@ -1,0 +1,455 @@
+"""The embedded store: one sqlite file, ``<state_dir>/nodegate.db``.
+
+Durability: WAL with ``synchronous=FULL``, so a commit that returned survives a power loss.
+Atomicity: :meth:`SqliteStore.commit` is one ``BEGIN IMMEDIATE`` transaction; the used-session row
+and the node row land together or not at all, and the session's primary key makes a second finish
+of the same session fail even from another process on the same file.
+
+The connection lives on one dedicated worker thread: sqlite calls block, and the event loop must
+not. That thread also serialises this object's writes; other processes (or other objects on the
+same file) queue on sqlite's write lock, bounded by ``busy_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from attest.errors import NodeNameConflict, SessionReused
+from attest.tpm import Counters
+from bootstrap.files import ensure_dir
+from bootstrap.store import (
+    Attestation,
+    AuditEntry,
+    Check,
+    NodeRecord,
+    StoreSchemaError,
+    StoreUnavailable,
+    check_action,
+    check_actor,
+    check_attestation,
+    check_code,
+    check_limit,
+    check_node_name,
+    check_session_id,
+    check_time,
+    clip,
+    record_from,
+    utcnow,
+)
+
+T = TypeVar("T")
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_US: Final = timedelta(microseconds=1)
+DEFAULT_BUSY_TIMEOUT: Final = 5.0
+DEFAULT_AUDIT_ROWS: Final = 100_000  # prune() trims the audit table to this many newest rows
+
+
+def _to_us(dt: datetime) -> int:
+    """Times are stored as integer microseconds since the epoch: exact, and they sort."""
+    return (dt - _EPOCH) // _US
+
+
+def _from_us(value: int | None) -> datetime | None:
+    return None if value is None else _EPOCH + value * _US
+
+
+# -- schema: SCHEMA[i] migrates version i to version i + 1 ----------------------------------------
+
+
+def _v1(db: sqlite3.Connection) -> None:
+    db.execute(
+        """CREATE TABLE nodes (
+            node_name TEXT PRIMARY KEY,
+            ek_sha256 TEXT NOT NULL UNIQUE,
+            ak_public BLOB NOT NULL,
+            spiffe_id TEXT NOT NULL,
+            counters TEXT,
+            attested_at INTEGER,
+            expires_at INTEGER,
+            revoked INTEGER NOT NULL DEFAULT 0,
+            svid_serials TEXT NOT NULL DEFAULT '[]'
+        )"""
+    )
+    db.execute("CREATE TABLE used_sessions (id TEXT PRIMARY KEY, expires_at INTEGER NOT NULL)")
+    db.execute("CREATE INDEX used_sessions_expiry ON used_sessions (expires_at)")
+    db.execute(
+        """CREATE TABLE audit (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            at INTEGER NOT NULL,
+            node_name TEXT NOT NULL,
+            action TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            code TEXT NOT NULL,
+            detail TEXT NOT NULL
+        )"""
+    )
+    db.execute("CREATE INDEX audit_by_node ON audit (node_name, id)")
+
+
+SCHEMA: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (_v1,)
+SCHEMA_VERSION: Final = len(SCHEMA)
+
+
+def _found_version(db: sqlite3.Connection, latest: int) -> int | None:
+    """The file's schema version (None: a new file); refuses what this code must not touch."""
+    rows = db.execute("SELECT version FROM schema_version").fetchall()
+    if len(rows) > 1 or (rows and not isinstance(rows[0][0], int)):
+        raise StoreSchemaError("the schema_version table is damaged")
+    if not rows:
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'nodes'").fetchone():
+            raise StoreSchemaError("the database has nodegate tables but no schema version")
+        return None
+    found = int(rows[0][0])
+    if not 0 < found <= latest:
+        raise StoreSchemaError(
+            f"the database has schema version {found}, which this nodegate does not understand "
+            f"(it knows 1..{latest}); upgrade nodegate or restore a backup"
+        )
+    return found
+
+
+def migrate(db: sqlite3.Connection, migrations: tuple[Callable[[sqlite3.Connection], None], ...]) -> int:
+    """Bring the file up to ``len(migrations)`` in one transaction; returns the version found
+    (0 for a new file)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        found = _found_version(db, len(migrations))
+        for step in migrations[found or 0 :]:
+            step(db)
+        if found is None:
+            db.execute("INSERT INTO schema_version (version) VALUES (?)", (len(migrations),))
+        elif found != len(migrations):
+            db.execute("UPDATE schema_version SET version = ?", (len(migrations),))
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    return found or 0
+
+
+def _create_private(path: Path) -> None:
+    """The file exists with mode 0600 before sqlite writes a byte (sqlite gives the -wal and -shm
+    files the same mode as the database)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+class SqliteStore:
+    """Use :meth:`open`; every method is a coroutine that runs on the store's own thread."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+        audit_rows: int = DEFAULT_AUDIT_ROWS,
+        clock: Callable[[], datetime] = utcnow,
+        _migrations: tuple[Callable[[sqlite3.Connection], None], ...] = SCHEMA,
+    ) -> None:
+        self.path = path
+        self._busy_timeout = busy_timeout
+        self._audit_rows = audit_rows
+        self._clock = clock
+        self._migrations = _migrations
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nodegate-store")
+        self._db: sqlite3.Connection | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: Path, **kwargs: Any) -> SqliteStore:
+        store = cls(path, **kwargs)
+        try:
+            await store._run(store._open)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, functools.partial(self._guarded, fn, *args))
+        except RuntimeError as exc:  # the pool was shut down under us
+            if self._closed:
+                raise StoreUnavailable("the store is closed") from None
+            raise exc from None
+
+    @staticmethod
+    def _guarded(fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return fn(*args)
+        except sqlite3.IntegrityError:
+            raise  # callers map the constraint they expect; anything else is a bug
+        except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+            # locked past busy_timeout, disk full, I/O error, a damaged file: retry later (503)
+            raise StoreUnavailable(f"sqlite: {exc}") from None
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise StoreUnavailable("the store is not open")
+        return self._db
+
+    def _open(self) -> None:
+        ensure_dir(self.path.parent)
+        _create_private(self.path)
+        db = sqlite3.connect(
+            self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()
+            if not mode or str(mode[0]).lower() != "wal":
+                raise StoreUnavailable(f"sqlite: cannot use WAL on {self.path} (got {mode!r})")  # noqa: TRY301
+            db.execute("PRAGMA synchronous = FULL")
+            migrate(db, self._migrations)
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """One ``BEGIN IMMEDIATE`` transaction: the write lock is taken before the first read, so
+        what ``fn`` reads cannot change before it writes."""
+        db = self._conn
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            out = fn(db)
+            db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            raise
+        return out
+
+    def _audit(
+        self, db: sqlite3.Connection, node: str, action: str, actor: str, code: str, detail: str
+    ) -> None:
+        db.execute(
+            "INSERT INTO audit (at, node_name, action, actor, code, detail) VALUES (?, ?, ?, ?, ?, ?)",
+            (_to_us(self._clock()), node, action, actor, code, detail),
+        )
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    _COLUMNS: Final = (
+        "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, svid_serials"
+    )
+
+    @staticmethod
+    def _record(row: tuple[Any, ...]) -> NodeRecord:
+        name, ek, ak, spiffe, counters, attested, expires, revoked, serials = row
+        return NodeRecord(
+            node_name=name,
+            ek_sha256=ek,
+            ak_public=bytes(ak),
+            spiffe_id=spiffe,
+            counters=None if counters is None else Counters(*json.loads(counters)),
+            attested_at=_from_us(attested),
+            expires_at=_from_us(expires),
+            revoked=bool(revoked),
+            svid_serials=tuple(json.loads(serials)),
+        )
+
+    def _get(self, db: sqlite3.Connection, node_name: str) -> NodeRecord | None:
+        row = db.execute(f"SELECT {self._COLUMNS} FROM nodes WHERE node_name = ?", (node_name,)).fetchone()  # noqa: S608  (constant columns)
+        return None if row is None else self._record(row)
+
+    async def get(self, node_name: str) -> NodeRecord | None:
+        check_node_name(node_name)
+        return await self._run(lambda: self._get(self._conn, node_name))
+
+    async def list_nodes(self) -> list[NodeRecord]:
+        def run() -> list[NodeRecord]:
+            rows = self._conn.execute(f"SELECT {self._COLUMNS} FROM nodes ORDER BY node_name").fetchall()  # noqa: S608
+            return [self._record(r) for r in rows]
+
+        return await self._run(run)
+
+    async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
+        check_session_id(session_id)
+        if node_name is not None:
+            check_node_name(node_name)
+        return await self._run(
+            lambda: (
+                self._conn.execute("SELECT 1 FROM used_sessions WHERE id = ?", (session_id,)).fetchone()
+                is not None
+            )
+        )
+
+    async def audit(self, node_name: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        check_limit(limit)
+        if node_name is not None:
+            check_node_name(node_name)
+
+        def run() -> list[AuditEntry]:
+            cols = "at, node_name, action, actor, code, detail"
+            if node_name is None:
+                sql, args = f"SELECT {cols} FROM audit ORDER BY id DESC LIMIT ?", (limit,)  # noqa: S608
+            else:
+                sql = f"SELECT {cols} FROM audit WHERE node_name = ? ORDER BY id DESC LIMIT ?"  # noqa: S608
+                args = (node_name, limit)  # type: ignore[assignment]
+            out = []
+            for at, node, action, actor, code, detail in self._conn.execute(sql, args):
+                when = _from_us(at)
+                assert when is not None  # noqa: S101  (NOT NULL column)
+                out.append(AuditEntry(when, node, action, actor, code, detail))
+            return out
+
+        return await self._run(run)
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    async def commit(
+        self, att: Attestation, *, session_id: str, session_expires_at: datetime, action: str, check: Check
+    ) -> NodeRecord:
+        check_attestation(att)
+        check_session_id(session_id)
+        session_exp = check_time(session_expires_at, "session_expires_at")
+        check_action(action)
+
+        def run(db: sqlite3.Connection) -> NodeRecord:
+            if db.execute("SELECT 1 FROM used_sessions WHERE id = ?", (session_id,)).fetchone():
+                raise SessionReused("this session already finished")
+            other = db.execute(
+                "SELECT node_name FROM nodes WHERE ek_sha256 = ? AND node_name != ?",
+                (att.ek_sha256, att.node_name),
+            ).fetchone()
+            if other is not None:
+                raise NodeNameConflict(f"this TPM is bound to another node name ({other[0]})")
+            existing = self._get(db, att.node_name)
+            check(existing)
+            rec = record_from(
+                att,
+                revoked=existing.revoked if existing else False,
+                serials=existing.svid_serials if existing else (),
+            )
+            try:
+                db.execute(
+                    "INSERT INTO used_sessions (id, expires_at) VALUES (?, ?)",
+                    (session_id, _to_us(session_exp)),
+                )
+            except sqlite3.IntegrityError:
+                raise SessionReused("this session already finished") from None
+            self._put(db, rec)
+            self._audit(
+                db, rec.node_name, action, "node", "", f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
+            )
+            return rec
+
+        return await self._run(self._write, run)
+
+    @staticmethod
+    def _put(db: sqlite3.Connection, rec: NodeRecord) -> None:
+        # commit's records always carry these
+        assert rec.counters is not None  # noqa: S101
+        assert rec.attested_at is not None  # noqa: S101
+        assert rec.expires_at is not None  # noqa: S101
+        try:
+            db.execute(
+                """INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at,
+                                      expires_at, revoked, svid_serials)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (node_name) DO UPDATE SET
+                     ek_sha256 = excluded.ek_sha256, ak_public = excluded.ak_public,
+                     spiffe_id = excluded.spiffe_id, counters = excluded.counters,
+                     attested_at = excluded.attested_at, expires_at = excluded.expires_at,
+                     revoked = excluded.revoked, svid_serials = excluded.svid_serials""",
+                (
+                    rec.node_name,
+                    rec.ek_sha256,
+                    rec.ak_public,
+                    rec.spiffe_id,
+                    json.dumps(list(rec.counters)),
+                    _to_us(rec.attested_at),
+                    _to_us(rec.expires_at),
+                    int(rec.revoked),
+                    json.dumps(list(rec.svid_serials)),
+                ),
+            )
+        except sqlite3.IntegrityError:  # the UNIQUE(ek_sha256) backstop
+            raise NodeNameConflict("this TPM is bound to another node name") from None
+
+    async def record_refusal(self, node_name: str, code: str, detail: str) -> None:
+        check_node_name(node_name)
+        check_code(code)
+        text = clip(detail)
+        await self._run(self._write, lambda db: self._audit(db, node_name, "refused", "node", code, text))
+
+    async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
+        check_node_name(node_name)
+        check_actor(actor)
+        text = clip(reason)
+
+        def run(db: sqlite3.Connection) -> NodeRecord:
+            cur = db.execute("UPDATE nodes SET revoked = ? WHERE node_name = ?", (int(revoked), node_name))
+            if cur.rowcount == 0:
+                raise KeyError(node_name)
+            self._audit(db, node_name, "revoke" if revoked else "unrevoke", actor, "", text)
+            rec = self._get(db, node_name)
+            assert rec is not None  # noqa: S101  (inside the same transaction)
+            return rec
+
+        return await self._run(self._write, run)
+
+    async def forget(self, node_name: str, *, actor: str, reason: str) -> bool:
+        check_node_name(node_name)
+        check_actor(actor)
+        text = clip(reason)
+
+        def run(db: sqlite3.Connection) -> bool:
+            if db.execute("DELETE FROM nodes WHERE node_name = ?", (node_name,)).rowcount == 0:
+                return False
+            self._audit(db, node_name, "forget", actor, "", text)
+            return True
+
+        return await self._run(self._write, run)
+
+    async def prune(self, now: datetime) -> int:
+        cutoff = _to_us(check_time(now, "now"))
+
+        def run(db: sqlite3.Connection) -> int:
+            n = db.execute("DELETE FROM used_sessions WHERE expires_at < ?", (cutoff,)).rowcount
+            # the audit table is the one thing unauthenticated clients can grow (refusals)
+            db.execute(
+                "DELETE FROM audit WHERE id <= (SELECT id FROM audit ORDER BY id DESC LIMIT 1 OFFSET ?)",
+                (self._audit_rows,),
+            )
+            return int(n)
+
+        return await self._run(self._write, run)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+
+        def shut() -> None:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+        with contextlib.suppress(sqlite3.Error):
+            await loop.run_in_executor(self._pool, shut)
+        self._pool.shutdown(wait=True)
