@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
@@ -20,6 +21,7 @@ from cryptography.x509.oid import NameOID
 from attest.errors import CsrInvalid
 
 MAX_CSR_PEM = 16 * 1024
+MAX_RSA_BITS = 8192  # as Go's crypto/tls, which the kubelet uses
 _PEM = re.compile(
     r"-----BEGIN CERTIFICATE REQUEST-----\r?\n([A-Za-z0-9+/=\r\n]+?)-----END CERTIFICATE REQUEST-----\r?\n?"
 )
@@ -47,13 +49,17 @@ def parse_node_csr(pem: object, node_name: str) -> NodeCsr:
     try:
         der = base64.b64decode("".join(m.group(1).split()), validate=True)
         csr = x509.load_der_x509_csr(der)
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, x509.InvalidVersion):
         raise CsrInvalid("csr is not a DER PKCS#10 request") from None
     if csr.public_bytes(Encoding.DER) != der:
         raise CsrInvalid("csr has trailing or non-canonical bytes")
+    # The signature BIT STRING ends the DER; unused bits would make Go (the API server) read a
+    # different signature than the one cryptography verifies.
+    if der[-len(csr.signature) - 1] != 0:
+        raise CsrInvalid("csr signature BIT STRING is not octet-aligned")
     try:
         key = csr.public_key()
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, UnsupportedAlgorithm):  # unknown key algorithm or curve
         raise CsrInvalid("csr key is not supported") from None
     if isinstance(key, ec.EllipticCurvePublicKey):
         if not isinstance(key.curve, _CURVES):
@@ -61,15 +67,22 @@ def parse_node_csr(pem: object, node_name: str) -> NodeCsr:
     elif isinstance(key, rsa.RSAPublicKey):
         if key.key_size < 2048:
             raise CsrInvalid(f"csr RSA key has {key.key_size} bits; at least 2048 are needed")
+        if key.key_size > MAX_RSA_BITS:  # bigger CSRs overflow the session token (and cost CPU)
+            raise CsrInvalid(f"csr RSA key has {key.key_size} bits; at most {MAX_RSA_BITS} are allowed")
     else:
         raise CsrInvalid("csr key must be ECDSA (P-256, P-384) or RSA (>= 2048 bits)")
     if not csr.is_signature_valid:
         raise CsrInvalid("csr self-signature does not verify")
-    _check_subject(csr.subject, node_name)
-    if len(csr.extensions) > 0:
-        names = ", ".join(e.oid.dotted_string for e in csr.extensions)
+    # cryptography parses these lazily, so malformed contents only fail on access.
+    try:
+        subject, extensions, attributes = csr.subject, csr.extensions, csr.attributes
+    except (ValueError, x509.DuplicateExtension):
+        raise CsrInvalid("csr subject, extensions or attributes do not parse") from None
+    _check_subject(subject, node_name)
+    if len(extensions) > 0:
+        names = ", ".join(e.oid.dotted_string for e in extensions)
         raise CsrInvalid(f"csr must carry no extensions (SANs are not allowed in kubelet CSRs): {names}")
-    if len(csr.attributes) > 0:
+    if len(attributes) > 0:
         raise CsrInvalid("csr must carry no attributes")
     return NodeCsr(der, _pem(der), key)
 

@@ -35,19 +35,25 @@ def parse_duration(value: object) -> timedelta:
         return value
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or text such as 60s, 1h, 1h30m")  # noqa: TRY004 (pydantic)
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        m = _DURATION.fullmatch(value.strip())
-        if not value.strip() or m is None or not any(m.groups()):
-            raise ValueError(f"{value!r} is not a duration such as 60s, 1h, 1h30m")
-        d, h, mi, s, ms = (int(g) if g else 0 for g in m.groups())
-        seconds = d * 86400 + h * 3600 + mi * 60 + s + ms / 1000
-    else:
-        raise ValueError("a duration is a number of seconds or text such as 60s, 1h, 1h30m")  # noqa: TRY004 (pydantic)
-    if seconds <= 0:
+    try:
+        if isinstance(value, int | float):
+            seconds = float(value)
+        elif isinstance(value, str):
+            m = _DURATION.fullmatch(value.strip())
+            if not value.strip() or m is None or not any(m.groups()):
+                raise ValueError(f"{value!r} is not a duration such as 60s, 1h, 1h30m")
+            d, h, mi, s, ms = (int(g) if g else 0 for g in m.groups())
+            seconds = d * 86400 + h * 3600 + mi * 60 + s + ms / 1000
+        else:
+            raise ValueError("a duration is a number of seconds or text such as 60s, 1h, 1h30m")  # noqa: TRY004 (pydantic)
+        if not seconds > 0:  # also NaN
+            raise ValueError("a duration must be positive")
+        duration = timedelta(seconds=seconds)
+    except OverflowError:  # .inf, 1e400, 99999999999d; pydantic reports only ValueError cleanly
+        raise ValueError("the duration is too long") from None
+    if not duration:  # below a microsecond rounds to zero
         raise ValueError("a duration must be positive")
-    return timedelta(seconds=seconds)
+    return duration
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
@@ -231,13 +237,16 @@ def settings_from_obj(data: object, base: Path | None = None) -> Settings:
 
 def load_settings(path: Path) -> Settings:
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)  # never more than the cap into memory
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(f"config {path} is larger than {MAX_CONFIG_BYTES} bytes")
     try:
         data = yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506  (a SafeLoader subclass)
+    except RecursionError:  # deeply nested flow collections exhaust the composer's stack
+        raise ConfigError(f"config {path} is nested too deeply") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
     return settings_from_obj(data, path.parent)

@@ -138,6 +138,9 @@ class Sealer:
             raw = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
         except (binascii.Error, ValueError):
             raise SessionUnknown("not a session token") from None
+        if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != body:
+            # unused bits in the last character: refuse, so one token has exactly one spelling
+            raise SessionUnknown("not a session token")
         aead = self._keys.get(raw[:4])
         if aead is None or len(raw) < 4 + 12 + 16:
             raise SessionUnknown("the session was not issued by this service (unknown key)")
