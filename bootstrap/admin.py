@@ -1,8 +1,9 @@
 """Who may call the admin endpoints: an admin SVID (mTLS, IDs listed in ``admin.spiffe_ids``) or a
 Kubernetes bearer token (TokenReview, then a SubjectAccessReview per endpoint permission).
 
-Permissions map to RBAC requests on nodeattestations.nodegate.io (``list``, ``revoke``) and
-authorities.nodegate.io (``rotate``), so a cluster operator grants them with ordinary Roles.
+Permissions map to RBAC requests on nodeattestations.nodegate.io (``list``, ``revoke``),
+authorities.nodegate.io (``rotate``) and metrics.nodegate.io (``get``, for Prometheus), so a
+cluster operator grants them with ordinary Roles.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ PERMISSIONS: Mapping[str, tuple[str, str]] = {
     "list": ("list", "nodeattestations"),
     "revoke": ("revoke", "nodeattestations"),
     "rotate": ("rotate", "authorities"),
+    "metrics": ("get", "metrics"),
 }
 MAX_TOKEN = 16 * 1024
 

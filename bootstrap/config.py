@@ -119,7 +119,7 @@ class Limits(_Model):
     max_inflight: int = Field(default=256, ge=1)  # join requests being worked on at once
 
 
-AdminPermission = Literal["list", "revoke", "rotate"]
+AdminPermission = Literal["list", "revoke", "rotate", "metrics"]
 
 
 class AdminSettings(_Model):

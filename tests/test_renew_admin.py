@@ -29,7 +29,7 @@ def ek_ca() -> EkCa:
 
 @pytest.fixture
 async def svc(tmp_path: Path, ek_ca: EkCa) -> AsyncIterator[Running]:
-    admins = {ADMIN: ["list", "revoke", "rotate"], READER: ["list"]}
+    admins = {ADMIN: ["list", "revoke", "rotate", "metrics"], READER: ["list"]}
     async with running(settings_for(tmp_path, ek_ca, admin={"spiffe_ids": admins})) as r:
         yield r
 
@@ -175,3 +175,19 @@ async def test_cli_rotation_is_picked_up(svc: Running, tmp_path: Path) -> None:
         roots = x509.load_pem_x509_certificates(await resp.read())
     assert len(roots) == 2
     assert svc.service.cas.sequence == 2
+
+
+async def test_metrics_need_the_permission_and_count_codes(svc: Running, ek_ca: EkCa, tmp_path: Path) -> None:
+    await _joined(svc, tmp_path, ek_ca, "m-1")
+    async with svc.http() as http:
+        await post(http, f"{svc.base}/v1/join/start", {"node_name": "m-2"})
+        async with http.get(f"{svc.base}/metrics") as resp:
+            assert resp.status == 401
+    async with svc.http(_admin_svid(svc, tmp_path, READER)) as http, http.get(f"{svc.base}/metrics") as resp:
+        assert resp.status == 403
+    async with svc.http(_admin_svid(svc, tmp_path, ADMIN)) as http, http.get(f"{svc.base}/metrics") as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    assert 'nodegate_requests_total{code="ok",endpoint="join_finish"} 1.0' in text
+    assert 'nodegate_requests_total{code="malformed_request",endpoint="join_start"} 1.0' in text
+    assert 'nodegate_request_seconds_count{endpoint="join_start"} 2.0' in text
