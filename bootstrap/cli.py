@@ -44,6 +44,15 @@ def _parser() -> argparse.ArgumentParser:
     casub = ca.add_subparsers(dest="ca_command", metavar="ACTION", required=True)
     rotate = casub.add_parser("rotate", help="add a new signing CA; the old one retires after ca_grace")
     rotate.add_argument("--config", type=Path, metavar="FILE", help="the service's config")
+    issue = casub.add_parser("issue-admin", help="issue an admin SVID (key + certificate) for the admin API")
+    issue.add_argument("--config", type=Path, metavar="FILE", help="the service's config")
+    issue.add_argument(
+        "--spiffe-id", required=True, help="must be listed in admin.spiffe_ids to grant anything"
+    )
+    issue.add_argument(
+        "--out", required=True, type=Path, metavar="DIR", help="writes admin.key and admin.pem (0600)"
+    )
+    issue.add_argument("--ttl", default="8h", help="lifetime (default 8h)")
     policy = sub.add_parser("policy", help="admission policy tools")
     psub = policy.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
     test = psub.add_parser("test", help="judge AdmissionReview files offline; prints one response per file")
@@ -87,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bootstrap import joinclient  # noqa: PLC0415
 
         return joinclient.main(args)
+    if args.command == "ca" and args.ca_command == "issue-admin":
+        return _issue_admin(args.config, args.spiffe_id, args.out, args.ttl)
     if args.command == "ca":
         return _rotate(args.config)
     if args.command == "demo":
@@ -149,6 +160,50 @@ def _rotate(config: Path | None) -> int:
     print(f"new signer {rotated.signer.stem}; bundle sequence {rotated.bundle_sequence(now)}")
     for a in old:
         print(f"  {a.stem} stays in the bundle until {a.retire_at.isoformat() if a.retire_at else 'expiry'}")
+    return 0
+
+
+def _issue_admin(config: Path | None, spiffe_id: str, out: Path, ttl: str) -> int:
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+
+    from attest import svid  # noqa: PLC0415
+    from bootstrap.authority import CaStore, CaUnavailable  # noqa: PLC0415
+    from bootstrap.config import parse_duration  # noqa: PLC0415
+    from bootstrap.files import ensure_dir, write_atomic  # noqa: PLC0415
+
+    settings = _settings(config)
+    if settings is None:
+        return 2
+    try:
+        sid = svid.parse_spiffe_id(spiffe_id)
+        lifetime = parse_duration(ttl)
+        cas = CaStore(settings.state_dir / "ca", settings.trust_domain).load()
+    except (ValueError, CaUnavailable) as exc:
+        print(f"nodegate ca issue-admin: {exc}", file=sys.stderr)
+        return 2
+    if spiffe_id not in settings.admin.spiffe_ids:
+        print(f"nodegate ca issue-admin: note: {spiffe_id} is not in admin.spiffe_ids; it grants nothing yet")
+    key = ec.generate_private_key(ec.SECP256R1())
+    try:
+        leaf = svid.issue_svid(
+            cas.signer, spiffe_id=sid, public_key=key.public_key(), now=datetime.now(UTC), ttl=lifetime
+        )
+    except ValueError as exc:
+        print(f"nodegate ca issue-admin: {exc}", file=sys.stderr)
+        return 2
+    ensure_dir(out)
+    write_atomic(
+        out / "admin.key",
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
+    write_atomic(out / "admin.pem", leaf.public_bytes(serialization.Encoding.PEM))
+    until = leaf.not_valid_after_utc.isoformat()
+    print(f"{sid}: {out / 'admin.pem'} (key {out / 'admin.key'}), valid until {until}")
     return 0
 
 

@@ -191,3 +191,28 @@ async def test_metrics_need_the_permission_and_count_codes(svc: Running, ek_ca: 
     assert 'nodegate_requests_total{code="ok",endpoint="join_finish"} 1.0' in text
     assert 'nodegate_requests_total{code="malformed_request",endpoint="join_start"} 1.0' in text
     assert 'nodegate_request_seconds_count{endpoint="join_start"} 2.0' in text
+
+
+async def test_cli_issues_an_admin_svid(svc: Running, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"trust_domain: fleet.test\nstate_dir: {svc.service.settings.state_dir}\n")
+    out = tmp_path / "admin"
+    assert (
+        cli.main(["ca", "issue-admin", "--config", str(config), "--spiffe-id", READER, "--out", str(out)])
+        == 0
+    )
+    assert (out / "admin.key").stat().st_mode & 0o777 == 0o600
+    creds = (out / "admin.pem", out / "admin.key")
+    async with svc.http(creds) as http, http.get(f"{svc.base}/v1/admin/nodes") as resp:
+        assert resp.status == 200
+    bad = [
+        "ca",
+        "issue-admin",
+        "--config",
+        str(config),
+        "--spiffe-id",
+        "spiffe://other.td/x",
+        "--out",
+        str(out),
+    ]
+    assert cli.main(bad) == 2
