@@ -93,8 +93,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args.config, args.insecure_plaintext, args.port_file)
     if args.command == "join":
+        import logging  # noqa: PLC0415
+
         from bootstrap import joinclient  # noqa: PLC0415
 
+        handler = logging.StreamHandler(sys.stderr)  # retry notices, one line each
+        handler.setFormatter(logging.Formatter("nodegate join: %(message)s"))
+        logger = logging.getLogger("nodegate.join")
+        logger.handlers[:] = [handler]
+        logger.setLevel(logging.WARNING)
+        logger.propagate = False
         return joinclient.main(args)
     if args.command == "ca" and args.ca_command == "issue-admin":
         return _issue_admin(args.config, args.spiffe_id, args.out, args.ttl)
