@@ -103,6 +103,13 @@ class KubernetesSettings(_Model):
 class GateSettings(_Model):
     taint_key: str = "nodegate.io/hold"
     stability_window: Duration = timedelta(seconds=30)
+    # Additions to DESIGN.md (docs/gate.md): re-attestation, quarantine effect, resync, leader lease.
+    attestation_lifetime: Duration | None = None  # older attestations are quarantined; None: expiresAt only
+    quarantine_effect: Literal["NoSchedule", "NoExecute"] = "NoSchedule"
+    resync: Duration = timedelta(minutes=10)
+    lease_namespace: str = "nodegate"
+    lease_name: str = "nodegate-gate"
+    lease_duration: Duration = timedelta(seconds=15)
 
 
 class AdmissionSettings(_Model):
