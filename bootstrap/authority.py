@@ -8,7 +8,9 @@ readers notice a rotation by the index's modification time. Key files are 0600, 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from attest import ca, svid
 from bootstrap.files import create_exclusive, ensure_dir, read_limited, write_atomic
 
-MAX_CA_FILES = 2 * ca.MAX_AUTHORITIES + 1
+_STEM = re.compile(r"ca-[0-9a-f]{16}")
 SERVER_TTL = timedelta(days=30)
 _RENEW_BEFORE = timedelta(days=10)
 
@@ -49,13 +51,14 @@ class CaStore:
         return st.st_mtime_ns ^ st.st_ino
 
     def load(self) -> ca.CaSet:
+        # Only the files the index names: other files may be a racing replica's leftovers that it
+        # is deleting right now, or authorities pruned since.
         files: dict[str, bytes] = {}
         try:
-            names = [n for n in os.listdir(self.folder) if not n.startswith(".")]
-            if len(names) > MAX_CA_FILES:
-                raise CaUnavailable(f"{self.folder} holds {len(names)} files; at most {MAX_CA_FILES}")
-            for name in names:
-                files[name] = read_limited(self.folder / name, ca.MAX_INDEX_FILE)
+            files[ca.INDEX_FILE] = read_limited(self.index, ca.MAX_INDEX_FILE)
+            for stem in _stems(files[ca.INDEX_FILE]):
+                for name in (f"{stem}.key", f"{stem}.pem"):
+                    files[name] = read_limited(self.folder / name, ca.MAX_INDEX_FILE)
         except (OSError, ValueError) as exc:
             raise CaUnavailable(f"cannot read the CA in {self.folder}: {exc}") from None
         try:
@@ -100,6 +103,18 @@ class CaStore:
         rotated = self.load().prune(now).rotate(now=now, grace=grace)
         self.save(rotated)
         return rotated
+
+
+def _stems(index: bytes) -> list[str]:
+    """The authority stems an index names (CaSet.load validates the index fully)."""
+    try:
+        doc = json.loads(index)
+    except ValueError:
+        return []
+    entries = doc.get("authorities") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or len(entries) > ca.MAX_AUTHORITIES:
+        return []
+    return [e["stem"] for e in entries if isinstance(e, dict) and _STEM.fullmatch(str(e.get("stem", "")))]
 
 
 @dataclass(frozen=True, slots=True)
