@@ -12,6 +12,7 @@ does I/O; the only state is a bounded cache of parsed public keys, keyed by thei
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import struct
@@ -241,13 +242,26 @@ def _require_bytes(value: object, what: str) -> None:
         raise MalformedInput(f"{what} must be bytes, not {type(value).__name__}")
 
 
-def _hex_set(entries: Collection[str], what: str) -> set[str]:
+def _hex_set(entries: Collection[str], what: str) -> frozenset[str]:
+    if type(entries) is frozenset:
+        # A service passes the same configured frozenset on every join: normalise it once, not
+        # per call (a fleet's allowlist has thousands of entries). frozenset hashes are cached.
+        return _hex_frozen(entries, what)
+    return _hex_normalise(entries, what)
+
+
+@functools.lru_cache(maxsize=16)
+def _hex_frozen(entries: frozenset[str], what: str) -> frozenset[str]:
+    return _hex_normalise(entries, what)
+
+
+def _hex_normalise(entries: Collection[str], what: str) -> frozenset[str]:
     out = set()
     for entry in entries:
         if not isinstance(entry, str):
             raise MalformedInput(f"{what} entries must be hex strings")
         out.add(entry.lower())
-    return out
+    return frozenset(out)
 
 
 def _cert_key(cert: x509.Certificate) -> PublicKey:

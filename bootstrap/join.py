@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -48,6 +49,7 @@ from bootstrap.sessions import Sealer, Session
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
 
 log = logging.getLogger("nodegate.join")
+_USED_CACHE = 100_000  # session ids this replica committed, kept until they expire
 
 Refusal = Callable[[str, str, str], Awaitable[None]]  # node_name, code, detail
 
@@ -108,6 +110,7 @@ class JoinService:
         self._now = now
         self._selection = settings.pcr_policy.selection
         self._inventory = settings.inventory_index
+        self._used: OrderedDict[str, float] = OrderedDict()  # session id -> expiry (unix)
 
     # -- join ----------------------------------------------------------------------------------
 
@@ -157,7 +160,7 @@ class JoinService:
             raise
 
     async def _finish(self, session: Session, req: FinishRequest) -> FinishResponse:
-        if await self._used(session):
+        if self._recently_used(session):
             raise SessionReused("this session already finished a join; start again")
         credential.verify_credential_proof(session.secret, req.session, req.proof)
         record = await self._get(session.node_name)
@@ -212,7 +215,7 @@ class JoinService:
         if session.spiffe_id != str(sid) or session.node_name != record.node_name:
             raise SessionUnknown("this renewal session belongs to another SVID")
         try:
-            if await self._used(session):
+            if self._recently_used(session):
                 raise SessionReused("this session already renewed the SVID; start again")
             quote = tpm.verify_quote(
                 session.ak_public,
@@ -302,6 +305,7 @@ class JoinService:
             )
         except StoreUnavailable as exc:
             raise Unavailable(f"store: {exc}", retry_after=2) from None
+        self._remember(session)
         chain = leaf.public_bytes(serialization.Encoding.PEM).decode()
         return Issued(
             record,
@@ -356,11 +360,19 @@ class JoinService:
         except StoreUnavailable as exc:
             raise Unavailable(f"store: {exc}", retry_after=2) from None
 
-    async def _used(self, session: Session) -> bool:
-        try:
-            return await self.store.session_used(session.id, node_name=session.node_name)
-        except StoreUnavailable as exc:
-            raise Unavailable(f"store: {exc}", retry_after=2) from None
+    def _remember(self, session: Session) -> None:
+        now = self._now().timestamp()
+        self._used[session.id] = session.expires_at
+        while self._used:
+            oldest, expires = next(iter(self._used.items()))
+            if expires > now and len(self._used) <= _USED_CACHE:
+                break
+            del self._used[oldest]
+
+    def _recently_used(self, session: Session) -> bool:
+        """A replay this replica has seen, refused before any crypto. Only a fast path: the store's
+        commit is what makes a session single-use across replicas (and after a restart)."""
+        return session.id in self._used
 
     async def _refused(self, node_name: str, exc: AttestationError) -> None:
         """Refusals of sessions we issued are audited (start-step refusals are not: anyone can
