@@ -25,7 +25,7 @@ from typing import Any
 from aiohttp import web
 from cryptography import x509
 
-from admission.webhook import Decider, LocalRbac, StaticPolicies, make_handler
+from admission.webhook import MAX_REVIEW_BYTES, Decider, LocalRbac, StaticPolicies, make_handler
 from attest import ca, svid
 from attest.errors import AttestationError, MalformedInput, PayloadTooLarge, RateLimited
 from bootstrap import authority, sessions
@@ -321,7 +321,16 @@ async def read_json(request: web.Request) -> Any:
         raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
     if request.content_type != "application/json":
         raise UnsupportedMediaType("send application/json")
-    raw = await request.read()
+    # The app's client_max_size is the webhook's (AdmissionReviews carry whole objects); the join
+    # API keeps the protocol's 64 KiB, also for bodies without Content-Length.
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_chunked(16 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
         return json.loads(raw, object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError) as exc:
@@ -506,9 +515,7 @@ SERVICE = web.AppKey("service", Service)
 
 
 def make_app(service: Service) -> web.Application:
-    app = web.Application(
-        client_max_size=service.settings.limits.max_body_bytes, middlewares=[problems], handler_args={}
-    )
+    app = web.Application(client_max_size=MAX_REVIEW_BYTES, middlewares=[problems], handler_args={})
     app[SERVICE] = service
     r = app.router
     r.add_post("/v1/join/start", join_start, name="join_start")

@@ -176,3 +176,42 @@ async def test_bad_bodies(svc: Running, body: bytes, status: int, code: str) -> 
                 out = await resp.json(content_type=None)
                 assert resp.content_type == "application/problem+json"
             _expect(resp.status, out, status, code)
+
+
+async def test_chunked_oversize_body_is_refused(svc: Running) -> None:
+    async def body():  # type: ignore[no-untyped-def]
+        for _ in range(80):
+            yield b" " * 1024
+
+    async with svc.http() as http:
+        headers = {"Content-Type": "application/json"}
+        async with http.post(f"{svc.base}/v1/join/start", data=body(), headers=headers) as resp:
+            out = await resp.json(content_type=None)
+    _expect(resp.status, out, 413, "payload_too_large")
+
+
+async def test_webhook_takes_reviews_larger_than_the_join_limit(svc: Running) -> None:
+    big = {"x": "y" * (200 * 1024)}
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "skyhook.nvidia.com", "version": "v1alpha1", "kind": "Skyhook"},
+            "resource": {"group": "skyhook.nvidia.com", "version": "v1alpha1", "resource": "skyhooks"},
+            "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+            "name": "big",
+            "object": {
+                "apiVersion": "skyhook.nvidia.com/v1alpha1",
+                "kind": "Skyhook",
+                "metadata": {"name": "big", "annotations": big},
+                "spec": {},
+            },
+        },
+    }
+    async with svc.http() as http, http.post(f"{svc.base}/admission/validate", json=review) as resp:
+        assert resp.status == 200
+        out = await resp.json()
+    assert out["response"]["uid"] == "u-1"
+    assert out["response"]["allowed"] is False  # no PackagePolicies here: fail closed, but answered
