@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -173,6 +174,9 @@ class SqliteStore:
         # WAL mode a reader never waits for the writer, and a ~20 µs lookup is cheaper than the
         # ~150 µs round trip through the worker thread (two of them per join).
         self._reader: sqlite3.Connection | None = None
+        self._plock = threading.Lock()
+        self._pending: list[tuple[Callable[[sqlite3.Connection], Any], asyncio.Future[Any]]] = []
+        self._flush_scheduled = False
         self._closed = False
 
     @classmethod
@@ -250,6 +254,58 @@ class SqliteStore:
                 db.execute("ROLLBACK")
             raise
         return out
+
+    async def _grouped(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Group commit: commits that arrive while the store thread is busy (typically waiting for
+        the previous fsync) share one transaction and one fsync. Each runs in its own savepoint,
+        so one that raises (SessionReused, a failed check) is rolled back alone; a failed COMMIT
+        fails them all, and none of them returned before its data was on disk."""
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        with self._plock:
+            self._pending.append((fn, fut))
+            start = not self._flush_scheduled
+            self._flush_scheduled = True
+        if start:
+            try:
+                self._pool.submit(self._flush, loop)
+            except RuntimeError:  # the pool was shut down under us
+                raise StoreUnavailable("the store is closed") from None
+        result: T = await fut
+        return result
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._plock:
+            batch, self._pending = self._pending, []
+            self._flush_scheduled = False
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            db = self._conn
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for fn, fut in batch:
+                    db.execute("SAVEPOINT job")
+                    try:
+                        outcomes.append((fut, fn(db), None))
+                    except Exception as exc:  # noqa: BLE001  (handed to that job's caller)
+                        db.execute("ROLLBACK TO job")
+                        err: BaseException = exc
+                        if isinstance(exc, sqlite3.OperationalError | sqlite3.DatabaseError):
+                            err = StoreUnavailable(f"sqlite: {exc}")
+                        outcomes.append((fut, None, err))
+                    db.execute("RELEASE job")
+                db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+        except (sqlite3.Error, StoreUnavailable) as exc:
+            failed = exc if isinstance(exc, StoreUnavailable) else StoreUnavailable(f"sqlite: {exc}")
+            outcomes = [(fut, None, failed) for _, fut in batch]
+        for fut, value, error in outcomes:
+            loop.call_soon_threadsafe(_settle, fut, value, error)
 
     def _audit(
         self, db: sqlite3.Connection, node: str, action: str, actor: str, code: str, detail: str
@@ -368,7 +424,7 @@ class SqliteStore:
             )
             return rec
 
-        return await self._run(self._write, run)
+        return await self._grouped(run)
 
     @staticmethod
     def _put(db: sqlite3.Connection, rec: NodeRecord) -> None:
@@ -468,3 +524,12 @@ class SqliteStore:
             with contextlib.suppress(sqlite3.Error):
                 self._reader.close()
             self._reader = None
+
+
+def _settle(fut: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if fut.cancelled():  # the caller went away; its commit stands (or failed) regardless
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(value)

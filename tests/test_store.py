@@ -565,3 +565,37 @@ async def _run_ops(path: Path, steps: list[tuple[object, ...]]) -> None:
 def test_store_matches_a_model(steps: list[tuple[object, ...]]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(_run_ops(Path(tmp) / "nodegate.db", steps))
+
+
+async def test_group_commit_rolls_back_only_the_failing_job(store: SqliteStore) -> None:
+    """Commits that arrive together share one transaction; one whose check fails leaves no trace
+    and the others land."""
+    flushes: list[int] = []
+    original = store._flush
+
+    def counting(loop: asyncio.AbstractEventLoop) -> None:
+        flushes.append(len(store._pending))
+        original(loop)
+
+    store._flush = counting  # type: ignore[method-assign]
+
+    def refuse(_existing: NodeRecord | None) -> None:
+        raise NodeRevoked("no")
+
+    eks = [f"{i:064x}" for i in range(1, 11)]
+    results = await asyncio.gather(
+        *(
+            commit(store, make_att(f"g-{i}", eks[i]), f"s{i}", check=refuse if i == 4 else allow)
+            for i in range(10)
+        ),
+        return_exceptions=True,
+    )
+    assert [type(r).__name__ for r in results].count("NodeRevoked") == 1
+    assert isinstance(results[4], NodeRevoked)
+    assert max(flushes) > 1  # they really were grouped
+    assert await store.get("g-4") is None
+    assert not await store.session_used("s4")
+    assert sorted(r.node_name for r in await store.list_nodes()) == sorted(
+        f"g-{i}" for i in range(10) if i != 4
+    )
+    assert {a.node_name for a in await store.audit()} == {f"g-{i}" for i in range(10) if i != 4}
