@@ -47,6 +47,10 @@ class KubeUnavailable(Exception):
     """The API server could not be reached or answered with an error."""
 
 
+class NotServed(KubeUnavailable):
+    """404 on a collection: the API group or the custom resource is not installed."""
+
+
 class WatchExpired(Exception):
     """410 Gone: the resourceVersion is too old; list again."""
 
@@ -94,6 +98,7 @@ class Kube:
         self._core = kc.CoreV1Api(api)
         self._certs = kc.CertificatesV1Api(api)
         self._authn = kc.AuthenticationV1Api(api)
+        self._coordination = kc.CoordinationV1Api(api)
 
     @classmethod
     def for_host(cls, host: str, timeout: float = DEFAULT_TIMEOUT) -> Kube:
@@ -175,7 +180,7 @@ class Kube:
         try:
             return await self._json(what, call, echo=echo)
         except NotFound as exc:
-            raise KubeUnavailable(str(exc)) from None
+            raise NotServed(str(exc)) from None
 
     @staticmethod
     async def _raw(call: Any) -> dict[str, Any]:
@@ -324,6 +329,64 @@ class Kube:
         call: Any = self._core.patch_node  # Any: the stubs omit _content_type
         return await self._json(
             f"patch node {name}", call(name, patch, _content_type=MERGE_PATCH, _preload_content=False)
+        )
+
+    async def patch_node_status(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """JSON merge patch of the node's /status subresource. A merge patch replaces
+        status.conditions whole, so read-modify-write it with ``metadata.resourceVersion`` in the
+        patch: a stale one -> Conflict. Missing -> NotFound."""
+        call: Any = self._core.patch_node_status  # Any: the stubs omit _content_type
+        return await self._json(
+            f"patch node {name}/status",
+            call(name, patch, _content_type=MERGE_PATCH, _preload_content=False),
+        )
+
+    async def list_nodes(self, label_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        """Every Node (optionally only those matching ``label_selector``) and the list's
+        resourceVersion."""
+        kwargs: dict[str, Any] = {"_preload_content": False}
+        if label_selector:
+            kwargs["label_selector"] = label_selector
+        out = await self._json_or_unavailable("list nodes", self._core.list_node(**kwargs))
+        return _items(out), _list_version(out)
+
+    async def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent]:
+        """Node events after ``resource_version`` until the server ends the stream. Raises
+        WatchExpired on 410 Gone and KubeUnavailable on other failures."""
+        async for event in self._watch("nodes", self._core.list_node, resource_version=resource_version):
+            yield event
+
+    # -- leases (coordination.k8s.io/v1) ---------------------------------------------------------
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease, or None when there is none."""
+        try:
+            return await self._json(
+                f"get lease {namespace}/{name}",
+                self._coordination.read_namespaced_lease(name, namespace, _preload_content=False),
+            )
+        except NotFound:
+            return None
+
+    async def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create and return the stored Lease; Conflict if one of that name exists."""
+        name = str(body.get("metadata", {}).get("name", ""))
+        lease: Any = body  # a plain dict: the client serialises it as is
+        return await self._json_or_unavailable(
+            f"create lease {namespace}/{name}",
+            self._coordination.create_namespaced_lease(namespace, lease, _preload_content=False),
+        )
+
+    async def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Replace the Lease (PUT). The body must carry ``metadata.resourceVersion`` (the one read):
+        a lease taken over without it could silently overwrite another holder. Stale -> Conflict,
+        missing -> NotFound."""
+        if not str(body.get("metadata", {}).get("resourceVersion") or ""):
+            raise ValueError("replace_lease needs metadata.resourceVersion")
+        lease: Any = body
+        return await self._json(
+            f"replace lease {namespace}/{name}",
+            self._coordination.replace_namespaced_lease(name, namespace, lease, _preload_content=False),
         )
 
     # -- certificate signing requests (certificates.k8s.io/v1) ----------------------------------
@@ -542,36 +605,46 @@ class Kube:
     ) -> AsyncIterator[WatchEvent]:
         """Events after ``resource_version`` until the server ends the stream. Raises WatchExpired
         on 410 Gone and KubeUnavailable on other failures."""
-        watcher = kw.Watch()
-        stream = watcher.stream(
+        async for event in self._watch(
+            plural,
             self._custom.list_cluster_custom_object,
             group,
             version,
             plural,
             resource_version=resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=WATCH_SECONDS,
-        )
+        ):
+            yield event
+
+    async def _watch(
+        self, what: str, list_call: Any, *args: Any, resource_version: str
+    ) -> AsyncIterator[WatchEvent]:
+        # return_type "object": plain dicts; the generated models reject what they do not expect.
+        watcher = kw.Watch(return_type="object")
+        kwargs: dict[str, Any] = {"allow_watch_bookmarks": True, "timeout_seconds": WATCH_SECONDS}
+        if resource_version:
+            kwargs["resource_version"] = resource_version
+        stream = watcher.stream(list_call, *args, **kwargs)
         try:
             async for event in stream:
                 kind = str(event.get("type", ""))
                 obj = event.get("raw_object") or event.get("object")
                 if kind == "ERROR":
-                    _raise_watch_error(plural, obj)
+                    _raise_watch_error(what, obj)
                 if isinstance(obj, dict):
                     yield WatchEvent(kind, obj)
         except ApiException as exc:
             if exc.status == 410:
                 raise WatchExpired(str(exc.reason)) from None
-            raise KubeUnavailable(f"watch {plural}: HTTP {exc.status} {exc.reason}") from None
+            raise KubeUnavailable(f"watch {what}: HTTP {exc.status} {exc.reason}") from None
         except (aiohttp.ClientError, OSError, ValueError, KeyError) as exc:  # a malformed line
-            raise KubeUnavailable(f"watch {plural}: {type(exc).__name__}: {exc}") from None
+            raise KubeUnavailable(f"watch {what}: {type(exc).__name__}: {exc}"[:300]) from None
         except Exception as exc:  # kubernetes_asyncio raises bare Exception for malformed events
             if type(exc) is not Exception:
                 raise
-            raise KubeUnavailable(f"watch {plural}: {exc}"[:300]) from None
+            raise KubeUnavailable(f"watch {what}: {exc}"[:300]) from None
         finally:
             watcher.stop()
+            await watcher.close()
 
 
 def _csr_conditions(csr: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ It fills the gaps that matter to nodegate's Kubernetes code:
   and watches;
 - SubjectAccessReviews and TokenReviews are answered by test-supplied functions (kmock has no
   authorizer or authenticator);
+- ``script(verb, resource, answer)`` answers the next matching request once with an error status or
+  (for a watch) a short stream of events (kmock's own reactions answer every matching request);
 - an optional ``signer`` plays kube-controller-manager: when an approval write approves a CSR, the
   certificate it returns lands in ``status.certificate`` within that same write, so watches see it
   (kmock emits no watch event for direct edits of ``kmock.objects``).
@@ -24,8 +26,9 @@ import asyncio
 import base64
 import copy
 import itertools
+import json
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -116,6 +119,32 @@ class ShimEmulator(kmock.KubernetesEmulator):
     _versions: Any = attrs.field(factory=lambda: itertools.count(1000), init=False)
     # Check-then-write must be atomic or two writers with the same resourceVersion both win.
     _writes: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
+    _scripted: list[tuple[str, str, int | tuple[dict[str, Any], ...]]] = attrs.field(factory=list, init=False)
+
+    def script(self, verb: str, resource: str, answer: int | Sequence[dict[str, Any]]) -> None:
+        """Answer the next ``verb`` (list, watch, fetch, create, patch, put, delete) of ``resource``
+        (``v1/nodes``, ``group/version/plural``) once: with ``answer`` as an error status, or for a
+        watch a stream of these events that then ends. Scripts are used in the order given."""
+        self._scripted.append((verb.lower(), resource, answer if isinstance(answer, int) else tuple(answer)))
+
+    def _scripted_answer(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
+        res = request.resource
+        if res is None or not self._scripted:
+            return None
+        key = f"{res.group}/{res.version}/{res.plural}" if res.group else f"{res.version}/{res.plural}"
+        verbs = {
+            str(request.action.value).lower() if request.action else "",
+            str(request.method.value).lower(),
+        }
+        for i, (verb, resource, answer) in enumerate(self._scripted):
+            if resource == key and verb in verbs:
+                del self._scripted[i]
+                if isinstance(answer, int):
+                    body = status_body(answer, "Scripted", f"scripted {answer}")
+                    return aiohttp.web.json_response(body, status=answer)
+                lines = b"".join(json.dumps(e).encode() + b"\n" for e in answer)
+                return aiohttp.web.Response(body=lines, content_type="application/json")
+        return None
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         review = self._review(request)
@@ -123,6 +152,9 @@ class ShimEmulator(kmock.KubernetesEmulator):
             return review
         if request.params.get("watch") in ("True", "1") and request.action == enums.action.LIST:
             object.__setattr__(request, "action", enums.action.WATCH)
+        scripted = self._scripted_answer(request)
+        if scripted is not None:
+            return scripted
         if request.action == enums.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
