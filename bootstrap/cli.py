@@ -1,7 +1,7 @@
 """Command line: `nodegate` and `kubectl-nodegate`.
 
-`serve`, `join`, `ca rotate`, `demo` and `policy` work; the gate and backup commands arrive with
-their issues and say so when called.
+`serve`, `gate`, `join`, `ca`, `demo` and `policy` work; backup and restore arrive with their issue
+and say so when called.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 _PENDING = {
-    "gate": "the hold-taint controller (issue 4)",
     "backup": "backup and restore (issue 6)",
     "restore": "backup and restore (issue 6)",
 }
@@ -35,6 +34,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--port-file", type=Path, metavar="FILE", help="write the bound port here once listening"
+    )
+    gate = sub.add_parser("gate", help="run the hold-taint controller alone (serve runs it too)")
+    gate.add_argument("--config", type=Path, metavar="FILE", help="the service's config (kubernetes, gate)")
+    gate.add_argument("--once", action="store_true", help="reconcile every node once and exit")
+    gate.add_argument(
+        "--no-lease",
+        action="store_true",
+        help="with --once: do not take the leader Lease (only when no other gate can be running)",
     )
     join = sub.add_parser("join", help="attest this machine with its TPM and fetch its credentials")
     from bootstrap import joinclient  # noqa: PLC0415  (argument definitions only; no TPM import)
@@ -92,6 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return policytool.run(args.policy, args.rbac, args.reviews, args.owner)
     if args.command == "serve":
         return _serve(args.config, args.insecure_plaintext, args.port_file)
+    if args.command == "gate":
+        return _gate(args.config, once=args.once, lease=not args.no_lease)
     if args.command == "join":
         import logging  # noqa: PLC0415
 
@@ -147,6 +156,79 @@ def _serve(config: Path | None, plaintext: bool, port_file: Path | None) -> int:
         print(f"nodegate serve: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _gate(config: Path | None, *, once: bool, lease: bool) -> int:
+    """Exit codes: 0 done (or stopped by a signal), 1 a pass with errors, 2 config or cluster
+    errors, 3 another gate holds the Lease (--once)."""
+    import asyncio  # noqa: PLC0415
+
+    from bootstrap import logs  # noqa: PLC0415
+    from bootstrap.kube import KubeUnavailable  # noqa: PLC0415
+
+    settings = _settings(config)
+    if settings is None:
+        return 2
+    logs.configure()
+    try:
+        return asyncio.run(_gate_async(settings, once=once, lease=lease))
+    except KubeUnavailable as exc:  # KubeConfigError: a kubeconfig that cannot be used
+        print(f"nodegate gate: {exc}", file=sys.stderr)
+        return 2
+
+
+async def _gate_async(settings: Any, *, once: bool, lease: bool) -> int:
+    import asyncio  # noqa: PLC0415
+    import contextlib  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from bootstrap.gate import Gate, LeaseHeld, identity  # noqa: PLC0415
+    from bootstrap.kube import Kube  # noqa: PLC0415
+
+    kube = await Kube.from_config(
+        str(settings.kubernetes.kubeconfig) if settings.kubernetes.kubeconfig else None,
+        timeout=settings.kubernetes.timeout.total_seconds(),
+    )
+    if kube is None:
+        print(
+            "nodegate gate: no cluster: set kubernetes.kubeconfig in the config, or run in a pod",
+            file=sys.stderr,
+        )
+        return 2
+    gate = Gate(
+        kube,
+        settings.gate,
+        events_namespace=settings.kubernetes.events_namespace,
+        now=lambda: datetime.now(UTC),
+        identity=identity(),
+    )
+    try:
+        if once:
+            try:
+                report = await gate.once(lease=lease)
+            except LeaseHeld as exc:
+                print(f"nodegate gate --once: {exc}", file=sys.stderr)
+                return 3
+            print(_report_line(report))
+            for error in report.errors:
+                print(f"nodegate gate --once: {error}", file=sys.stderr)
+            return 1 if report.errors else 0
+        task = asyncio.get_running_loop().create_task(gate.run())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task  # run() gives the Lease back when cancelled
+        return 0
+    finally:
+        await kube.close()
+
+
+def _report_line(report: Any) -> str:
+    held = ", ".join(f"{reason} {n}" for reason, n in sorted(report.held.items())) or "none"
+    return f"{report.nodes} nodes: {report.released} released; held: {held}; {report.writes} writes"
 
 
 def _rotate(config: Path | None) -> int:
@@ -216,15 +298,10 @@ def _issue_admin(config: Path | None, spiffe_id: str, out: Path, ttl: str) -> in
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="kubectl nodegate", description="Why nodes are held.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("status", help="nodes, hold reasons and what each waits for; not built yet")
-    args = p.parse_args(argv)
-    if args.command is None:
-        p.print_help()
-        return 0
-    print("kubectl nodegate status: arrives with the hold gate (issue 4).", file=sys.stderr)
-    return 2
+    """``kubectl nodegate status ...`` (kubectl finds ``kubectl-nodegate`` on PATH)."""
+    from bootstrap import kubectl  # noqa: PLC0415
+
+    return kubectl.main(argv)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,18 @@ def parse_duration(value: object) -> timedelta:
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
+def parse_window(value: object) -> timedelta:
+    """A duration that may also be zero (``0``, ``0s``): a stability window can be switched off."""
+    if not isinstance(value, bool) and (
+        value == 0 or (isinstance(value, str) and value.strip() in ("0", "0s"))
+    ):
+        return timedelta(0)
+    return parse_duration(value)
+
+
+Window = Annotated[timedelta, BeforeValidator(parse_window)]
+
+
 def is_node_name(name: object) -> bool:
     return isinstance(name, str) and len(name) <= 253 and NODE_NAME.fullmatch(name) is not None
 
@@ -102,8 +114,11 @@ class KubernetesSettings(_Model):
 
 class GateSettings(_Model):
     taint_key: str = "nodegate.io/hold"
-    stability_window: Duration = timedelta(seconds=30)
-    # Additions to DESIGN.md (docs/gate.md): re-attestation, quarantine effect, resync, leader lease.
+    # Additions to DESIGN.md (docs/gate.md): run the gate inside `nodegate serve` when a cluster is
+    # configured (False: run `nodegate gate` as its own Deployment instead).
+    enabled: bool = True
+    stability_window: Window = timedelta(seconds=30)
+    # Re-attestation, quarantine effect, resync, leader lease: additions too.
     attestation_lifetime: Duration | None = None  # older attestations are quarantined; None: expiresAt only
     quarantine_effect: Literal["NoSchedule", "NoExecute"] = "NoSchedule"
     resync: Duration = timedelta(minutes=10)

@@ -20,7 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
+import secrets
+import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -58,6 +61,14 @@ class GateReport:
 
 class _NotLeader(Exception):
     """Another replica holds the lease: the write was not made."""
+
+
+class LeaseHeld(Exception):
+    """``once()``: another gate holds the Lease and is reconciling already."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(f"the gate is running as {holder!r} (it holds the lease); nothing was done")
+        self.holder = holder
 
 
 @dataclass(slots=True)
@@ -115,6 +126,13 @@ def camel(reason: str | None) -> str:
     return "".join(part.capitalize() for part in reason.split("-"))
 
 
+def identity() -> str:
+    """This replica's Lease holder name: the pod (or host) name, the process and a random
+    suffix, so two processes on one host never both believe they hold the lease."""
+    base = os.environ.get("POD_NAME") or socket.gethostname() or "nodegate"
+    return f"{base[:200]}_{os.getpid()}_{secrets.token_hex(4)}"
+
+
 def _invalid_cr(group: str, obj: Mapping[str, Any], why: str) -> holds.PackageCr:
     """A CR the gate cannot read still holds what it may select: it becomes a CR with one
     package no node can complete, so holds.decide keeps those nodes pending and says why."""
@@ -154,6 +172,7 @@ class Gate:
         # Leader election: off for one-shot use (reconcile_all); run() turns it on.
         self._election = False
         self._lease_until: datetime | None = None
+        self.lease_holder = ""  # the other replica's identity when elect() last lost
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -312,6 +331,13 @@ class Gate:
             complete_since=since,
         )
 
+    def _decide_without_node(self, name: str) -> holds.Decision:
+        return holds.decide_without_node(
+            attestation=holds.attestation_view(self._attestation(name)),
+            now=self._now(),
+            attestation_lifetime=self._settings.attestation_lifetime,
+        )
+
     async def reconcile(self, node_name: str) -> holds.Decision | None:
         """Decide one node from the cache (the Node itself is read fresh) and write the outcome.
         None when nothing was decided: the caches are not loaded, the node is gone, or this gate
@@ -330,6 +356,7 @@ class Gate:
         while True:
             if read is None:
                 self._complete_since.pop(name, None)
+                await self._write_attestation(name, self._decide_without_node(name))
                 return None
             attempt += 1
             decision = self.decide(read)  # on the node as read: a 409 means decide again
@@ -517,7 +544,17 @@ class Gate:
         if report.errors or not self._loaded():
             report.errors.append("not every list loaded: no node was decided")
             return report
-        for name in sorted(self._nodes()):
+        nodes = self._nodes()
+        for name in sorted(self._sources[ATTESTATION_SOURCE].objects or {}):
+            if name in nodes:
+                continue
+            try:  # no Node of this name: the status says Attested (or why not), nothing to hold
+                await self._write_attestation(name, self._decide_without_node(name))
+            except _NotLeader:
+                break
+            except (KubeUnavailable, Conflict) as exc:
+                report.errors.append(f"nodeattestation {name}: {exc}")
+        for name in sorted(nodes):
             report.nodes += 1
             try:
                 decision = await self.reconcile(name)
@@ -531,7 +568,28 @@ class Gate:
             else:
                 report.held[decision.reason] = report.held.get(decision.reason, 0) + 1
         report.writes = self._writes - start
+        if self._election and not self.is_leader():
+            report.errors.append("the lease lapsed during the pass: the nodes after that were not written")
         return report
+
+    async def once(self, *, lease: bool = True) -> GateReport:
+        """``nodegate gate --once``: one ``reconcile_all`` as the leader. It takes the Lease (and
+        renews it through the pass, which can outlast two thirds of a lease at 10k nodes), so a
+        gate running in the cluster and a script never write at the same time, and gives it back
+        afterwards. Raises LeaseHeld when another gate holds it. ``lease=False`` skips the
+        election (a cluster without the gate's Lease RBAC, or tests)."""
+        if not lease:
+            return await self.reconcile_all()
+        if not await self.elect():
+            raise LeaseHeld(self.lease_holder or "another replica")
+        renewing = asyncio.create_task(self._lead(delay_first=True), name="gate-once-lease")
+        try:
+            return await self.reconcile_all()
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+            await self.release_lease()
 
     # -- leader election -----------------------------------------------------------------------
 
@@ -574,6 +632,7 @@ class Gate:
                 )
                 if holder != self._identity and holder and not expired:
                     self._lease_until = None
+                    self.lease_holder = str(holder)[:256]
                     if was:
                         log.warning("lost the lease %s/%s to %s: writes stop", ns, name, holder)
                     return False
@@ -625,7 +684,7 @@ class Gate:
             self._queue.put_nowait(name)
 
     def _enqueue_all(self) -> None:
-        for name in sorted(self._nodes()):
+        for name in sorted(self._nodes().keys() | (self._sources[ATTESTATION_SOURCE].objects or {}).keys()):
             self._enqueue(name)
 
     def _requeue_at(self, name: str, delay: float) -> None:
@@ -694,8 +753,10 @@ class Gate:
                     log.exception("%s: unexpected error; listing again in %.1f s", src.key, delay)
                 await asyncio.sleep(delay)
 
-    async def _lead(self) -> None:
+    async def _lead(self, *, delay_first: bool = False) -> None:
         period = self._settings.lease_duration.total_seconds() / 3
+        if delay_first:
+            await asyncio.sleep(period)
         while True:
             try:
                 await self.elect()

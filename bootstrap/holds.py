@@ -12,13 +12,13 @@ from __future__ import annotations
 import fnmatch
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 Reason = Literal["unattested", "packages-pending", "validation-failed", "quarantined"]
 HOLD_REASONS: tuple[Reason, ...] = ("unattested", "packages-pending", "validation-failed", "quarantined")
-Phase = Literal["Held", "Ready", "Quarantined"]
+Phase = Literal["Attested", "Held", "Ready", "Quarantined"]
 GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"}
 PREFIXES = ("nodewright.nvidia.com", "skyhook.nvidia.com")  # node annotations: the new one first
 MAX_WAITING = 20
@@ -360,6 +360,26 @@ def decide(
         requeue_at=min(requeue) if requeue else None,
         phase=phase,
     )
+
+
+def decide_without_node(
+    *, attestation: AttestationView | None, now: datetime, attestation_lifetime: timedelta | None
+) -> Decision:
+    """A NodeAttestation with no Node of its name (the kubelet has not registered yet, or the
+    Node was deleted): nothing to hold, but its status must not keep saying Ready. Phase
+    ``Attested`` when the attestation is valid; else as for a node (Held / Quarantined)."""
+    decision = decide(
+        node={},
+        attestation=attestation,
+        crs=(),
+        now=now,
+        stability_window=timedelta(0),
+        attestation_lifetime=attestation_lifetime,
+        complete_since=None,
+    )
+    if decision.reason is not None:
+        return decision
+    return replace(decision, phase="Attested", message="attested; no Node object has this name yet")
 
 
 def hold_taint(key: str, reason: Reason, effect: str) -> dict[str, str]:

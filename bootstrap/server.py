@@ -40,6 +40,8 @@ from bootstrap.errors import (
     UnsupportedMediaType,
     attestation_status,
 )
+from bootstrap.gate import Gate
+from bootstrap.gate import identity as gate_identity
 from bootstrap.join import JoinService, load_ek_trust
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.metrics import Metrics
@@ -85,6 +87,7 @@ class Service:
     stamp: int = 0
     ready_checks: list[Callable[[], bool]] = field(default_factory=list)
     tls: ssl.SSLContext | None = None
+    gate: Gate | None = None  # the hold gate, when a cluster is configured and gate.enabled
     _events: set[asyncio.Task[None]] = field(default_factory=set)
     _inflight: int = 0
 
@@ -197,6 +200,19 @@ async def build_service(settings: Settings, *, kube: Kube | bool | None = True) 
         stamp=cas_store.stamp(),
         ready_checks=ready,
     )
+    if kube is not None and settings.gate.enabled:
+        if settings.store != "kubernetes":
+            log.warning(
+                "gate: store is sqlite, so no NodeAttestation is published and the gate holds every "
+                "node as unattested; use store: kubernetes with a cluster (docs/gate.md)"
+            )
+        service.gate = Gate(
+            kube,
+            settings.gate,
+            events_namespace=settings.kubernetes.events_namespace,
+            now=lambda: datetime.now(UTC),
+            identity=gate_identity(),
+        )
     holder["s"] = service
     metrics.bundle_sequence.set(cas.bundle_sequence(now))
     return service
@@ -543,6 +559,9 @@ async def _start_background(app: web.Application) -> None:
         asyncio.get_running_loop().create_task(_every(RELOAD_SECONDS, lambda: _reload(service))),
         asyncio.get_running_loop().create_task(_every(PRUNE_SECONDS, lambda: _prune(service))),
     ]
+    if service.gate is not None:
+        # gate.run() never ends on API errors; only the leader of its Lease writes.
+        tasks.append(asyncio.get_running_loop().create_task(service.gate.run(), name="gate"))
     source = service.decider.policy_source
     run = getattr(source, "run", None)
     if callable(run):

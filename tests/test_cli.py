@@ -16,7 +16,7 @@ def test_demo_attests_and_refuses(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_unbuilt_commands_say_so(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["gate"]) == 2
+    assert cli.main(["backup"]) == 2
     assert "not built yet" in capsys.readouterr().err
     assert cli.main([]) == 0
     assert cli.kubectl_main([]) == 0

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
 import pytest
 from kmock._internal import enums
 
@@ -559,6 +560,27 @@ async def test_node_without_attestation_is_unattested_and_not_created(
     assert stored(kmock, NODES, "w9")["spec"]["taints"] == [OTHER, hold("unattested")]
     assert (ATT, None, "w9") not in kmock.objects
     assert [e["reason"] for e in events(kmock)] == ["NodegateHeld"]
+
+
+async def test_attestation_without_a_node_is_attested_then_follows_the_node(
+    kmock: Any, kube: Kube, gate: Gate, clock: Clock
+) -> None:
+    await kube.create_cluster_object("nodegate.io", "v1alpha1", "nodeattestations", attestation("w5"))
+    await gate.reconcile_all()
+    status = stored(kmock, ATT, "w5")["status"]
+    assert (status["phase"], status["reason"]) == ("Attested", "")
+    assert status["attestedAt"] == "2026-03-01T12:00:00Z"  # the join service's keys are kept
+    # The kubelet registers (no CR selects it): Ready after the window; then the Node is deleted.
+    await kube.create_node(node_body("w5", hold("unattested")))
+    await gate.reconcile_all()
+    clock.advance(seconds=31)
+    await gate.reconcile_all()
+    assert stored(kmock, ATT, "w5")["status"]["phase"] == "Ready"
+    url = f"{str(kmock.url).rstrip('/')}/api/v1/nodes/w5"  # the Node is deleted (kube.py has no call)
+    async with aiohttp.ClientSession() as http, http.delete(url) as resp:
+        assert resp.status == 200
+    await gate.reconcile_all()
+    assert stored(kmock, ATT, "w5")["status"]["phase"] == "Attested"  # not a stale "Ready"
 
 
 def test_camel() -> None:

@@ -63,6 +63,19 @@ def test_reasons_in_order() -> None:
     assert (released.reason, released.phase) == (None, "Ready")
 
 
+def test_without_a_node_the_phase_is_attested_or_says_why_not() -> None:
+    def without(att: holds.AttestationView | None) -> holds.Decision:
+        return holds.decide_without_node(attestation=att, now=NOW, attestation_lifetime=None)
+
+    ok = without(GOOD)
+    assert (ok.phase, ok.reason, ok.packages) == ("Attested", None, ())
+    assert "no Node object" in ok.message
+    assert ok.requeue_at == GOOD.expires_at  # the phase changes by time alone at expiry
+    revoked = without(holds.AttestationView(True, GOOD.attested_at, GOOD.expires_at))
+    assert (revoked.phase, revoked.reason) == ("Quarantined", "quarantined")
+    assert (without(holds.AttestationView(False, None, None)).phase) == "Held"
+
+
 def test_interrupt_needs_post_interrupt_and_new_prefix_wins() -> None:
     assert decide(node("config", "complete"), [cr(interrupt=True)], complete_since=NOW - WINDOW).reason
     done = node("post-interrupt", "complete", prefix="nodewright.nvidia.com")
