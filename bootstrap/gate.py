@@ -501,7 +501,7 @@ class Gate:
             "phase": decision.phase,
             "reason": decision.reason or "",
             "message": decision.message,
-            "packages": [p.to_json() for p in decision.packages],
+            "packages": [p.to_json() for p in decision.packages[: holds.MAX_STATUS_PACKAGES]],
             "completeSince": _rfc3339(decision.complete_since) if decision.complete_since else None,
             "conditions": [c if c.get("type") != HELD_CONDITION else condition for c in conditions]
             if old is not None

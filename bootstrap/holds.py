@@ -23,6 +23,8 @@ GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"
 PREFIXES = ("nodewright.nvidia.com", "skyhook.nvidia.com")  # node annotations: the new one first
 MAX_WAITING = 20
 MAX_MESSAGE = 1024
+MAX_FIELD = 256  # one string of a status.packages entry
+MAX_STATUS_PACKAGES = 512  # entries of status.packages (the CRD allows 1024)
 
 
 class CrInvalid(ValueError):
@@ -169,12 +171,16 @@ class PackageStatus:
     complete: bool
 
     def to_json(self) -> dict[str, Any]:
+        # Clipped: stage and state come from node annotations anyone with node write access sets,
+        # and an over-long status would be refused by the CRD's schema (the node stays held, but
+        # its status would stop updating).
         return {
-            "cr": self.cr,
-            "package": self.package,
-            "version": self.version,
-            "stage": self.stage,
-            "state": self.state,
+            "cr": self.cr[:MAX_FIELD],
+            "package": self.package[:MAX_FIELD],
+            "version": self.version[:MAX_FIELD],
+            "stage": self.stage[:MAX_FIELD] if self.stage is not None else None,
+            "state": self.state[:MAX_FIELD] if self.state is not None else None,
+            "complete": self.complete,
         }
 
 

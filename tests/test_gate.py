@@ -284,6 +284,7 @@ async def test_joined_node_is_held_packages_pending(kmock: Any, kube: Kube, gate
             "version": "550.1",
             "stage": None,
             "state": None,
+            "complete": False,
         }
     ]
     assert status.get("completeSince") is None  # null in a merge patch: the key is removed
