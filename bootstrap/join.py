@@ -185,7 +185,9 @@ class JoinService:
         kubeconfig = None
         if self.kube is not None:
             kubeconfig = await self._kubelet(session, str(sid), verdict.matched_class)
-        return FinishResponse(**{**issued.response.model_dump(), "kubeconfig": kubeconfig})
+        if kubeconfig is None:
+            return issued.response
+        return issued.response.model_copy(update={"kubeconfig": kubeconfig})
 
     # -- renewal -------------------------------------------------------------------------------
 
