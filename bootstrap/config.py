@@ -110,6 +110,8 @@ class KubernetesSettings(_Model):
     timeout: Duration = timedelta(seconds=5)
     csr_timeout: Duration = timedelta(seconds=20)  # waiting for the signer to issue the kubelet cert
     events_namespace: str = "default"
+    # nodegate's own namespace (an addition to DESIGN.md): the kubernetes store's EK claims (Leases).
+    namespace: str = "nodegate"
 
 
 class GateSettings(_Model):

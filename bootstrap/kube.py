@@ -389,6 +389,16 @@ class Kube:
             self._coordination.replace_namespaced_lease(name, namespace, lease, _preload_content=False),
         )
 
+    async def delete_lease(self, namespace: str, name: str) -> None:
+        """Delete; a Lease that is already gone is fine."""
+        try:
+            await self._json(
+                f"delete lease {namespace}/{name}",
+                self._coordination.delete_namespaced_lease(name, namespace, _preload_content=False),
+            )
+        except NotFound:
+            return
+
     # -- certificate signing requests (certificates.k8s.io/v1) ----------------------------------
 
     async def create_csr(

@@ -159,7 +159,9 @@ async def build_service(settings: Settings, *, kube: Kube | bool | None = True) 
     now = datetime.now(UTC)
     cas_store = authority.CaStore(state / "ca", settings.trust_domain)
     cas = cas_store.load_or_create(now)
-    store = await open_store(settings.store, state_dir=state, kube=kube)
+    store = await open_store(
+        settings.store, state_dir=state, kube=kube, namespace=settings.kubernetes.namespace
+    )
     sealer = sessions.Sealer(sessions.load_keys(state))
     metrics = Metrics()
     holder: dict[str, Service] = {}

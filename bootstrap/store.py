@@ -145,7 +145,7 @@ class Store(Protocol):
     async def close(self) -> None: ...
 
 
-async def open_store(kind: str, *, state_dir: Path, kube: Kube | None) -> Store:
+async def open_store(kind: str, *, state_dir: Path, kube: Kube | None, namespace: str = "nodegate") -> Store:
     """``"sqlite"``: ``<state_dir>/nodegate.db``; ``"kubernetes"``: NodeAttestation objects."""
     if kind == "sqlite":
         from bootstrap.store_sqlite import SqliteStore  # noqa: PLC0415  (the backends import this module)
@@ -156,7 +156,7 @@ async def open_store(kind: str, *, state_dir: Path, kube: Kube | None) -> Store:
             raise ValueError("store: kubernetes needs a cluster (kubernetes.kubeconfig or in-cluster)")
         from bootstrap.store_kube import KubeStore  # noqa: PLC0415
 
-        return KubeStore(kube)
+        return KubeStore(kube, namespace=namespace)
     raise ValueError(f"unknown store kind {kind!r} (sqlite or kubernetes)")
 
 

@@ -17,8 +17,13 @@ node's object, and every write carries the resourceVersion it read (a concurrent
 re-read, re-check, retry). A forgotten node keeps its object (for the audit trail and the used
 sessions) without ``spec.ekSha256``; such a tombstone reads as "no record".
 
-Known limit: the reverse lookup (this EK bound to another name) is a label-selector list, not part
-of the write's lock; two different names racing with one EK on two replicas can both win.
+One EK, one name, across replicas: the reverse lookup (this EK bound to another name) is a
+label-selector list, which is not a lock, so a commit first *claims* the EK with a Lease named
+``ek-<sha256>`` in nodegate's namespace, holder = the node name. A create is atomic (409 for the
+second), so of two names racing with one EK only one holds the claim. A claim whose holder has no
+record with that EK (a crash between claim and write, or a forgotten node) is taken over, but only
+after ``CLAIM_STALE`` (far longer than a commit can take), so a claim in progress is never stolen.
+``forget`` deletes the claim.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from attest.errors import NodeNameConflict, SessionReused
@@ -75,6 +80,9 @@ ANN_EXPIRES: Final = "nodegate.io/expires-at"
 MAX_AUDIT: Final = 20
 MAX_ANNOTATION: Final = 256 * 1024  # the API server's limit for all annotations together
 ATTEMPTS: Final = 8
+CLAIM_PREFIX: Final = "ek-"
+CLAIM_LABEL: Final = "nodegate.io/claim"
+CLAIM_STALE: Final = timedelta(minutes=10)
 
 
 class _Corrupt(Exception):
@@ -97,6 +105,18 @@ def _time(value: object, what: str) -> datetime:
     if dt.tzinfo is None:
         raise _Corrupt(f"{what} has no time zone")
     return dt.astimezone(UTC)
+
+
+def _micro(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _opt_claim_time(value: object) -> datetime | None:
+    """A claim's acquireTime; an unreadable one counts as stale (a claim must not block forever)."""
+    try:
+        return _opt_time(value, "acquireTime")
+    except _Corrupt:
+        return None
 
 
 def _opt_time(value: object, what: str) -> datetime | None:
@@ -265,8 +285,10 @@ class KubeStore:
         clock: Callable[[], datetime] = utcnow,
         attempts: int = ATTEMPTS,
         backoff: float = 0.02,
+        namespace: str = "nodegate",
     ) -> None:
         self._kube = kube
+        self._namespace = namespace
         self._clock = clock
         self._attempts = attempts
         self._backoff = backoff
@@ -425,6 +447,58 @@ class KubeStore:
 
     # -- writes -----------------------------------------------------------------------------------
 
+    async def _claim_ek(self, ek: str, node_name: str) -> None:
+        """Hold the EK's claim for ``node_name`` (see the module docstring), or raise
+        NodeNameConflict. Idempotent for the holder."""
+        ns, name = self._namespace, f"{CLAIM_PREFIX}{ek}"
+        for attempt in range(self._attempts):
+            now = self._clock()
+            claim: dict[str, Any] = {"holderIdentity": node_name, "acquireTime": _micro(now)}
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": name, "namespace": ns, "labels": {CLAIM_LABEL: "ek"}},
+                "spec": claim,
+            }
+            try:
+                await self._kube.create_lease(ns, body)
+            except Conflict:
+                pass  # it exists: whose is it?
+            else:
+                return
+            lease = await self._kube.get_lease(ns, name)
+            if lease is None:
+                continue  # deleted since: create again
+            spec = _dict(lease, "spec")
+            holder = str(spec.get("holderIdentity") or "")
+            if holder == node_name:
+                return
+            other = await self._read(holder) if holder else None
+            if other is not None and other.record is not None and other.record.ek_sha256 == ek:
+                raise NodeNameConflict(f"this TPM is bound to another node name ({holder})")
+            acquired = _opt_claim_time(spec.get("acquireTime"))
+            if acquired is not None and now - acquired < CLAIM_STALE:
+                raise NodeNameConflict(
+                    f"another node name ({holder}) is joining with this TPM right now; retry later"
+                )
+            # Stale: its holder never committed (or was forgotten). Take it over, guarded by rv.
+            taken = {**lease, "spec": {**spec, **claim}}  # metadata as read: its resourceVersion guards
+            try:
+                await self._kube.replace_lease(ns, name, taken)
+            except (Conflict, NotFound):
+                await self._pause(attempt)
+                continue
+            log.info("EK claim %s taken over from %s by %s", ek[:16], holder or "nobody", node_name)
+            return
+        raise self._exhausted(name)
+
+    async def _release_claim(self, ek: str, node_name: str) -> None:
+        ns, name = self._namespace, f"{CLAIM_PREFIX}{ek}"
+        lease = await self._kube.get_lease(ns, name)
+        if lease is None or _dict(lease, "spec").get("holderIdentity") != node_name:
+            return
+        await self._kube.delete_lease(ns, name)
+
     async def _ek_taken(self, ek: str, node_name: str) -> str | None:
         for raw in await self._list(label_selector=f"{LABEL_EK}={ek[:63]}"):
             name = str(_dict(raw, "metadata").get("name", ""))
@@ -451,6 +525,8 @@ class KubeStore:
             if other is not None:
                 raise NodeNameConflict(f"this TPM is bound to another node name ({other})")
             existing = obj.record if obj else None
+            if existing is None or existing.ek_sha256 != att.ek_sha256:
+                await self._claim_ek(att.ek_sha256, name)
             check(existing)
             rec = record_from(
                 att,
@@ -573,6 +649,8 @@ class KubeStore:
                 rv = str(_dict(written, "metadata").get("resourceVersion", "")) if written else read.rv
                 if not await self._publish(node_name, rv, (None, None)):
                     raise StoreUnavailable(f"NodeAttestation {node_name}: the status could not be cleared")
+            if read.record is not None:
+                await self._release_claim(read.record.ek_sha256, node_name)  # the TPM may join anew
             return bool(written)
 
         return await self._unavailable(run())

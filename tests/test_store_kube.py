@@ -93,6 +93,17 @@ class HookedKube(Kube):
             await hook()
         return out
 
+    after_list: Callable[[], Awaitable[None]] | None = None
+
+    async def list_cluster_objects(
+        self, group: str, version: str, plural: str, *, label_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        out = await super().list_cluster_objects(group, version, plural, label_selector=label_selector)
+        hook, self.after_list = self.after_list, None
+        if hook is not None:
+            await hook()
+        return out
+
 
 @pytest.fixture
 async def kubes(kmock: Any) -> AsyncIterator[tuple[HookedKube, HookedKube]]:
@@ -223,7 +234,56 @@ async def test_first_join_on_two_replicas_wins_once(kmock: Any, stores: tuple[Ku
     )
     assert sum(isinstance(r, NodeRecord) for r in results) == 1, results
     assert sum(isinstance(r, SessionReused) for r in results) == 1
-    assert len(list(kmock[enums.method.POST])) == 2  # both created; one got 409 and re-read
+    posts = [r for r in kmock[enums.method.POST] if r.resource.plural == "nodeattestations"]
+    assert len(posts) == 2  # both created; one got 409 and re-read
+
+
+async def test_two_names_racing_with_one_ek_bind_one(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], stores: tuple[KubeStore, KubeStore]
+) -> None:
+    """Replica B binds gpu-2 to the EK after replica A's reverse lookup found nothing: the EK
+    claim (a Lease, created atomically) still refuses A's gpu-1."""
+    a, b = stores
+    won: list[NodeRecord] = []
+
+    async def other_replica() -> None:
+        won.append(await commit(b, make_att("gpu-2"), "s-b"))
+
+    kubes[0].after_list = other_replica
+    with pytest.raises(NodeNameConflict, match="gpu-2"):
+        await commit(a, make_att("gpu-1"), "s-a")
+    assert [r.node_name for r in won] == ["gpu-2"]
+    assert await a.get("gpu-1") is None
+    lease = kmock.objects["coordination.k8s.io/v1/leases", "nodegate", f"ek-{EK_A}"].raw
+    assert lease["spec"]["holderIdentity"] == "gpu-2"
+
+
+async def test_a_stale_ek_claim_is_taken_over_a_young_one_is_not(kmock: Any, store: KubeStore) -> None:
+    async def claim(holder: str, at: datetime, ek: str) -> None:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": f"ek-{ek}", "namespace": "nodegate"},
+            "spec": {"holderIdentity": holder, "acquireTime": at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+        }
+        await store._kube.create_lease("nodegate", body)
+
+    await claim("ghost", T0 - timedelta(hours=1), EK_A)  # a crash between claim and write, long ago
+    assert (await commit(store, make_att("gpu-1"), "s1")).node_name == "gpu-1"
+    lease = kmock.objects["coordination.k8s.io/v1/leases", "nodegate", f"ek-{EK_A}"].raw
+    assert lease["spec"]["holderIdentity"] == "gpu-1"
+    await claim("gpu-9", T0, EK_B)  # another name's join in progress right now
+    with pytest.raises(NodeNameConflict, match="right now"):
+        await commit(store, make_att("gpu-2", EK_B), "s2")
+
+
+async def test_forget_releases_the_ek_claim(kmock: Any, store: KubeStore) -> None:
+    await commit(store, make_att("gpu-1"), "s1")
+    with pytest.raises(NodeNameConflict):
+        await commit(store, make_att("gpu-2"), "s2")
+    assert await store.forget("gpu-1", actor="alice", reason="re-imaged as gpu-2")
+    assert ("coordination.k8s.io/v1/leases", "nodegate", f"ek-{EK_A}") not in kmock.objects
+    assert (await commit(store, make_att("gpu-2"), "s3")).node_name == "gpu-2"
 
 
 async def test_stale_version_rereads_and_rechecks(
