@@ -87,6 +87,16 @@ class Issued:
     response: FinishResponse
 
 
+def _warn_pcrs(node_name: str, verdict: pcr.PcrPolicyResult) -> None:
+    """Classes in ``warn`` mode do not refuse; their mismatches are logged (a rollout of a new
+    firmware class starts in warn mode, and this is how an operator sees what it would refuse)."""
+    if verdict.warnings:
+        text = "; ".join(str(w) for w in verdict.warnings[:5])
+        log.warning(
+            "PCR values differ from a warn-mode class", extra={"node": node_name, "error": text[:500]}
+        )
+
+
 class JoinService:
     def __init__(
         self,
@@ -175,6 +185,7 @@ class JoinService:
             previous=record.counters if record is not None else None,
         )
         verdict = pcr.enforce(self.settings.pcr_policy, quote.pcrs)
+        _warn_pcrs(session.node_name, verdict)
         sid = svid.render_spiffe_id(
             self.settings.spiffe_id_template,
             trust_domain=self.settings.trust_domain,
@@ -228,7 +239,7 @@ class JoinService:
                 qualifying_data=session.qualifying_data,
                 previous=record.counters,
             )
-            pcr.enforce(self.settings.pcr_policy, quote.pcrs)
+            _warn_pcrs(session.node_name, pcr.enforce(self.settings.pcr_policy, quote.pcrs))
             issued = await self._issue(session, sid, quote.counters, action="renew")
         except AttestationError as exc:
             await self._refused(session.node_name, exc)

@@ -8,7 +8,21 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-FIELDS = ("node", "code", "endpoint", "status", "ms", "peer", "error", "actor", "spiffe_id", "listen")
+FIELDS = (
+    "node",
+    "code",
+    "endpoint",
+    "status",
+    "ms",
+    "peer",
+    "error",
+    "actor",
+    "spiffe_id",
+    "listen",
+    "uid",  # admission: the review's uid, dry run and the rules that denied
+    "dry_run",
+    "rules",
+)
 
 
 class JsonFormatter(logging.Formatter):

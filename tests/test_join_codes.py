@@ -8,6 +8,7 @@ own tests in test_server.py; this module holds one test per remaining code and t
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import struct
 import time
@@ -184,6 +185,19 @@ async def test_pcr_policy_violation(tmp_path: Path, ek_ca: EkCa) -> None:
         status, out = await join(http, r.base, ek_ca.node("c-pcr"))
     assert (status, out["code"]) == (403, "pcr_policy_violation")
     assert "sha256:0" in out["detail"]
+
+
+async def test_warn_mode_class_logs_but_admits(
+    tmp_path: Path, ek_ca: EkCa, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = {"classes": [{"name": "next-bios", "mode": "warn", "golden": {"sha256": {0: ["ab" * 32]}}}]}
+    with caplog.at_level(logging.WARNING, logger="nodegate.join"):
+        async with running(settings_for(tmp_path, ek_ca, pcr_policy=policy)) as r, r.http() as http:
+            status, out = await join(http, r.base, ek_ca.node("c-warn"))
+    assert status == 200, out
+    (record,) = [rec for rec in caplog.records if rec.name == "nodegate.join"]
+    assert record.__dict__["node"] == "c-warn"
+    assert "class next-bios: sha256:0" in record.__dict__["error"]
 
 
 async def test_inventory_mode(tmp_path: Path, ek_ca: EkCa) -> None:
