@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -49,6 +50,7 @@ from bootstrap.store import (
 )
 
 T = TypeVar("T")
+log = logging.getLogger("nodegate.store")
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
@@ -66,6 +68,11 @@ def _from_us(value: int | None) -> datetime | None:
 
 
 # -- schema: SCHEMA[i] migrates version i to version i + 1 ----------------------------------------
+#
+# Upgrading nodegate never needs a manual step: open() brings an older file forward inside one
+# transaction. To change the schema, append one function and never edit a released one. A step
+# runs inside that transaction, so it must not commit (no executescript, no COMMIT, no VACUUM);
+# sqlite's DDL is transactional, so a failing step leaves the file exactly as it was.
 
 
 def _v1(db: sqlite3.Connection) -> None:
@@ -98,21 +105,31 @@ def _v1(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX audit_by_node ON audit (node_name, id)")
 
 
-SCHEMA: Final[tuple[Callable[[sqlite3.Connection], None], ...]] = (_v1,)
+Migration = Callable[[sqlite3.Connection], None]
+SCHEMA: Final[tuple[Migration, ...]] = (_v1,)
 SCHEMA_VERSION: Final = len(SCHEMA)
+
+
+def read_schema_version(db: sqlite3.Connection) -> int | None:
+    """The schema version a nodegate file records, without changing anything (None: no nodegate
+    tables yet). Refuses files that are damaged or not nodegate's; a version newer than this code
+    is returned as is (``migrate`` refuses it; a backup may still copy it)."""
+    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    rows = db.execute("SELECT version FROM schema_version").fetchall() if "schema_version" in tables else []
+    if len(rows) > 1 or (rows and (not isinstance(rows[0][0], int) or rows[0][0] < 1)):
+        raise StoreSchemaError("the schema_version table is damaged")
+    if rows:
+        return int(rows[0][0])
+    if "nodes" in tables:
+        raise StoreSchemaError("the database has nodegate tables but no schema version")
+    return None
 
 
 def _found_version(db: sqlite3.Connection, latest: int) -> int | None:
     """The file's schema version (None: a new file); refuses what this code must not touch."""
-    rows = db.execute("SELECT version FROM schema_version").fetchall()
-    if len(rows) > 1 or (rows and not isinstance(rows[0][0], int)):
-        raise StoreSchemaError("the schema_version table is damaged")
-    if not rows:
-        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'nodes'").fetchone():
-            raise StoreSchemaError("the database has nodegate tables but no schema version")
-        return None
-    found = int(rows[0][0])
-    if not 0 < found <= latest:
+    found = read_schema_version(db)
+    if found is not None and found > latest:
+        # A downgrade: the newer code may have moved data this code would misread or overwrite.
         raise StoreSchemaError(
             f"the database has schema version {found}, which this nodegate does not understand "
             f"(it knows 1..{latest}); upgrade nodegate or restore a backup"
@@ -120,23 +137,43 @@ def _found_version(db: sqlite3.Connection, latest: int) -> int | None:
     return found
 
 
-def migrate(db: sqlite3.Connection, migrations: tuple[Callable[[sqlite3.Connection], None], ...]) -> int:
+def _apply(db: sqlite3.Connection, migrations: tuple[Migration, ...], found: int) -> None:
+    for version in range(found + 1, len(migrations) + 1):
+        try:
+            migrations[version - 1](db)
+        except sqlite3.Error as exc:
+            # not StoreUnavailable: retrying will not help, the file or the step is at fault
+            raise StoreSchemaError(
+                f"migrating the store to schema version {version} failed ({exc}); "
+                f"the file is unchanged at version {found}"
+            ) from None
+        if not db.in_transaction:
+            raise StoreSchemaError(
+                f"schema step {version} committed on its own; the file may be half-migrated"
+            )
+
+
+def migrate(db: sqlite3.Connection, migrations: tuple[Migration, ...]) -> int:
     """Bring the file up to ``len(migrations)`` in one transaction; returns the version found
-    (0 for a new file)."""
-    db.execute("BEGIN IMMEDIATE")
+    (0 for a new file). A step that fails raises StoreSchemaError and leaves the file unchanged."""
+    latest = len(migrations)
+    db.execute("BEGIN IMMEDIATE")  # two replicas opening one new file: the second sees the first's work
     try:
-        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        found = _found_version(db, len(migrations))
-        for step in migrations[found or 0 :]:
-            step(db)
+        found = _found_version(db, latest)
         if found is None:
-            db.execute("INSERT INTO schema_version (version) VALUES (?)", (len(migrations),))
-        elif found != len(migrations):
-            db.execute("UPDATE schema_version SET version = ?", (len(migrations),))
+            db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        _apply(db, migrations, found or 0)
+        if found is None:
+            db.execute("INSERT INTO schema_version (version) VALUES (?)", (latest,))
+        elif found != latest:
+            db.execute("UPDATE schema_version SET version = ?", (latest,))
         db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        with contextlib.suppress(sqlite3.Error):  # the original error is the one worth reporting
+            db.execute("ROLLBACK")
         raise
+    if found and found != latest:
+        log.info("store schema migrated from version %d to %d", found, latest)
     return found or 0
 
 
@@ -161,7 +198,7 @@ class SqliteStore:
         busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
         audit_rows: int = DEFAULT_AUDIT_ROWS,
         clock: Callable[[], datetime] = utcnow,
-        _migrations: tuple[Callable[[sqlite3.Connection], None], ...] = SCHEMA,
+        _migrations: tuple[Migration, ...] = SCHEMA,
     ) -> None:
         self.path = path
         self._busy_timeout = busy_timeout

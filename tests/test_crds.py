@@ -316,7 +316,7 @@ class MemoryKube(Kube):
     rv: int
 
     def _reset(self) -> None:
-        self.objects, self.history, self.rv = {}, [], 0
+        self.objects, self.history, self.rv, self.leases = {}, [], 0, {}
 
     def _store(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.rv += 1
@@ -324,6 +324,21 @@ class MemoryKube(Kube):
         self.objects[obj["metadata"]["name"]] = obj
         self.history.append(copy.deepcopy(obj))
         return copy.deepcopy(obj)
+
+    leases: dict[str, dict[str, Any]]
+
+    async def create_lease(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        if body["metadata"]["name"] in self.leases:  # the store's EK claims
+            raise Conflict("exists")
+        self.leases[body["metadata"]["name"]] = copy.deepcopy(body)
+        return copy.deepcopy(body)
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        lease = self.leases.get(name)
+        return copy.deepcopy(lease) if lease is not None else None
+
+    async def delete_lease(self, namespace: str, name: str) -> None:
+        self.leases.pop(name, None)
 
     async def get_cluster_object(
         self, group: str, version: str, plural: str, name: str
