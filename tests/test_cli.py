@@ -1,22 +1,88 @@
-"""The command line: the README's demo runs and shows its refusals; stubs say what is missing."""
+"""The command line: the README's demo tells its story (and fails in one line); stubs say what is missing."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from bootstrap import cli
 
 
-def test_demo_attests_and_refuses(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.swtpm
+def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["demo"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("quote verified; PCR class demo-fleet") == 2
-    assert "tampered boot (PCR 7 extended): pcr_policy_violation" in out
-    assert "fresh nonce: nonce_mismatch" in out
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    out = captured.out
+    lines = out.splitlines()
+    assert [line[:5] for line in lines if line.startswith("[")] == [f"[{n}/9]" for n in range(1, 10)]
+    assert "emulated Kubernetes API (kmock)" in out
+    assert "swtpm: emulated TPM hardware" in out
+    # SPIFFE IDs from the SVIDs that `nodegate join` wrote, and kubelet certificates via the CSR API
+    for n in (1, 2, 3):
+        assert f"gpu-node-{n}: spiffe://demo.nodegate.test/node/gpu-node-{n}  (X.509-SVID until " in out
+        assert f"kubelet certificate CN=system:node:gpu-node-{n},O=system:nodes" in out
+    assert "spiffe://demo.nodegate.test/node/gpu-node-4" not in out
+    # the tampered node: refused with its code, in the one line `nodegate join` prints
+    assert "refused: pcr_policy_violation (HTTP 403)" in out
+    assert "nodegate join: refused (pcr_policy_violation, HTTP 403): " in out
+    # the gate: every node held, then two released and the failed one held
+    assert "3 nodes: 0 released; held: packages-pending 3;" in out
+    assert out.count("held: nodegate.io/hold=packages-pending; phase Held") == 3
+    assert "3 nodes: 2 released; held: validation-failed 1;" in out
+    for n in (1, 2):
+        assert f"gpu-node-{n}: released: hold taint removed; phase Ready" in out
+    assert "gpu-node-3: held: nodegate.io/hold=validation-failed; phase Held" in out
+    # the webhook: allowed and denied, with the reasons
+    assert out.count("ALLOWED  ") == 1
+    assert "ALLOWED  alice (ml-platform) creates NodeWright gpu-stack (PackagePolicy demo-fleet)" in out
+    assert out.count("DENIED   ") == 4
+    assert "mallory lacks verb deploy on packagepolicies/demo-fleet" in out
+    assert "docker.io/someone/gpu-driver is not under an allowed registry" in out
+    assert "budget exceeds the pool's 50%" in out
+    assert "alice lacks verb reboot on packagepolicies/demo-fleet" in out
+    assert "only nodegate may remove or change the nodegate.io/hold taint" in out
+    assert lines[-1].startswith("demo complete in ")
+    assert lines[-1].endswith(
+        "3 nodes attested, 1 refused (pcr_policy_violation), 2 released, 1 held (validation-failed), "
+        "webhook 1 allowed / 4 denied"
+    )
+    # cleaned up: the temp dir is gone and no process still uses it
+    (cleanup,) = [line for line in lines if line.startswith("[9/9]")]
+    tmp = cleanup.rsplit(", ", 1)[1]
+    assert "nodegate-demo-" in tmp
+    assert not Path(tmp).exists()
+    assert _processes_using(tmp) == []
 
 
-def test_unbuilt_commands_say_so(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["backup"]) == 2
-    assert "not built yet" in capsys.readouterr().err
+def _processes_using(text: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:  # the process ended meanwhile
+            continue
+        if any(text.encode() in a for a in args):
+            found.append(b" ".join(args).decode(errors="replace"))
+    return found
+
+
+def test_demo_failure_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no swtpm tools: the first step fails
+    assert cli.main(["demo"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("nodegate demo: failed: ")
+    assert "not installed; run `make deps`" in err
+
+
+def test_every_command_is_built(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([]) == 0
-    assert cli.kubectl_main([]) == 0
+    assert "not built yet" not in capsys.readouterr().out
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["backup"])  # --config/--out missing: argparse's usage error
+    assert usage.value.code == 2
+    assert "--out" in capsys.readouterr().err

@@ -1,0 +1,276 @@
+"""The emulated Kubernetes API for `nodegate demo` and the tests: kmock's KubernetesEmulator
+with a shim (see research/spiffe-k8s.md §3.4). It is not a Kubernetes API server: no TLS, no
+authentication, no admission, no RBAC; the demo labels it as emulated wherever it shows it.
+
+kmock is a test extra (`pip install -e '.[test]'`, which `make demo` runs); this module is only
+imported by the demo and the tests, never by the service. tests/kshim.py re-exports it.
+
+The shim fills the gaps that matter to nodegate's Kubernetes code:
+
+- creates answer 201 with uid, creationTimestamp and resourceVersion;
+- every PATCH and PUT stamps a fresh resourceVersion, and a write whose body carries a
+  ``metadata.resourceVersion`` other than the stored one answers 409 Conflict, as a real server does;
+- PUT (``replace_*``) works; on the ``status`` and ``approval`` subresources it changes only the
+  status (approval: only the conditions), landing on the main object as kmock does for PATCH;
+- kubernetes_asyncio's ``watch=True`` is a watch; equality label and field selectors filter lists
+  and watches;
+- SubjectAccessReviews and TokenReviews are answered by test-supplied functions (kmock has no
+  authorizer or authenticator);
+- ``script(verb, resource, answer)`` answers the next matching request once with an error status or
+  (for a watch) a short stream of events (kmock's own reactions answer every matching request);
+- an optional ``signer`` plays kube-controller-manager: when an approval write approves a CSR, the
+  certificate it returns lands in ``status.certificate`` within that same write, so watches see it
+  (kmock emits no watch event for direct edits of ``kmock.objects``).
+
+A rewritten write's recorded ``.data`` is the whole-object replace; ``.body`` holds what was sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import itertools
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp.web
+import attrs
+import kmock
+from kmock._internal import dicts, enums  # kmock 0.8 internals; the version is pinned by the tests' needs
+
+__all__ = [
+    "SAR_PATH",
+    "TOKEN_REVIEW_PATH",
+    "SarAnswer",
+    "ShimEmulator",
+    "Signer",
+    "TokenReviewAnswer",
+    "status_body",
+]
+
+SAR_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"  # noqa: S105  (a URL path)
+SarAnswer = Callable[[dict[str, Any]], "dict[str, Any] | int"]
+TokenReviewAnswer = Callable[[dict[str, Any]], "dict[str, Any] | int"]
+Signer = Callable[[dict[str, Any]], "bytes | None"]
+
+
+def status_body(code: int, reason: str, message: str, **details: Any) -> dict[str, Any]:
+    """A Status error body shaped like a real API server's."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": details,
+        "code": code,
+    }
+
+
+def _selector(text: str) -> list[tuple[str, str, str | None]]:
+    """Equality selectors only: ``a=b``, ``a==b``, ``a!=b``, ``a`` (exists), ``!a`` (absent)."""
+    out: list[tuple[str, str, str | None]] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "!=" in part:
+            key, value = part.split("!=", 1)
+            out.append((key.strip(), "!=", value.strip()))
+        elif "=" in part:
+            key, value = part.split("==", 1) if "==" in part else part.split("=", 1)
+            out.append((key.strip(), "=", value.strip()))
+        elif part.startswith("!"):
+            out.append((part[1:].strip(), "absent", None))
+        elif " " in part or "(" in part:
+            raise kmock.KubernetesError(
+                status=400, reason="BadRequest", message=f"unsupported selector {part!r}"
+            )
+        else:
+            out.append((part, "exists", None))
+    return out
+
+
+def _matches(terms: list[tuple[str, str, str | None]], values: dict[str, str]) -> bool:
+    for key, op, value in terms:
+        have = values.get(key)
+        if (
+            (op == "=" and have != value)
+            or (op == "!=" and have == value)
+            or (op == "exists" and have is None)
+            or (op == "absent" and have is not None)
+        ):
+            return False
+    return True
+
+
+def _selected(request: kmock.Request, obj: object) -> bool:
+    if not isinstance(obj, dict):
+        return True
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    labels: dict[str, str] = meta.get("labels") or {}
+    fields = {
+        "metadata.name": str(meta.get("name", "")),
+        "metadata.namespace": str(meta.get("namespace", "")),
+    }
+    return _matches(_selector(request.params.get("labelSelector", "")), labels) and _matches(
+        _selector(request.params.get("fieldSelector", "")), fields
+    )
+
+
+def _approved(obj: dict[str, Any]) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Approved" and c.get("status") == "True" for c in conditions)
+
+
+@attrs.define(kw_only=True)
+class ShimEmulator(kmock.KubernetesEmulator):
+    sar: SarAnswer | None = None
+    token_review: TokenReviewAnswer | None = None
+    signer: Signer | None = None
+    _versions: Any = attrs.field(factory=lambda: itertools.count(1000), init=False)
+    # Check-then-write must be atomic or two writers with the same resourceVersion both win.
+    _writes: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
+    _scripted: list[tuple[str, str, int | tuple[dict[str, Any], ...]]] = attrs.field(factory=list, init=False)
+
+    def script(self, verb: str, resource: str, answer: int | Sequence[dict[str, Any]]) -> None:
+        """Answer the next ``verb`` (list, watch, fetch, create, patch, put, delete) of ``resource``
+        (``v1/nodes``, ``group/version/plural``) once: with ``answer`` as an error status, or for a
+        watch a stream of these events that then ends. Scripts are used in the order given."""
+        self._scripted.append((verb.lower(), resource, answer if isinstance(answer, int) else tuple(answer)))
+
+    def _scripted_answer(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
+        res = request.resource
+        if res is None or not self._scripted:
+            return None
+        key = f"{res.group}/{res.version}/{res.plural}" if res.group else f"{res.version}/{res.plural}"
+        verbs = {
+            str(request.action.value).lower() if request.action else "",
+            str(request.method.value).lower(),
+        }
+        for i, (verb, resource, answer) in enumerate(self._scripted):
+            if resource == key and verb in verbs:
+                del self._scripted[i]
+                if isinstance(answer, int):
+                    body = status_body(answer, "Scripted", f"scripted {answer}")
+                    return aiohttp.web.json_response(body, status=answer)
+                lines = b"".join(json.dumps(e).encode() + b"\n" for e in answer)
+                return aiohttp.web.Response(body=lines, content_type="application/json")
+        return None
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        review = self._review(request)
+        if review is not None:
+            return review
+        if request.params.get("watch") in ("True", "1") and request.action == enums.action.LIST:
+            object.__setattr__(request, "action", enums.action.WATCH)
+        scripted = self._scripted_answer(request)
+        if scripted is not None:
+            return scripted
+        if request.action == enums.action.CREATE and isinstance(request.data, dict):
+            meta = request.data.setdefault("metadata", {})
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+            meta["resourceVersion"] = str(next(self._versions))
+        if (
+            request.resource is not None
+            and request.name is not None
+            and request.method in (enums.method.PATCH, enums.method.PUT)
+        ):
+            async with self._writes:
+                refusal = self._prepare_write(request)
+                if refusal is not None:
+                    return refusal
+                return await super()._handle(request)
+        return await super()._handle(request)
+
+    def _review(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
+        """SubjectAccessReview / TokenReview: the test's function answers; none set -> 403."""
+        if request.method != enums.method.POST:
+            return None
+        if request.url.path == SAR_PATH:
+            answer_with = self.sar
+        elif request.url.path == TOKEN_REVIEW_PATH:
+            answer_with = self.token_review
+        else:
+            return None
+        answer = answer_with(request.data) if answer_with is not None else 403
+        if isinstance(answer, int):
+            return aiohttp.web.json_response(status_body(answer, "Failure", "scripted"), status=answer)
+        return aiohttp.web.json_response({**request.data, "status": answer}, status=201)
+
+    def _prepare_write(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
+        """Turn a PATCH or PUT into a whole-object replace carrying a fresh resourceVersion,
+        or answer 409 for a stale one. Missing objects are left to kmock (404)."""
+        object.__setattr__(request, "action", enums.action.UPDATE)  # kmock does not route PUT
+        key: Any = (request.resource, request.namespace, request.name)  # both set: see _handle
+        if key not in self.objects or self.objects[key].deleted:
+            return None
+        stored: dict[str, Any] = copy.deepcopy(self.objects[key].raw)
+        stored_meta = stored.get("metadata") or {}
+        data = request.data
+        if isinstance(data, dict):
+            wanted = (data.get("metadata") or {}).get("resourceVersion")
+            if wanted is not None and wanted != stored_meta.get("resourceVersion"):
+                message = (
+                    f"Operation cannot be fulfilled on {request.resource.plural} {request.name!r}: "  # type: ignore[union-attr]
+                    "the object has been modified; please apply your changes to the latest version"
+                )
+                body = status_body(409, "Conflict", message, name=request.name)
+                return aiohttp.web.json_response(body, status=409)
+        if request.method == enums.method.PUT:
+            if not isinstance(data, dict):
+                body = status_body(400, "BadRequest", "a PUT body must be an object")
+                return aiohttp.web.json_response(body, status=400)
+            result = self._replaced(request.subresource, stored, data)
+        else:
+            try:
+                result = dict(dicts.patch_dict(stored, data))
+            except Exception:  # noqa: BLE001  (kmock answers the original request with its own error)
+                return None
+        if request.subresource == "approval":
+            self._sign(result)
+        result.setdefault("metadata", {})["resourceVersion"] = str(next(self._versions))
+        object.__setattr__(request, "data", [{"op": "replace", "path": "", "value": result}])
+        return None
+
+    @staticmethod
+    def _replaced(subresource: str | None, stored: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+        if subresource == "status":
+            return {**stored, "status": data.get("status") or {}}
+        if subresource == "approval":
+            status = dict(stored.get("status") or {})
+            status["conditions"] = (data.get("status") or {}).get("conditions") or []
+            return {**stored, "status": status}
+        # The server owns identity fields: a replace keeps them.
+        meta = dict(data.get("metadata") or {})
+        for field in ("uid", "creationTimestamp"):
+            if field in (stored.get("metadata") or {}):
+                meta[field] = stored["metadata"][field]
+        return {**data, "metadata": meta}
+
+    def _sign(self, obj: dict[str, Any]) -> None:
+        status = obj.setdefault("status", {})
+        if self.signer is None or not _approved(obj) or status.get("certificate"):
+            return
+        pem = self.signer(obj)
+        if pem is not None:
+            status["certificate"] = base64.b64encode(pem).decode("ascii")
+
+    async def _serve_create(self, request: kmock.Request) -> kmock.Payload:
+        payload = await super()._serve_create(request)
+        return kmock.Response(status=201, payload=payload)  # type: ignore[attr-defined]
+
+    async def _serve_list(self, request: kmock.Request) -> kmock.Payload:
+        out = await super()._serve_list(request)
+        if isinstance(out, dict) and isinstance(out.get("items"), list):
+            out["items"] = [i for i in out["items"] if _selected(request, i)]
+        return out
+
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
+        async for event in super()._serve_watch(request):
+            if not isinstance(event, dict) or _selected(request, event.get("object")):
+                yield event
