@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="nodegate",
@@ -78,13 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     from bootstrap import backup  # noqa: PLC0415  (argument definitions; no TPM or HTTP import)
 
     backup.add_backup_arguments(
-        sub.add_parser(
-            "backup", help="CA keys, session keys and the sqlite store in one encrypted archive"
-        )
+        sub.add_parser("backup", help="CA keys, session keys and the sqlite store in one encrypted archive")
     )
-    backup.add_restore_arguments(
-        sub.add_parser("restore", help="restore a backup archive into state_dir")
-    )
+    backup.add_restore_arguments(sub.add_parser("restore", help="restore a backup archive into state_dir"))
     return p
 
 
