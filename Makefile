@@ -1,6 +1,7 @@
 # nodegate: one Makefile for a fresh Debian machine (root, or a user with sudo).
 #   make deps   Debian packages: swtpm, swtpm-tools, libtss2-dev, pkg-config, build tools
 #   make venv   .venv with nodegate (editable) and the test extras
+#   make helm   .venv/bin/helm for the chart tests (scripts/get-helm.sh)
 #   make test   the test suite (what CI runs)
 #   make bench  benchmarks in tests/bench/
 #   make demo   local demo on the embedded defaults
@@ -11,9 +12,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
-          python3-venv python3-dev openssl ca-certificates
+          python3-venv python3-dev openssl ca-certificates npm unzip
 
-.PHONY: deps venv test bench demo lint clean
+.PHONY: deps venv helm test bench demo lint clean
 
 $(VENV)/.deps-done:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -32,7 +33,14 @@ $(VENV)/.venv-done: $(VENV)/.deps-done pyproject.toml
 
 venv: $(VENV)/.venv-done
 
-test: $(VENV)/.venv-done
+# helm (v4) for the chart tests: not in Debian or PyPI; scripts/get-helm.sh fetches a pinned build.
+$(VENV)/bin/helm: $(VENV)/.venv-done scripts/get-helm.sh
+	bash scripts/get-helm.sh $(VENV)/bin
+	@touch $@
+
+helm: $(VENV)/bin/helm
+
+test: $(VENV)/.venv-done $(VENV)/bin/helm
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.venv-done
