@@ -112,6 +112,17 @@ class KubernetesSettings(_Model):
     events_namespace: str = "default"
     # nodegate's own namespace (an addition to DESIGN.md): the kubernetes store's EK claims (Leases).
     namespace: str = "nodegate"
+    # The API server as the nodes reach it, for their kubelet kubeconfig (additions). Unset: the
+    # address nodegate itself uses, which in a pod is a ClusterIP that a joining node cannot reach.
+    kubelet_api_server: str | None = None
+    kubelet_api_ca_file: Path | None = None
+
+    @field_validator("kubelet_api_server")
+    @classmethod
+    def _https(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("https://") or len(v) > 512 or any(c.isspace() for c in v)):
+            raise ValueError("kubelet_api_server must be an https:// URL")
+        return v
 
 
 class GateSettings(_Model):

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -87,6 +88,16 @@ class Issued:
     response: FinishResponse
 
 
+def _read_ca(path: Path | None) -> bytes | None:
+    """kubernetes.kubelet_api_ca_file, read once at start (a bad file stops the service there)."""
+    if path is None:
+        return None
+    data = path.read_bytes()
+    if len(data) > 1 << 20 or b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ValueError(f"kubernetes.kubelet_api_ca_file {path}: not a PEM certificate bundle")
+    return data
+
+
 def _warn_pcrs(node_name: str, verdict: pcr.PcrPolicyResult) -> None:
     """Classes in ``warn`` mode do not refuse; their mismatches are logged (a rollout of a new
     firmware class starts in warn mode, and this is how an operator sees what it would refuse)."""
@@ -121,6 +132,7 @@ class JoinService:
         self._selection = settings.pcr_policy.selection
         self._inventory = settings.inventory_index
         self._used: OrderedDict[str, float] = OrderedDict()  # session id -> expiry (unix)
+        self._kubelet_ca = _read_ca(settings.kubernetes.kubelet_api_ca_file)
 
     # -- join ----------------------------------------------------------------------------------
 
@@ -351,6 +363,8 @@ class JoinService:
                 timeout=k8s.csr_timeout.total_seconds(),
             )
             server, ca_pem = self.kube.api_server()
+            if k8s.kubelet_api_server is not None:
+                server, ca_pem = k8s.kubelet_api_server, self._kubelet_ca
         except (KubeUnavailable, KubeConflict, KubeNotFound, CsrDenied) as exc:
             # The SVID is recorded but not handed out; the node starts over and gets both.
             raise Unavailable(f"kubelet credentials: {exc}"[:500], retry_after=5) from None

@@ -88,6 +88,7 @@ class Service:
     ready_checks: list[Callable[[], bool]] = field(default_factory=list)
     tls: ssl.SSLContext | None = None
     gate: Gate | None = None  # the hold gate, when a cluster is configured and gate.enabled
+    _tls_stamp: tuple[int, ...] = ()
     _events: set[asyncio.Task[None]] = field(default_factory=set)
     _inflight: int = 0
 
@@ -111,6 +112,27 @@ class Service:
                 )
                 self.tls.load_cert_chain(cert.cert_file, cert.key_file)
         log.info("CA reloaded", extra={"code": f"sequence {self.cas.sequence}"})
+        return True
+
+    def reload_tls_files(self) -> bool:
+        """Pick up a renewed ``tls.cert_file`` / ``tls.key_file`` (cert-manager rewrites the
+        mounted Secret): new handshakes use it, open connections keep theirs. A pair that does
+        not load (caught mid-update) keeps the old one and is tried again on the next tick."""
+        cert, key = self.settings.tls.cert_file, self.settings.tls.key_file
+        if self.tls is None or cert is None or key is None:
+            return False
+        stamp = _file_stamp(cert) + _file_stamp(key)
+        if stamp == self._tls_stamp:
+            return False
+        try:
+            self.tls.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("TLS certificate not reloaded", extra={"error": str(exc)[:300]})
+            return False
+        first = not self._tls_stamp
+        self._tls_stamp = stamp
+        if not first:
+            log.info("TLS certificate reloaded", extra={"listen": self.settings.listen})
         return True
 
     async def refused(self, node_name: str, code: str, detail: str) -> None:
@@ -518,6 +540,12 @@ async def admin_rotate(request: web.Request) -> web.StreamResponse:
         rotated = await asyncio.to_thread(service.cas_store.rotate, now, service.settings.ca_grace)
     except authority.CaUnavailable as exc:
         raise Unavailable(str(exc), retry_after=5) from None
+    except OSError as exc:  # e.g. ca/ is a read-only Secret mount (the Helm chart): rotate offline
+        raise Unavailable(
+            f"the CA folder cannot be written ({exc.strerror}); rotate where the CA is stored "
+            "(the Helm chart: see its README) and the replicas pick it up",
+            retry_after=60,
+        ) from None
     service.reload_ca(force=True)
     log.warning("CA rotated", extra={"actor": actor})
     return web.json_response(
@@ -590,6 +618,16 @@ async def _every(seconds: float, step: Callable[[], Awaitable[None]]) -> None:
 
 async def _reload(service: Service) -> None:
     service.reload_ca()
+    service.reload_tls_files()
+
+
+def _file_stamp(path: Path) -> tuple[int, int, int]:
+    """What changes when a file is replaced or rewritten (a Secret update swaps a symlink)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, 0, 0)
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 async def _prune(service: Service) -> None:
@@ -617,6 +655,8 @@ def tls_context(service: Service) -> ssl.SSLContext:
     ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.load_verify_locations(cadata=svid.bundle_pem(service.cas.roots(datetime.now(UTC))).decode())
     service.tls = ctx
+    if settings.tls.cert_file is not None and settings.tls.key_file is not None:
+        service._tls_stamp = _file_stamp(settings.tls.cert_file) + _file_stamp(settings.tls.key_file)
     return ctx
 
 

@@ -167,6 +167,19 @@ async def test_rotation_keeps_old_svids_valid(svc: Running, ek_ca: EkCa, tmp_pat
     )
 
 
+async def test_rotation_on_a_read_only_ca_folder_is_a_clear_503(
+    svc: Running, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def read_only(*_args: object) -> None:
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(svc.service.cas_store, "rotate", read_only)
+    async with svc.http(_admin_svid(svc, tmp_path, ADMIN)) as http:
+        status, out = await post(http, f"{svc.base}/v1/admin/ca/rotate", {})
+    assert (status, out["code"]) == (503, "unavailable")
+    assert "cannot be written (Read-only file system)" in out["detail"]
+
+
 async def test_cli_rotation_is_picked_up(svc: Running, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(f"trust_domain: fleet.test\nstate_dir: {svc.service.settings.state_dir}\n")

@@ -23,7 +23,7 @@ from cryptography.x509.oid import NameOID
 from bootstrap.kube import Kube
 from tests.kshim import ShimEmulator
 from tests.service import EkCa, Running, running, settings_for
-from tests.softnode import post
+from tests.softnode import join, post
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)
 CSRS = "certificates.k8s.io/v1/certificatesigningrequests"
@@ -185,3 +185,31 @@ async def test_admin_bearer_token(kmock: Any, replicas: tuple[Running, Running])
     }
     assert asked[1]["verb"] == "rotate"
     assert asked[1]["resource"] == "authorities"
+
+
+async def test_kubelet_kubeconfig_names_the_external_api_server(
+    kmock: Any, tmp_path: Path, ek_ca: EkCa
+) -> None:
+    """In a pod nodegate reaches the API at a ClusterIP; the kubeconfig it hands a joining node
+    names kubernetes.kubelet_api_server (and its CA) instead."""
+    kmock.resources["nodegate.io/v1alpha1/nodeattestations"] = {
+        "kind": "NodeAttestation",
+        "namespaced": False,
+    }
+    kmock.signer = _signer()
+    ca_file = ek_ca.write(tmp_path / "api-ca.pem")  # any PEM certificate stands in for the cluster CA
+    kubernetes = {"kubelet_api_server": "https://api.fleet.example:6443", "kubelet_api_ca_file": str(ca_file)}
+    settings = settings_for(
+        tmp_path, ek_ca, store="kubernetes", admission={"policy_files": []}, kubernetes=kubernetes
+    )
+    async with running(settings, kube=Kube.for_host(str(kmock.url))) as r, r.http() as http:
+        status, out = await join(http, r.base, ek_ca.node("gpu-ext"))
+    assert status == 200, out
+    cluster = yaml.safe_load(out["kubeconfig"])["clusters"][0]["cluster"]
+    assert cluster["server"] == "https://api.fleet.example:6443"
+    assert base64.b64decode(cluster["certificate-authority-data"]) == ca_file.read_bytes()
+
+
+def test_kubelet_api_server_must_be_https(tmp_path: Path, ek_ca: EkCa) -> None:
+    with pytest.raises(ValueError, match="https"):
+        settings_for(tmp_path, ek_ca, kubernetes={"kubelet_api_server": "http://api:6443"})

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
+import ipaddress
 import json
+import ssl
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,7 +15,9 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from attest import svid
 from tests.service import EkCa, Running, running, settings_for
@@ -215,3 +220,56 @@ async def test_webhook_takes_reviews_larger_than_the_join_limit(svc: Running) ->
         out = await resp.json()
     assert out["response"]["uid"] == "u-1"
     assert out["response"]["allowed"] is False  # no PackagePolicies here: fail closed, but answered
+
+
+def _self_signed(tmp: Path, name: str) -> tuple[Path, Path, bytes]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    cert_file, key_file = tmp / "tls.crt", tmp / "tls.key"
+    for path, data in ((cert_file, cert_pem), (key_file, key_pem)):  # replaced as a Secret update does
+        tmp_file = path.with_suffix(".new")
+        tmp_file.write_bytes(data)
+        tmp_file.replace(path)
+    return cert_file, key_file, cert.public_bytes(serialization.Encoding.DER)
+
+
+async def _served_cert(port: int) -> bytes:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # we only look at what is served
+    _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    await writer.wait_closed()
+    return bytes(der)
+
+
+async def test_a_renewed_tls_certificate_is_served_without_a_restart(tmp_path: Path, ek_ca: EkCa) -> None:
+    cert_file, key_file, first = _self_signed(tmp_path, "first")
+    tls = {"cert_file": str(cert_file), "key_file": str(key_file)}
+    async with running(settings_for(tmp_path, ek_ca, tls=tls)) as r:
+        assert await _served_cert(r.port) == first
+        assert r.service.reload_tls_files() is False  # nothing changed
+        _, _, second = _self_signed(tmp_path, "second")  # cert-manager renewed the Secret
+        assert r.service.reload_tls_files() is True
+        assert await _served_cert(r.port) == second
+        key_file.write_bytes(b"half-written")  # caught mid-update: the current pair stays
+        assert r.service.reload_tls_files() is False
+        assert await _served_cert(r.port) == second
