@@ -25,6 +25,8 @@ from bootstrap.files import create_exclusive, ensure_dir, read_limited, write_at
 _STEM = re.compile(r"ca-[0-9a-f]{16}")
 SERVER_TTL = timedelta(days=30)
 _RENEW_BEFORE = timedelta(days=10)
+# A retiring CA stops signing the TLS certificate this long before it leaves the bundle.
+RETIRE_MARGIN = timedelta(minutes=30)
 
 
 class CaUnavailable(Exception):
@@ -122,23 +124,44 @@ class ServerCert:
     cert_file: Path
     key_file: Path
     certificate: x509.Certificate
+    refresh_at: datetime  # call server_certificate again from then on (it reissues)
+
+
+def tls_issuer(cas: ca.CaSet, now: datetime) -> tuple[ca.Authority, datetime | None]:
+    """The authority that signs the service's own TLS certificate, and when it leaves the bundle.
+
+    The oldest one still published, not the newest signer: after ``nodegate ca rotate`` nodes
+    with an older bundle (baked into the image, or from the last join) must still reach the
+    service to fetch the new one, so TLS stays on the old root until shortly before it retires
+    (``ca_grace``); by then renewals have handed out bundles with both roots."""
+    for authority in cas.authorities:  # oldest first
+        if not authority.in_bundle(now):
+            continue
+        if authority.retire_at is None:
+            return authority, None
+        if authority.retire_at - now > RETIRE_MARGIN:
+            return authority, authority.retire_at
+    return cas.signer, None
 
 
 def server_certificate(folder: Path, cas: ca.CaSet, names: tuple[str, ...], now: datetime) -> ServerCert:
     """The service's own TLS certificate, an SVID for ``spiffe://<td>/nodegate/server`` with the
-    configured names as DNS/IP SANs, reissued when missing, mismatched, near expiry, or issued by
-    an authority that no longer signs (after a rotation)."""
+    configured names as DNS/IP SANs, from ``tls_issuer``; reissued when missing, mismatched, near
+    expiry, or when the issuer changes (its old one nears retirement)."""
     ensure_dir(folder)
     cert_file, key_file = folder / "server.pem", folder / "server.key"
     current = _load_pair(cert_file, key_file)
-    signer = cas.signer.certificate
+    issuer, retires = tls_issuer(cas, now)
+    signer = issuer.certificate
+    renew_before = _RENEW_BEFORE if retires is None else RETIRE_MARGIN
     if (
         current is not None
         and current.issuer == signer.subject
-        and current.not_valid_after_utc - now > _RENEW_BEFORE
+        and current.not_valid_after_utc - now > renew_before
         and _aki(current) == _ski(signer)
+        and (retires is None or current.not_valid_after_utc <= retires)
     ):
-        return ServerCert(cert_file, key_file, current)
+        return ServerCert(cert_file, key_file, current, _refresh_at(current, renew_before, retires))
     key = ec.generate_private_key(ec.SECP256R1())
     dns: list[str] = []
     ips: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
@@ -147,12 +170,13 @@ def server_certificate(folder: Path, cas: ca.CaSet, names: tuple[str, ...], now:
             ips.append(ipaddress.ip_address(name))
         except ValueError:
             dns.append(name)
+    ttl = SERVER_TTL if retires is None else min(SERVER_TTL, retires - now)
     leaf = svid.issue_svid(
-        cas.signer,
+        issuer,
         spiffe_id=svid.parse_spiffe_id(f"spiffe://{cas.trust_domain}/nodegate/server"),
         public_key=key.public_key(),
         now=now,
-        ttl=SERVER_TTL,
+        ttl=ttl,
         dns_names=dns,
         ip_addresses=ips,
     )
@@ -162,7 +186,12 @@ def server_certificate(folder: Path, cas: ca.CaSet, names: tuple[str, ...], now:
     # Key first: a crash in between leaves a pair that does not match, which is reissued next time.
     write_atomic(key_file, key_pem)
     write_atomic(cert_file, leaf.public_bytes(serialization.Encoding.PEM))
-    return ServerCert(cert_file, key_file, leaf)
+    return ServerCert(cert_file, key_file, leaf, _refresh_at(leaf, renew_before, retires))
+
+
+def _refresh_at(leaf: x509.Certificate, renew_before: timedelta, retires: datetime | None) -> datetime:
+    at = leaf.not_valid_after_utc - renew_before
+    return at if retires is None else min(at, retires - RETIRE_MARGIN)
 
 
 def _load_pair(cert_file: Path, key_file: Path) -> x509.Certificate | None:

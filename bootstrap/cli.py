@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     from bootstrap import joinclient  # noqa: PLC0415  (argument definitions only; no TPM import)
 
     joinclient.add_arguments(join)
+    from bootstrap import renewclient  # noqa: PLC0415  (argument definitions only; no TPM import)
+
+    renewclient.add_renew_arguments(
+        sub.add_parser("renew", help="renew this machine's SVID (mTLS + a fresh TPM quote)")
+    )
     ca = sub.add_parser("ca", help="the service's signing authorities")
     casub = ca.add_subparsers(dest="ca_command", metavar="ACTION", required=True)
     rotate = casub.add_parser("rotate", help="add a new signing CA; the old one retires after ca_grace")
@@ -100,17 +105,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "gate":
         return _gate(args.config, once=args.once, lease=not args.no_lease)
     if args.command == "join":
-        import logging  # noqa: PLC0415
-
         from bootstrap import joinclient  # noqa: PLC0415
 
-        handler = logging.StreamHandler(sys.stderr)  # retry notices, one line each
-        handler.setFormatter(logging.Formatter("nodegate join: %(message)s"))
-        logger = logging.getLogger("nodegate.join")
-        logger.handlers[:] = [handler]
-        logger.setLevel(logging.WARNING)
-        logger.propagate = False
+        _node_log("join")
         return joinclient.main(args)
+    if args.command == "renew":
+        from bootstrap import renewclient  # noqa: PLC0415
+
+        _node_log("renew")
+        return renewclient.renew_main(args)
     if args.command == "ca" and args.ca_command == "issue-admin":
         return _issue_admin(args.config, args.spiffe_id, args.out, args.ttl)
     if args.command == "ca":
@@ -124,6 +127,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "backup":
         return backup.cli_backup(args)
     return backup.cli_restore(args)
+
+
+def _node_log(command: str) -> None:
+    """The node commands print retry notices on stderr, one plain line each."""
+    import logging  # noqa: PLC0415
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"nodegate {command}: %(message)s"))
+    logger = logging.getLogger(f"nodegate.{command}")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
 
 
 def _settings(config: Path | None) -> Any:

@@ -8,6 +8,11 @@ it. The TPM proves the AK lives next to the EK (credential activation) and signs
 nonce bound to that CSR. Transient failures (network, timeouts, 429/5xx, expired sessions) are
 retried with capped exponential backoff and full jitter; every other refusal is final and carries
 the server's machine code. Files are written only once the whole answer has been checked.
+
+Exit statuses (``main``, and ``bootstrap.renewclient.renew_main``): 0 done, 1 refused by the server
+(or its answer failed our checks), 2 usage or a local problem (options, files, TPM, TLS trust),
+75 (EX_TEMPFAIL) transient failures outlasted the attempts, so a supervisor should try again later.
+The shared pieces of `nodegate renew` (HTTP, TPM, retries, checks) live here too.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import asyncio
 import base64
 import binascii
 import concurrent.futures
+import contextlib
 import email.utils
+import fcntl
 import functools
 import hashlib
 import hmac
@@ -25,12 +32,13 @@ import ipaddress
 import json
 import logging
 import math
+import os
 import random
 import re
 import ssl
 import stat
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +53,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.x509.oid import NameOID
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from attest import svid as svidlib
 from attest import wire
@@ -56,11 +72,17 @@ if TYPE_CHECKING:
     from bootstrap import agent
 
 __all__ = [
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_TEMPFAIL",
+    "EXIT_USAGE",
     "JoinFailed",
+    "JoinGaveUp",
     "JoinOptions",
     "JoinResult",
     "JoinUsageError",
     "add_arguments",
+    "exit_status",
     "join",
     "main",
 ]
@@ -116,8 +138,50 @@ class JoinFailed(Exception):
         return f"JoinFailed(code={self.code!r}, status={self.status!r}, detail={self.detail!r})"
 
 
+class JoinGaveUp(JoinFailed):
+    """Transient failures (service down, overloaded or unreachable) outlasted the attempts: trying
+    again later may well work, unlike a refusal."""
+
+
 class JoinUsageError(ValueError):
     """Options that cannot work (bad URL, unreadable CA bundle, invalid node name)."""
+
+
+EXIT_OK = 0
+EXIT_REFUSED = 1  # the server's machine code, or an answer that failed our checks: final
+EXIT_USAGE = 2  # options, local files, the TPM, TLS trust: something on this machine must change
+EXIT_TEMPFAIL = 75  # EX_TEMPFAIL (sysexits.h): systemd's Restart=on-failure retries it
+
+
+def exit_status(exc: JoinFailed | JoinUsageError) -> int:
+    if isinstance(exc, JoinUsageError):
+        return EXIT_USAGE
+    if isinstance(exc, JoinGaveUp):
+        return EXIT_TEMPFAIL
+    if exc.status is not None or exc.code == "bad_response":
+        return EXIT_REFUSED
+    return EXIT_USAGE
+
+
+def report_failure(prog: str, exc: JoinFailed | JoinUsageError) -> int:
+    """The one stderr line for a failed ``prog``; returns its exit status."""
+    status = exit_status(exc)
+    if isinstance(exc, JoinUsageError):
+        print(f"{prog}: {_one_line(exc)}", file=sys.stderr)
+        return status
+    where = exc.code if exc.status is None else f"{exc.code}, HTTP {exc.status}"
+    verb = {EXIT_REFUSED: "refused", EXIT_TEMPFAIL: "gave up"}.get(status, "failed")
+    print(f"{prog}: {verb} ({where}): {exc}", file=sys.stderr)
+    return status
+
+
+def check_retry_options(attempts: int, backoff: float, timeout: float) -> None:
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise JoinUsageError("attempts must be a positive integer")
+    if not (math.isfinite(backoff) and backoff >= 0):
+        raise JoinUsageError("backoff must be a non-negative number of seconds")
+    if not (math.isfinite(timeout) and timeout > 0):
+        raise JoinUsageError("timeout must be a positive number of seconds")
 
 
 @dataclass(frozen=True)
@@ -144,12 +208,7 @@ class JoinOptions:
             )
         if self.ek_kind not in ("rsa", "ecc"):
             raise JoinUsageError(f"EK kind must be 'rsa' or 'ecc', not {_one_line(repr(self.ek_kind), 40)}")
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
-            raise JoinUsageError("attempts must be a positive integer")
-        if not (math.isfinite(self.backoff) and self.backoff >= 0):
-            raise JoinUsageError("backoff must be a non-negative number of seconds")
-        if not (math.isfinite(self.timeout) and self.timeout > 0):
-            raise JoinUsageError("timeout must be a positive number of seconds")
+        check_retry_options(self.attempts, self.backoff, self.timeout)
 
 
 @dataclass(frozen=True)
@@ -225,31 +284,33 @@ def _b64e(data: bytes) -> str:
 B64 = Annotated[bytes, BeforeValidator(_b64)]
 
 
+def _nonce32(v: bytes) -> bytes:
+    if len(v) != 32:
+        raise ValueError(f"must be 32 bytes, not {len(v)}")
+    return v
+
+
+def _quotable(v: str) -> str:
+    try:
+        wire.parse_selection_string(v)
+    except AttestationError as exc:
+        raise ValueError(exc.detail) from None
+    return v
+
+
+Nonce = Annotated[bytes, BeforeValidator(_b64), AfterValidator(_nonce32)]
+Selection = Annotated[str, AfterValidator(_quotable)]
+
+
 class _StartResponse(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     session: str = Field(min_length=1, max_length=8192)
     credential_blob: B64
     encrypted_secret: B64
-    nonce: B64
-    pcr_selection: str
+    nonce: Nonce
+    pcr_selection: Selection
     expires_at: str
-
-    @field_validator("nonce")
-    @classmethod
-    def _nonce(cls, v: bytes) -> bytes:
-        if len(v) != 32:
-            raise ValueError(f"must be 32 bytes, not {len(v)}")
-        return v
-
-    @field_validator("pcr_selection")
-    @classmethod
-    def _selection(cls, v: str) -> str:
-        try:
-            wire.parse_selection_string(v)
-        except AttestationError as exc:
-            raise ValueError(exc.detail) from None
-        return v
 
 
 class _FinishResponse(BaseModel):
@@ -403,9 +464,12 @@ async def _read_limited(resp: aiohttp.ClientResponse) -> bytes:
 
 
 class _Tpm:
-    def __init__(self, tcti: str, ek_kind: agent.EkKind) -> None:
+    """The AK, and the EK when ``ek_kind`` is given (a renewal only quotes: no EK). The AK is a
+    primary of the endorsement hierarchy, so every run recreates the key the join registered."""
+
+    def __init__(self, tcti: str, ek_kind: agent.EkKind | None) -> None:
         self._tcti = tcti
-        self._ek_kind: agent.EkKind = ek_kind
+        self._ek_kind: agent.EkKind | None = ek_kind
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="nodegate-tpm")
         self._agent: agent.Agent | None = None
         self.ek: agent.Ek | None = None
@@ -432,7 +496,8 @@ class _Tpm:
         a = agent.Agent(self._tcti)
         a.__enter__()
         self._agent = a
-        self.ek = a.create_ek(self._ek_kind)  # reads the EK certificate from NV too
+        if self._ek_kind is not None:
+            self.ek = a.create_ek(self._ek_kind)  # reads the EK certificate from NV too
         self.ak = a.create_ak()
 
     async def __aenter__(self) -> _Tpm:
@@ -455,19 +520,24 @@ class _Tpm:
             await loop.run_in_executor(self._pool, a.close)
         self._pool.shutdown(wait=False)
 
-    def require(self) -> tuple[agent.Agent, agent.Ek, agent.Key]:
-        if self._agent is None or self.ek is None or self.ak is None:
+    def require(self) -> tuple[agent.Agent, agent.Key]:
+        if self._agent is None or self.ak is None:
             raise JoinFailed("tpm_error", "the TPM connection is closed")
-        return self._agent, self.ek, self.ak
+        return self._agent, self.ak
+
+    def require_ek(self) -> agent.Ek:
+        if self.ek is None:
+            raise JoinFailed("tpm_error", "the EK is not loaded")
+        return self.ek
 
     async def activate(self, blob: bytes, encrypted: bytes) -> bytes:
-        a, ek, ak = self.require()
-        return await self._run(a.activate_credential, ak, ek, blob, encrypted)
+        a, ak = self.require()
+        return await self._run(a.activate_credential, ak, self.require_ek(), blob, encrypted)
 
     async def quote(
         self, selection: str, qualifying_data: bytes
     ) -> tuple[bytes, bytes, dict[str, dict[int, bytes]]]:
-        a, _, ak = self.require()
+        a, ak = self.require()
         return await self._run(a.quote_with_pcrs, ak, selection, qualifying_data)
 
 
@@ -484,28 +554,36 @@ def _spki(public: PublicKeyTypes) -> bytes:
     return public.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def _node_key(path: Path) -> ec.EllipticCurvePrivateKey:
-    """The existing P-256 key at ``path`` (a re-join keeps it), else a new one written there."""
+def _read_node_key(path: Path, unusable: str) -> ec.EllipticCurvePrivateKey | None:
+    """The P-256 key at ``path`` (narrowed to mode 0600), or None when there is none or it is not
+    one (logged with ``unusable``)."""
     try:
         data = read_limited(path, MAX_KEY_FILE)
     except FileNotFoundError:
-        data = None
+        return None
     except (OSError, ValueError) as exc:
         raise JoinFailed("file_error", f"cannot read {path}: {exc}") from None
-    if data is not None:
-        try:
-            key = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError):
-            key = None  # details could quote key material; the file is replaced below
-        if isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(key.curve, ec.SECP256R1):
-            try:
-                if stat.S_IMODE(path.stat().st_mode) & 0o077:
-                    log.warning("%s was readable by others; setting mode 0600", path)
-                    path.chmod(0o600)
-            except OSError as exc:
-                raise JoinFailed("file_error", f"cannot restrict {path} to mode 0600: {exc}") from None
-            return key
-        log.warning("%s is not an unencrypted ECDSA P-256 PEM key; generating a new node key", path)
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError):
+        key = None  # details could quote key material
+    if not (isinstance(key, ec.EllipticCurvePrivateKey) and isinstance(key.curve, ec.SECP256R1)):
+        log.warning("%s is not an unencrypted ECDSA P-256 PEM key; %s", path, unusable)
+        return None
+    try:
+        if stat.S_IMODE(path.stat().st_mode) & 0o077:
+            log.warning("%s was readable by others; setting mode 0600", path)
+            path.chmod(0o600)
+    except OSError as exc:
+        raise JoinFailed("file_error", f"cannot restrict {path} to mode 0600: {exc}") from None
+    return key
+
+
+def _node_key(path: Path) -> ec.EllipticCurvePrivateKey:
+    """The existing P-256 key at ``path`` (a re-join keeps it), else a new one written there."""
+    existing = _read_node_key(path, "generating a new node key")
+    if existing is not None:
+        return existing
     key = ec.generate_private_key(ec.SECP256R1())
     try:
         write_atomic(path, _key_pem(key))
@@ -528,20 +606,24 @@ def _csr(key: ec.EllipticCurvePrivateKey, node_name: str) -> x509.CertificateSig
 # -- checking and writing the result ------------------------------------------------------------
 
 
-def _bad(detail: str) -> JoinFailed:
-    return JoinFailed("bad_response", f"/v1/join/finish: {detail}")
+def _bad(detail: str, where: str = "/v1/join/finish") -> JoinFailed:
+    return JoinFailed("bad_response", f"{where}: {detail}")
 
 
-def _check_svid(fin: _FinishResponse, key: ec.EllipticCurvePrivateKey) -> list[x509.Certificate]:
+def _same_key(cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> bool:
+    return hmac.compare_digest(_spki(cert.public_key()), _spki(key.public_key()))
+
+
+def _check_svid(fin: _FinishResponse, key: ec.EllipticCurvePrivateKey, where: str) -> list[x509.Certificate]:
     """The SVID certifies the node key and chains to the returned bundle; returns the roots."""
     try:
         chain = x509.load_pem_x509_certificates(fin.svid.encode("utf-8"))
         roots = x509.load_pem_x509_certificates(fin.bundle.encode("utf-8"))
     except ValueError:
-        raise _bad("svid or bundle is not PEM certificates") from None
+        raise _bad("svid or bundle is not PEM certificates", where) from None
     leaf = chain[0]
-    if not hmac.compare_digest(_spki(leaf.public_key()), _spki(key.public_key())):
-        raise _bad("the SVID certifies another key than this node's key")
+    if not _same_key(leaf, key):
+        raise _bad("the SVID certifies another key than this node's key", where)
     try:
         sid = svidlib.parse_spiffe_id(fin.spiffe_id)
         # Judge the chain at a moment inside the leaf's validity: a freshly booted node's clock
@@ -549,11 +631,11 @@ def _check_svid(fin: _FinishResponse, key: ec.EllipticCurvePrivateKey) -> list[x
         now = min(max(datetime.now(UTC), leaf.not_valid_before_utc), leaf.not_valid_after_utc)
         got = svidlib.verify_svid(leaf, roots=roots, trust_domain=sid.trust_domain, now=now, usage="client")
     except svidlib.SpiffeIdError as exc:
-        raise _bad(f"spiffe_id is invalid: {exc}") from None
+        raise _bad(f"spiffe_id is invalid: {exc}", where) from None
     except AttestationError as exc:
-        raise _bad(f"the SVID does not verify against the returned bundle: {exc.detail}") from None
+        raise _bad(f"the SVID does not verify against the returned bundle: {exc.detail}", where) from None
     if got != sid:
-        raise _bad(f"the SVID names {got}, the answer says {sid}")
+        raise _bad(f"the SVID names {got}, the answer says {sid}", where)
     return roots
 
 
@@ -581,38 +663,146 @@ def _kubeconfig_with_key(text: str, key: ec.EllipticCurvePrivateKey) -> bytes:
     return yaml.safe_dump(doc, sort_keys=False).encode("utf-8")
 
 
-def _prepare_outputs(
-    fin: _FinishResponse, key: ec.EllipticCurvePrivateKey, node_name: str
+def _checked_credentials(
+    fin: _FinishResponse, key: ec.EllipticCurvePrivateKey, node_name: str, where: str
 ) -> dict[str, bytes]:
+    """svid.pem and bundle.pem from an answer that names this node and certifies ``key``."""
     if fin.node_name != node_name:
-        raise _bad(f"answer is for node {_one_line(fin.node_name, 80)!r}, not {node_name!r}")
+        raise _bad(f"answer is for node {_one_line(fin.node_name, 80)!r}, not {node_name!r}", where)
     try:
         expires = datetime.fromisoformat(fin.svid_expires_at)
     except ValueError:
-        raise _bad("svid_expires_at is not an RFC 3339 timestamp") from None
+        raise _bad("svid_expires_at is not an RFC 3339 timestamp", where) from None
     if expires.tzinfo is None:
-        raise _bad("svid_expires_at has no time zone")
-    roots = _check_svid(fin, key)
-    files: dict[str, bytes] = {
-        SVID_FILE: fin.svid.encode("utf-8"),
-        BUNDLE_FILE: svidlib.bundle_pem(roots),
-    }
+        raise _bad("svid_expires_at has no time zone", where)
+    roots = _check_svid(fin, key, where)
+    return {SVID_FILE: fin.svid.encode("utf-8"), BUNDLE_FILE: svidlib.bundle_pem(roots)}
+
+
+def _index(fin: _FinishResponse) -> bytes:
+    index = {"node_name": fin.node_name, "spiffe_id": fin.spiffe_id, "svid_expires_at": fin.svid_expires_at}
+    return (json.dumps(index, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _prepare_outputs(
+    fin: _FinishResponse, key: ec.EllipticCurvePrivateKey, node_name: str
+) -> dict[str, bytes]:
+    files = _checked_credentials(fin, key, node_name, "/v1/join/finish")
     if fin.kubeconfig is not None:
         files[KUBECONFIG_FILE] = _kubeconfig_with_key(fin.kubeconfig, key)
-    index = {"node_name": fin.node_name, "spiffe_id": fin.spiffe_id, "svid_expires_at": fin.svid_expires_at}
     # Last: join.json names a complete set, so its presence means the others are from this join.
-    files[INDEX_FILE] = (json.dumps(index, indent=2, sort_keys=True) + "\n").encode("utf-8")
+    files[INDEX_FILE] = _index(fin)
     return files
 
 
+def _write_files(folder: Path, files: Mapping[str, bytes]) -> dict[str, Path]:
+    """Each file atomically (0600), in the order given."""
+    written: dict[str, Path] = {}
+    for name, data in files.items():
+        try:
+            write_atomic(folder / name, data)
+        except OSError as exc:
+            raise JoinFailed("file_error", f"cannot write {folder / name}: {exc}") from None
+        written[name] = folder / name
+    return written
+
+
+@contextlib.asynccontextmanager
+async def _locked(folder: Path) -> AsyncIterator[None]:
+    """One join or renewal at a time per folder (a flock on the folder itself, so no lock file):
+    the node key and its SVID are replaced as a pair, and a second writer would tear it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise JoinFailed("file_error", f"cannot open {folder}: {exc}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("waiting for another nodegate join or renew to finish with %s", folder)
+            await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 # -- the protocol -------------------------------------------------------------------------------
+
+
+async def _quote_evidence(
+    tpm: _Tpm, session: str, nonce: bytes, selection: str, csr_der: bytes
+) -> dict[str, Any]:
+    """The finish body's quote part: the AK quotes ``selection`` over SHA256(nonce || SHA256(csr))."""
+    qualifying_data = hashlib.sha256(nonce + hashlib.sha256(csr_der).digest()).digest()
+    quote, signature, pcrs = await tpm.quote(selection, qualifying_data)
+    return {
+        "session": session,
+        "quote": _b64e(quote),
+        "signature": _b64e(signature),
+        "pcrs": {bank: {str(i): v.hex() for i, v in sorted(values.items())} for bank, values in pcrs.items()},
+        "event_log": None,
+    }
+
+
+async def _finish(http: _Http, path: str, body: dict[str, Any]) -> _FinishResponse:
+    try:
+        return await http.post(path, body, _FinishResponse)
+    except JoinFailed as exc:
+        if exc.code in _RESTART_CODES:
+            # The server restarted with a new session key, or the session outlived its 60 s.
+            raise _Transient(exc.code, f"{path}: {exc.detail}", exc.status, restart_now=True) from None
+        raise
+
+
+async def _with_retries(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    attempts: int,
+    backoff: float,
+    sleep: Callable[[float], Awaitable[None]],
+    rng: random.Random,
+    logger: logging.Logger,
+) -> T:
+    """Run ``attempt`` until it succeeds, a final JoinFailed, or ``attempts`` transient failures
+    (then JoinGaveUp with the last one)."""
+    failures = 0
+    while True:
+        try:
+            return await attempt()
+        except _Transient as exc:
+            failures += 1
+            if failures >= attempts:
+                suffix = f" (after {failures} attempts)"
+                raise JoinGaveUp(
+                    exc.code, _one_line(exc.detail, _DETAIL_LIMIT - len(suffix)) + suffix, exc.status
+                ) from None
+            if exc.restart_now:
+                logger.warning(
+                    "%s: %s; starting a new session (attempt %d/%d)", what, exc.detail, failures + 1, attempts
+                )
+                continue
+            delay = _delay(failures, backoff, rng, exc.retry_after)
+            logger.warning(
+                "%s: %s; retrying in %.1f s (attempt %d/%d)", what, exc.detail, delay, failures + 1, attempts
+            )
+            await sleep(delay)
+
+
+def _http_session(ssl_ctx: ssl.SSLContext | bool, timeout: float, user_agent: str) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=timeout),
+        connector=aiohttp.TCPConnector(ssl=ssl_ctx),
+        headers={"User-Agent": user_agent},
+    )
 
 
 async def _attempt(
     http: _Http, tpm: _Tpm, opts: JoinOptions, csr: x509.CertificateSigningRequest, csr_der: bytes
 ) -> _FinishResponse:
     """One pass /start -> TPM -> /finish."""
-    _, ek, ak = tpm.require()
+    _, ak = tpm.require()
+    ek = tpm.require_ek()
     start_body: dict[str, Any] = {
         "node_name": opts.node_name,
         "ek_public": _b64e(ek.public),
@@ -624,25 +814,9 @@ async def _attempt(
     secret = await tpm.activate(start.credential_blob, start.encrypted_secret)
     proof = hmac.digest(secret, start.session.encode("utf-8"), "sha256")
     del secret
-    qualifying_data = hashlib.sha256(start.nonce + hashlib.sha256(csr_der).digest()).digest()
-    quote, signature, pcrs = await tpm.quote(start.pcr_selection, qualifying_data)
-    finish_body: dict[str, Any] = {
-        "session": start.session,
-        "proof": _b64e(proof),
-        "quote": _b64e(quote),
-        "signature": _b64e(signature),
-        "pcrs": {bank: {str(i): v.hex() for i, v in sorted(values.items())} for bank, values in pcrs.items()},
-        "event_log": None,
-    }
-    try:
-        return await http.post("/v1/join/finish", finish_body, _FinishResponse)
-    except JoinFailed as exc:
-        if exc.code in _RESTART_CODES:
-            # The server restarted with a new session key, or the session outlived its 60 s.
-            raise _Transient(
-                exc.code, f"/v1/join/finish: {exc.detail}", exc.status, restart_now=True
-            ) from None
-        raise
+    body = await _quote_evidence(tpm, start.session, start.nonce, start.pcr_selection, csr_der)
+    body["proof"] = _b64e(proof)
+    return await _finish(http, "/v1/join/finish", body)
 
 
 async def join(
@@ -660,56 +834,27 @@ async def join(
         out = ensure_dir(opts.out)
     except OSError as exc:
         raise JoinFailed("file_error", f"cannot create {opts.out}: {exc}") from None
-    key = _node_key(out / KEY_FILE)
-    csr = _csr(key, opts.node_name)
-    csr_der = csr.public_bytes(serialization.Encoding.DER)
-    ek_kind: agent.EkKind = "ecc" if opts.ek_kind == "ecc" else "rsa"
-    timeout = aiohttp.ClientTimeout(total=opts.timeout)
-    async with (
-        _Tpm(opts.tcti, ek_kind) as tpm,
-        aiohttp.ClientSession(
-            timeout=timeout,
-            connector=aiohttp.TCPConnector(ssl=ssl_ctx),
-            headers={"User-Agent": "nodegate-join"},
-        ) as session,
-    ):
-        http = _Http(session, base, opts.ca_bundle)
-        failures = 0
-        while True:
-            try:
-                fin = await _attempt(http, tpm, opts, csr, csr_der)
-                break
-            except _Transient as exc:
-                failures += 1
-                if failures >= opts.attempts:
-                    raise JoinFailed(
-                        exc.code, f"{exc.detail} (gave up after {failures} attempts)", exc.status
-                    ) from None
-                if exc.restart_now:
-                    log.warning(
-                        "join: %s; starting a new session (attempt %d/%d)",
-                        exc.detail,
-                        failures + 1,
-                        opts.attempts,
-                    )
-                    continue
-                delay = _delay(failures, opts.backoff, rng, exc.retry_after)
-                log.warning(
-                    "join: %s; retrying in %.1f s (attempt %d/%d)",
-                    exc.detail,
-                    delay,
-                    failures + 1,
-                    opts.attempts,
-                )
-                await sleep(delay)
-    files = _prepare_outputs(fin, key, opts.node_name)
-    written = {KEY_FILE: out / KEY_FILE}
-    try:
-        for name, data in files.items():
-            write_atomic(out / name, data)
-            written[name] = out / name
-    except OSError as exc:
-        raise JoinFailed("file_error", f"cannot write {out / name}: {exc}") from None
+    async with _locked(out):
+        key = _node_key(out / KEY_FILE)
+        csr = _csr(key, opts.node_name)
+        csr_der = csr.public_bytes(serialization.Encoding.DER)
+        ek_kind: agent.EkKind = "ecc" if opts.ek_kind == "ecc" else "rsa"
+        async with (
+            _Tpm(opts.tcti, ek_kind) as tpm,
+            _http_session(ssl_ctx, opts.timeout, "nodegate-join") as s,
+        ):
+            http = _Http(s, base, opts.ca_bundle)
+            fin = await _with_retries(
+                lambda: _attempt(http, tpm, opts, csr, csr_der),
+                what="join",
+                attempts=opts.attempts,
+                backoff=opts.backoff,
+                sleep=sleep,
+                rng=rng,
+                logger=log,
+            )
+        files = _prepare_outputs(fin, key, opts.node_name)
+        written = {KEY_FILE: out / KEY_FILE} | _write_files(out, files)
     return JoinResult(fin.node_name, fin.spiffe_id, fin.svid_expires_at, written)
 
 
@@ -724,8 +869,9 @@ def _delay(failures: int, backoff: float, rng: random.Random, retry_after: float
 # -- command line -------------------------------------------------------------------------------
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--server", required=True, help="join server URL, https://host:port")
+def add_common_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    """--server, --ca-bundle, --tcti, --attempts: the same for join and renew."""
+    p.add_argument("--server", required=True, help=f"{what} server URL, https://host:port")
     p.add_argument(
         "--ca-bundle",
         required=True,
@@ -733,8 +879,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="PEM roots to trust for the server's TLS",
     )
-    p.add_argument("--node-name", required=True, help="this node's Kubernetes name")
     p.add_argument("--tcti", default=DEFAULT_TCTI, help=f"TPM to use (default {DEFAULT_TCTI})")
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=JoinOptions.attempts,
+        help=f"total tries for transient failures (default {JoinOptions.attempts}); then exit 75",
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_common_arguments(p, "join")
+    p.add_argument("--node-name", required=True, help="this node's Kubernetes name")
     p.add_argument(
         "--out",
         type=Path,
@@ -743,15 +899,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"where the node key and credentials go (default {JoinOptions.out})",
     )
     p.add_argument("--ek", choices=("ecc", "rsa"), default="rsa", help="EK type to use (default rsa)")
-    p.add_argument(
-        "--attempts",
-        type=int,
-        default=JoinOptions.attempts,
-        help="total tries for transient failures (default 8)",
-    )
 
 
 def main(args: argparse.Namespace) -> int:
+    """`nodegate join`; exit 0, 1 (refused), 2 (usage or local), 75 (transient, try later)."""
     try:
         opts = JoinOptions(
             server=args.server,
@@ -763,14 +914,9 @@ def main(args: argparse.Namespace) -> int:
             attempts=args.attempts,
         )
         result = asyncio.run(join(opts))
-    except JoinUsageError as exc:
-        print(f"nodegate join: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    except JoinFailed as exc:
-        where = exc.code if exc.status is None else f"{exc.code}, HTTP {exc.status}"
-        print(f"nodegate join: refused ({where}): {exc}", file=sys.stderr)
-        return 1
+    except (JoinUsageError, JoinFailed) as exc:
+        return report_failure("nodegate join", exc)
     print(f"joined as {result.spiffe_id} (SVID valid until {result.svid_expires_at})")
     for name, path in result.files.items():
         print(f"  {name}: {path}")
-    return 0
+    return EXIT_OK

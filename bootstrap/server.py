@@ -89,6 +89,7 @@ class Service:
     tls: ssl.SSLContext | None = None
     gate: Gate | None = None  # the hold gate, when a cluster is configured and gate.enabled
     _tls_stamp: tuple[int, ...] = ()
+    server_refresh_at: datetime | None = None
     _events: set[asyncio.Task[None]] = field(default_factory=set)
     _inflight: int = 0
 
@@ -106,12 +107,23 @@ class Service:
         if self.tls is not None:
             # Adds the new roots for client certificates; retired ones are refused by verify_svid.
             self.tls.load_verify_locations(cadata=svid.bundle_pem(self.cas.roots(datetime.now(UTC))).decode())
-            if self.settings.tls.cert_file is None:
-                cert = authority.server_certificate(
-                    self.settings.state_dir / "tls", self.cas, self.settings.server_names, datetime.now(UTC)
-                )
-                self.tls.load_cert_chain(cert.cert_file, cert.key_file)
+            self.refresh_server_certificate(force=True)
         log.info("CA reloaded", extra={"code": f"sequence {self.cas.sequence}"})
+        return True
+
+    def refresh_server_certificate(self, *, force: bool = False) -> bool:
+        """The self-issued TLS certificate (no ``tls.cert_file``): reissued when it nears expiry
+        or its issuer nears retirement, checked on every reload tick, not only at start."""
+        if self.tls is None or self.settings.tls.cert_file is not None:
+            return False
+        now = datetime.now(UTC)
+        if not force and self.server_refresh_at is not None and now < self.server_refresh_at:
+            return False
+        cert = authority.server_certificate(
+            self.settings.state_dir / "tls", self.cas, self.settings.server_names, now
+        )
+        self.tls.load_cert_chain(cert.cert_file, cert.key_file)
+        self.server_refresh_at = cert.refresh_at
         return True
 
     def reload_tls_files(self) -> bool:
@@ -619,6 +631,7 @@ async def _every(seconds: float, step: Callable[[], Awaitable[None]]) -> None:
 async def _reload(service: Service) -> None:
     service.reload_ca()
     service.reload_tls_files()
+    service.refresh_server_certificate()
 
 
 def _file_stamp(path: Path) -> tuple[int, int, int]:
@@ -649,6 +662,7 @@ def tls_context(service: Service) -> ssl.SSLContext:
             settings.state_dir / "tls", service.cas, settings.server_names, datetime.now(UTC)
         )
         cert_file, key_file = issued.cert_file, issued.key_file
+        service.server_refresh_at = issued.refresh_at
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert_file, key_file)

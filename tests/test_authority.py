@@ -78,11 +78,27 @@ def test_server_certificate_reissued_after_rotation(tmp_path: Path) -> None:
     svid.verify_svid(
         first.certificate, roots=cas.roots(NOW), trust_domain="fleet.test", now=NOW, usage="server"
     )
+    assert first.refresh_at == first.certificate.not_valid_after_utc - dt.timedelta(days=10)
     rotated = store.rotate(NOW, dt.timedelta(hours=1))
-    second = server_certificate(tmp_path / "tls", rotated, names, NOW)
-    assert second.certificate != first.certificate
-    assert second.certificate.issuer == rotated.signer.certificate.subject
+    old, new = rotated.authorities[0], rotated.signer
+    # TLS stays on the old root while it is in the bundle (nodes with older bundles can still
+    # reach the service to fetch the new one), but no longer than that root stays published.
+    kept = server_certificate(tmp_path / "tls", rotated, names, NOW)
+    assert kept.certificate.issuer == old.certificate.subject
+    assert kept.certificate != first.certificate  # reissued: the old one outlived the retirement
+    assert old.retire_at is not None
+    assert kept.certificate.not_valid_after_utc <= old.retire_at
+    margin = old.retire_at - dt.timedelta(minutes=30)
+    assert margin - dt.timedelta(seconds=1) <= kept.refresh_at <= margin  # certificates hold whole seconds
+    assert server_certificate(tmp_path / "tls", rotated, names, NOW).certificate == kept.certificate
+    # Half an hour before the old root retires, the new signer takes over.
+    later = kept.refresh_at + dt.timedelta(seconds=1)
+    second = server_certificate(tmp_path / "tls", rotated, names, later)
+    assert second.certificate.issuer == new.certificate.subject
+    svid.verify_svid(
+        second.certificate, roots=rotated.roots(later), trust_domain="fleet.test", now=later, usage="server"
+    )
     (tmp_path / "tls" / "server.key").write_text("torn")  # a crash between key and cert writes
-    third = server_certificate(tmp_path / "tls", rotated, names, NOW)
+    third = server_certificate(tmp_path / "tls", rotated, names, later)
     assert third.certificate != second.certificate
     assert (tmp_path / "tls" / "server.key").stat().st_mode & 0o777 == 0o600

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import ipaddress
 import json
+import logging
 import os
 import random
 import secrets
@@ -579,6 +580,8 @@ async def test_attempts_exhausted(fake: Fake, tls: Tls, tmp_path: Path) -> None:
     with pytest.raises(JoinFailed) as exc:
         await join(opts(fake, tls, tmp_path, attempts=3), sleep=sleeps)
     assert (exc.value.code, exc.value.status) == ("server_unavailable", 503)
+    assert isinstance(exc.value, joinclient.JoinGaveUp)
+    assert joinclient.exit_status(exc.value) == 75
     assert "3 attempts" in str(exc.value)
     assert fake.log == ["start"] * 3
     assert len(sleeps.delays) == 2
@@ -787,5 +790,66 @@ def test_main_local_failure_and_usage(
     (tmp_path / "ca.pem").write_bytes(_pem(_make_ca("x")[1]))
     rc = joinclient.main(_args([*argv, "--ca-bundle", str(tmp_path / "ca.pem"), "--tcti", swtpm.tcti]))
     err = capsys.readouterr().err.splitlines()
-    assert rc == 1
-    assert err[-1].startswith("nodegate join: refused (server_unreachable): ")
+    assert rc == 75  # EX_TEMPFAIL: nothing answered, so systemd's Restart=on-failure tries again
+    assert err[-1].startswith("nodegate join: gave up (server_unreachable): ")
+    assert err[-1].endswith("(after 1 attempts)")
+
+
+async def test_main_exit_75_when_the_service_stays_down(
+    fake: Fake, tls: Tls, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.start_default = problem(503, "unavailable", "store: database is locked")
+    rc = await asyncio.to_thread(joinclient.main, _args(_argv(fake, tls, tmp_path)))
+    assert rc == 75
+    assert capsys.readouterr().err.splitlines() == [
+        "nodegate join: gave up (unavailable, HTTP 503): /v1/join/start: HTTP 503: "
+        "store: database is locked (after 1 attempts)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [
+        (JoinFailed("node_revoked", "revoked", 403), 1),
+        (JoinFailed("bad_response", "the SVID certifies another key"), 1),
+        (joinclient.JoinGaveUp("server_unavailable", "down", 503), 75),
+        (joinclient.JoinGaveUp("timeout", "no answer"), 75),
+        (JoinFailed("tpm_unavailable", "no TPM"), 2),
+        (JoinFailed("tls_untrusted", "wrong bundle"), 2),
+        (JoinFailed("file_error", "read-only"), 2),
+        (joinclient.JoinUsageError("bad URL"), 2),
+    ],
+)
+def test_exit_status(exc: JoinFailed | joinclient.JoinUsageError, status: int) -> None:
+    assert joinclient.exit_status(exc) == status
+
+
+async def test_a_second_join_on_the_folder_waits_for_the_first(fake: Fake, tls: Tls, tmp_path: Path) -> None:
+    """The node key and the SVID are one pair: two writers on one folder take turns."""
+    second_blocked = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting for another nodegate join or renew" in record.getMessage():
+                second_blocked.set()
+
+    async def first_sleep(_delay: float) -> None:
+        # The first holds the folder (it is between two tries); start the second and wait until
+        # it says it is blocked on the lock.
+        tasks.append(asyncio.create_task(join(opts(fake, tls, tmp_path), sleep=Sleeps())))
+        await second_blocked.wait()
+
+    handler = Seen()
+    logging.getLogger("nodegate.join").addHandler(handler)
+    tasks: list[asyncio.Task[joinclient.JoinResult]] = []
+    try:
+        fake.start_script = [plain(503)]
+        await join(opts(fake, tls, tmp_path), sleep=first_sleep)
+        assert fake.log == ["start", "start", "finish"]  # the second has not sent anything yet
+        await tasks[0]
+    finally:
+        logging.getLogger("nodegate.join").removeHandler(handler)
+    assert fake.log == ["start", "start", "finish", "start", "finish"]
+    leaf = x509.load_pem_x509_certificates((tmp_path / "node" / "svid.pem").read_bytes())[0]
+    key = serialization.load_pem_private_key((tmp_path / "node" / "node.key").read_bytes(), None)
+    assert spki(leaf.public_key()) == spki(key.public_key())

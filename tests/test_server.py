@@ -273,3 +273,17 @@ async def test_a_renewed_tls_certificate_is_served_without_a_restart(tmp_path: P
         key_file.write_bytes(b"half-written")  # caught mid-update: the current pair stays
         assert r.service.reload_tls_files() is False
         assert await _served_cert(r.port) == second
+
+
+async def test_the_self_issued_certificate_is_refreshed_on_the_reload_tick(
+    tmp_path: Path, ek_ca: EkCa
+) -> None:
+    """A service that runs longer than its own TLS certificate lives must not serve it expired."""
+    async with running(settings_for(tmp_path, ek_ca)) as r:
+        served = await _served_cert(r.port)
+        assert r.service.server_refresh_at is not None
+        assert r.service.refresh_server_certificate() is False  # not due
+        (tmp_path / "state" / "tls" / "server.pem").unlink()  # so a reissue is visible
+        r.service.server_refresh_at = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+        assert r.service.refresh_server_certificate() is True
+        assert await _served_cert(r.port) != served

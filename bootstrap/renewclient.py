@@ -1,0 +1,346 @@
+"""Node side of renewal: `nodegate renew` (docs/protocol.md, "Renewal: mTLS plus a fresh quote").
+
+    result = await renew(RenewOptions(server="https://join.example:8443", ca_bundle=Path("ca.pem")))
+
+It reads what `nodegate join` wrote (``join.json``, ``svid.pem``, ``node.key``) and does nothing
+while the SVID has more than ``before`` left (default: a third of its lifetime). Otherwise it makes
+a fresh P-256 key and CSR, authenticates with the current SVID as TLS client certificate, quotes
+the server's nonce with the AK (a primary of the endorsement hierarchy, so the TPM recreates the
+key the join registered; nothing about it is stored on disk), and checks the new SVID: it
+certifies the new key, names the same SPIFFE ID and chains to the returned bundle.
+
+Replacing the key and the SVID cannot be one rename, so the new key is first written next to the
+old one (``node.key.next``); then ``bundle.pem``, ``svid.pem``, ``node.key`` and ``join.json``
+are each replaced atomically (0600). A crash between ``svid.pem`` and ``node.key`` leaves a new
+SVID whose key is ``node.key.next``: the next run finishes that step before anything else.
+Until the new SVID is written the old pair is untouched and keeps working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from pydantic import BaseModel, ConfigDict, Field
+
+from attest import svid as svidlib
+from bootstrap.config import parse_duration
+from bootstrap.files import read_limited
+from bootstrap.joinclient import (
+    _NODE_NAME,
+    BUNDLE_FILE,
+    DEFAULT_TCTI,
+    EXIT_OK,
+    INDEX_FILE,
+    KEY_FILE,
+    SVID_FILE,
+    JoinFailed,
+    JoinOptions,
+    JoinUsageError,
+    Nonce,
+    Selection,
+    _bad,
+    _base_url,
+    _checked_credentials,
+    _csr,
+    _finish,
+    _FinishResponse,
+    _Http,
+    _http_session,
+    _index,
+    _key_pem,
+    _locked,
+    _one_line,
+    _quote_evidence,
+    _read_node_key,
+    _same_key,
+    _ssl_context,
+    _Tpm,
+    _with_retries,
+    _write_files,
+    add_common_arguments,
+    check_retry_options,
+    report_failure,
+)
+
+__all__ = ["PENDING_KEY_FILE", "RenewOptions", "RenewResult", "add_renew_arguments", "renew", "renew_main"]
+
+log = logging.getLogger("nodegate.renew")
+
+PENDING_KEY_FILE = "node.key.next"
+RENEW_PATH = "/v1/nodes/self/renew"
+MAX_INDEX_FILE = 64 * 1024
+MAX_SVID_FILE = 256 * 1024
+
+
+@dataclass(frozen=True)
+class RenewOptions:
+    server: str  # https://host:port; renewal authenticates with the SVID, so never plain http
+    ca_bundle: Path  # PEM roots to trust for the server's TLS certificate
+    dir: Path = JoinOptions.out  # what `nodegate join --out` wrote
+    tcti: str = DEFAULT_TCTI
+    before: timedelta | None = None  # renew when less is left; None: a third of the SVID's lifetime
+    attempts: int = JoinOptions.attempts
+    backoff: float = JoinOptions.backoff
+    timeout: float = JoinOptions.timeout
+
+    def __post_init__(self) -> None:
+        if not _base_url(self.server).startswith("https:"):
+            raise JoinUsageError("renewal authenticates with the SVID over TLS: the server must be https://")
+        if self.before is not None and (
+            not isinstance(self.before, timedelta) or self.before <= timedelta(0)
+        ):
+            raise JoinUsageError("before must be a positive duration")
+        check_retry_options(self.attempts, self.backoff, self.timeout)
+
+
+@dataclass(frozen=True)
+class RenewResult:
+    renewed: bool  # False: the SVID had more than ``before`` left and nothing was touched
+    spiffe_id: str
+    svid_expires_at: datetime  # of the SVID now in place
+    before: timedelta  # the threshold that was applied
+    files: dict[str, Path] = field(default_factory=dict)  # what was written
+
+
+class _RenewStartResponse(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    session: str = Field(min_length=1, max_length=8192)
+    nonce: Nonce
+    pcr_selection: Selection
+    expires_at: str
+
+
+# -- what join left --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Current:
+    node_name: str
+    spiffe_id: svidlib.SpiffeId
+    leaf: x509.Certificate
+
+
+def _local(detail: str) -> JoinFailed:
+    return JoinFailed("credentials_invalid", f"{detail}; run nodegate join again")
+
+
+def _read_index(folder: Path) -> str:
+    path = folder / INDEX_FILE
+    try:
+        doc: Any = json.loads(read_limited(path, MAX_INDEX_FILE))
+    except FileNotFoundError:
+        raise JoinFailed("not_joined", f"{path} does not exist: run nodegate join first") from None
+    except (OSError, ValueError) as exc:
+        raise _local(f"cannot read {path} ({_one_line(exc, 100)})") from None
+    name = doc.get("node_name") if isinstance(doc, dict) else None
+    if not isinstance(name, str) or len(name) > 253 or not _NODE_NAME.fullmatch(name):
+        raise _local(f"{path} names no valid node_name")
+    return name
+
+
+def _spiffe_id_of(leaf: x509.Certificate, path: Path) -> svidlib.SpiffeId:
+    try:
+        san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        uris = san.get_values_for_type(x509.UniformResourceIdentifier)
+        if len(uris) != 1:
+            raise _local(f"{path} has {len(uris)} URI SANs, not one SPIFFE ID")
+        return svidlib.parse_spiffe_id(uris[0])
+    except (x509.ExtensionNotFound, ValueError) as exc:  # SpiffeIdError is a ValueError
+        raise _local(f"{path} is not an X.509-SVID ({_one_line(exc, 100)})") from None
+
+
+def _load_current(folder: Path) -> _Current:
+    """The node name, SPIFFE ID and SVID that join (or the last renewal) left, with ``node.key``
+    certified by that SVID; finishes a renewal that was interrupted after writing ``svid.pem``."""
+    node_name = _read_index(folder)
+    svid_path, key_path, pending_path = folder / SVID_FILE, folder / KEY_FILE, folder / PENDING_KEY_FILE
+    try:
+        leaf = x509.load_pem_x509_certificates(read_limited(svid_path, MAX_SVID_FILE))[0]
+    except FileNotFoundError:
+        raise _local(f"{svid_path} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise _local(f"cannot read {svid_path} as PEM certificates ({_one_line(exc, 100)})") from None
+    sid = _spiffe_id_of(leaf, svid_path)
+    key = _read_node_key(key_path, "it cannot authenticate a renewal")
+    if key is None or not _same_key(leaf, key):
+        pending = _read_node_key(pending_path, "ignoring it")
+        if pending is None or not _same_key(leaf, pending):
+            raise _local(f"{svid_path} does not certify the key in {key_path}")
+        log.warning("completing an interrupted renewal: %s becomes %s", pending_path, key_path)
+        _write_files(folder, {KEY_FILE: _key_pem(pending)})
+    # Left by a renewal interrupted before svid.pem or after node.key: its key certifies nothing.
+    with contextlib.suppress(FileNotFoundError):
+        pending_path.unlink()
+    return _Current(node_name, sid, leaf)
+
+
+def _threshold(leaf: x509.Certificate, before: timedelta | None) -> timedelta:
+    if before is not None:
+        return before
+    return (leaf.not_valid_after_utc - leaf.not_valid_before_utc) / 3
+
+
+# -- the protocol ----------------------------------------------------------------------------------
+
+
+def _mtls_context(ca_bundle: Path, folder: Path) -> ssl.SSLContext:
+    ctx = _ssl_context(ca_bundle)
+    # Also the bundle the service handed out at the last join/renewal: after a CA rotation it
+    # carries the new root, which a ca-bundle baked into the image does not. It came over a TLS
+    # connection verified against ca_bundle, so trusting it widens nothing an attacker controls.
+    folder_bundle = folder / BUNDLE_FILE
+    if folder_bundle.is_file():
+        try:
+            ctx.load_verify_locations(cafile=str(folder_bundle))
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("%s not used for TLS trust: %s", folder_bundle, exc)
+    try:
+        ctx.load_cert_chain(folder / SVID_FILE, folder / KEY_FILE)
+    except (OSError, ssl.SSLError) as exc:
+        raise _local(f"cannot use {folder / SVID_FILE} as TLS client certificate ({exc})") from None
+    return ctx
+
+
+async def _attempt(http: _Http, tpm: _Tpm, csr_pem: str, csr_der: bytes) -> _FinishResponse:
+    """One pass: start (CSR) -> quote over the nonce -> finish."""
+    start = await http.post(RENEW_PATH, {"csr": csr_pem}, _RenewStartResponse)
+    body = await _quote_evidence(tpm, start.session, start.nonce, start.pcr_selection, csr_der)
+    return await _finish(http, RENEW_PATH, body)
+
+
+async def renew(
+    opts: RenewOptions,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    rng: random.Random | None = None,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> RenewResult:
+    """Renew the SVID in ``opts.dir`` if it expires within ``opts.before``."""
+    rng = rng if rng is not None else random.SystemRandom()
+    base = _base_url(opts.server)
+    folder = opts.dir
+    if not folder.is_dir():
+        raise JoinFailed("not_joined", f"{folder} does not exist: run nodegate join first")
+    async with _locked(folder):
+        current = _load_current(folder)
+        leaf = current.leaf
+        before = _threshold(leaf, opts.before)
+        left = leaf.not_valid_after_utc - now()
+        if left > before:
+            return RenewResult(False, str(current.spiffe_id), leaf.not_valid_after_utc, before)
+        if left <= timedelta(0):
+            # The server's TLS stack would refuse it before the renewal endpoint ever saw it.
+            raise JoinFailed(
+                "svid_expired",
+                f"the SVID in {folder / SVID_FILE} expired at {leaf.not_valid_after_utc.isoformat()}; "
+                "renewal needs a valid one: run nodegate join",
+            )
+        ssl_ctx = _mtls_context(opts.ca_bundle, folder)
+        key = ec.generate_private_key(ec.SECP256R1())  # a fresh key: a leaked old key ages out
+        csr = _csr(key, current.node_name)
+        csr_pem = csr.public_bytes(serialization.Encoding.PEM).decode("ascii")
+        csr_der = csr.public_bytes(serialization.Encoding.DER)
+        async with _Tpm(opts.tcti, None) as tpm, _http_session(ssl_ctx, opts.timeout, "nodegate-renew") as s:
+            http = _Http(s, base, opts.ca_bundle)
+            fin = await _with_retries(
+                lambda: _attempt(http, tpm, csr_pem, csr_der),
+                what="renew",
+                attempts=opts.attempts,
+                backoff=opts.backoff,
+                sleep=sleep,
+                rng=rng,
+                logger=log,
+            )
+        files = _checked_credentials(fin, key, current.node_name, RENEW_PATH)
+        if fin.spiffe_id != str(current.spiffe_id):
+            raise _bad(
+                f"the new SVID is for {_one_line(fin.spiffe_id, 120)}, not {current.spiffe_id}", RENEW_PATH
+            )
+        new_leaf = x509.load_pem_x509_certificates(files[SVID_FILE])[0]
+        # Order matters (see the module docstring): the pending key, then the set, index last.
+        written = _write_files(
+            folder,
+            {PENDING_KEY_FILE: _key_pem(key), BUNDLE_FILE: files[BUNDLE_FILE], SVID_FILE: files[SVID_FILE]},
+        )
+        written |= _write_files(folder, {KEY_FILE: _key_pem(key)})
+        del written[PENDING_KEY_FILE]
+        try:
+            (folder / PENDING_KEY_FILE).unlink()
+        except OSError as exc:  # harmless: the next run removes it
+            log.warning("cannot remove %s: %s", folder / PENDING_KEY_FILE, exc)
+        written |= _write_files(folder, {INDEX_FILE: _index(fin)})
+    return RenewResult(True, fin.spiffe_id, new_leaf.not_valid_after_utc, before, written)
+
+
+# -- command line ----------------------------------------------------------------------------------
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_renew_arguments(p: argparse.ArgumentParser) -> None:
+    add_common_arguments(p, "join")
+    p.add_argument(
+        "--dir",
+        type=Path,
+        default=RenewOptions.dir,
+        metavar="DIR",
+        help=f"what nodegate join --out wrote (default {RenewOptions.dir})",
+    )
+    p.add_argument(
+        "--before",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="renew when the SVID has less than this left, e.g. 20m (default: a third of its lifetime)",
+    )
+
+
+def _left(d: timedelta) -> str:
+    minutes = max(0, int(d.total_seconds())) // 60
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def renew_main(args: argparse.Namespace) -> int:
+    """`nodegate renew`; exit 0, 1 (refused), 2 (usage or local), 75 (transient, try later)."""
+    try:
+        opts = RenewOptions(
+            server=args.server,
+            ca_bundle=args.ca_bundle,
+            dir=args.dir,
+            tcti=args.tcti,
+            before=args.before,
+            attempts=args.attempts,
+        )
+        result = asyncio.run(renew(opts))
+    except (JoinUsageError, JoinFailed) as exc:
+        return report_failure("nodegate renew", exc)
+    until = result.svid_expires_at.isoformat().replace("+00:00", "Z")
+    if result.renewed:
+        print(f"renewed {result.spiffe_id} (SVID valid until {until})")
+    else:
+        left = _left(result.svid_expires_at - datetime.now(UTC))
+        print(
+            f"nodegate renew: SVID for {result.spiffe_id} valid until {until} ({left} left, "
+            f"renewing below {_left(result.before)}); nothing to do"
+        )
+    return EXIT_OK
