@@ -133,7 +133,9 @@ def _node_log(command: str) -> None:
     """The node commands print retry notices on stderr, one plain line each."""
     import logging  # noqa: PLC0415
 
-    handler = logging.StreamHandler(sys.stderr)
+    from bootstrap.logs import StderrHandler  # noqa: PLC0415
+
+    handler = StderrHandler()
     handler.setFormatter(logging.Formatter(f"nodegate {command}: %(message)s"))
     logger = logging.getLogger(f"nodegate.{command}")
     logger.handlers[:] = [handler]

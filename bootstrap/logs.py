@@ -42,8 +42,24 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time of the record, not at set-up (a process
+    that swaps stderr, such as a test harness, must not leave handlers on a closed stream)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: object) -> None:
+        pass  # StreamHandler.__init__ assigns one; the property always answers sys.stderr
+
+
 def configure(level: int = logging.INFO) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("nodegate")
     root.handlers[:] = [handler]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,3 +68,21 @@ def swtpm(_swtpm_a: harness.Swtpm) -> Iterator[TpmInfo]:
 def other_swtpm(_swtpm_b: harness.Swtpm) -> Iterator[TpmInfo]:
     """A second, independent software TPM (same CA)."""
     yield from _info(_swtpm_b)
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """Commands run in-process (``cli.main``) configure nodegate's loggers as a process would;
+    each test gets them back as they were, so one test's handlers never print in another's."""
+    names = ["nodegate", *(n for n in logging.root.manager.loggerDict if n.startswith("nodegate."))]
+    saved = {}
+    for name in names:
+        logger = logging.getLogger(name)
+        saved[name] = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    for name in [n for n in logging.root.manager.loggerDict if n == "nodegate" or n.startswith("nodegate.")]:
+        logger = logging.getLogger(name)
+        handlers, level, propagate = saved.get(name, ([], logging.NOTSET, True))
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate = propagate
