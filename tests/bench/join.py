@@ -772,6 +772,24 @@ def summarise(variants: list[VariantResult], config: dict[str, Any]) -> dict[str
                 "met": value >= TARGET,
             }
         )
+    by_variant = {v["variant"]: v for v in out}
+    if CHAIN in by_variant and ALLOWLIST in by_variant:
+        # The issue's own definition: simulated nodes on the allowlist, against a floor that
+        # lists the EK chain among the public-key operations of one join. Reported beside the
+        # like-for-like ratios above, not instead of them.
+        top = max(by_variant[ALLOWLIST]["rows"], key=lambda r: r["concurrency"])
+        value = top["joins_per_s"] / by_variant[CHAIN]["floor_joins_per_s"]
+        targets.append(
+            {
+                "variant": "issue",
+                "concurrency": top["concurrency"],
+                "metric": "allowlisted joins/s vs the floor with the EK chain (the issue's wording)",
+                "value": value,
+                "op": ">=",
+                "threshold": TARGET,
+                "met": value >= TARGET,
+            }
+        )
     return {
         "benchmark": "join",
         "environment": _environment(),
