@@ -1,0 +1,34 @@
+# The image the Helm chart runs (charts/nodegate: `nodegate serve`, and python3 for its ca-init
+# container). Not built by CI here (no container runtime on the build machines); build it with
+#   docker build -t ghcr.io/nodegate/nodegate:0.1.0 .
+# Two stages: tpm2-pytss builds against libtss2-dev in the first, the second carries only the
+# runtime libraries. The service needs no TPM (it verifies; nodes run `nodegate join`), but the
+# package imports tpm2-pytss for the node commands, so libtss2 is present.
+
+FROM python:3.11-slim-bookworm AS build
+RUN apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      build-essential pkg-config libtss2-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY attest attest
+COPY admission admission
+COPY bootstrap bootstrap
+RUN python -m venv /opt/nodegate \
+ && /opt/nodegate/bin/pip install --no-cache-dir --upgrade pip \
+ && /opt/nodegate/bin/pip install --no-cache-dir .
+
+FROM python:3.11-slim-bookworm
+RUN apt-get update -qq \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      libtss2-esys-3.0.2-0 libtss2-mu0 libtss2-sys1 libtss2-tctildr0 libtss2-tcti-device0 \
+      libtss2-rc0 libtss2-fapi1 ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /opt/nodegate /opt/nodegate
+# python3 on PATH is the venv's, so the chart's `python3 ca-init.py` sees the installed package.
+ENV PATH=/opt/nodegate/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# The chart runs as 65532 with a read-only root filesystem; state lives on mounted volumes.
+USER 65532:65532
+ENTRYPOINT ["nodegate"]
+CMD ["serve", "--config", "/etc/nodegate/config.yaml"]
