@@ -338,20 +338,27 @@ class Gate:
             attestation_lifetime=self._settings.attestation_lifetime,
         )
 
-    async def reconcile(self, node_name: str) -> holds.Decision | None:
-        """Decide one node from the cache (the Node itself is read fresh) and write the outcome.
-        None when nothing was decided: the caches are not loaded, the node is gone, or this gate
-        is not the leader. Raises KubeUnavailable / Conflict when a write could not be made."""
+    async def reconcile(self, node_name: str, *, cached: bool = False) -> holds.Decision | None:
+        """Decide one node from the cache and write the outcome. The Node itself is read fresh,
+        or with ``cached`` taken from the node watch (see _reconcile). None when nothing was
+        decided: the caches are not loaded, the node is gone, or this gate is not the leader.
+        Raises KubeUnavailable / Conflict when a write could not be made."""
         if not self._loaded():
             log.info("not every list has loaded yet: %s is not decided", node_name)
             return None
         try:
-            return await self._reconcile(node_name)
+            return await self._reconcile(node_name, cached=cached)
         except _NotLeader:
             return None
 
-    async def _reconcile(self, name: str) -> holds.Decision | None:
-        read = await self._kube.get_node(name)
+    async def _reconcile(self, name: str, *, cached: bool) -> holds.Decision | None:
+        # cached: decide on the watched copy when the node watch is in sync (a resync of 10k
+        # nodes then costs its lists, not 10k GETs). Safe for the taint because every write
+        # carries the resourceVersion of the copy it was decided on: a stale copy gets 409 and
+        # the retry reads fresh; a copy behind an event that needs no write is decided again
+        # when that event arrives.
+        copy = self._nodes().get(name) if cached and self._sources[NODES].synced else None
+        read = copy if copy is not None else await self._kube.get_node(name)
         attempt = 0
         while True:
             if read is None:
@@ -371,6 +378,8 @@ class Gate:
                 if attempt >= CONFLICT_ATTEMPTS:
                     raise
                 await _jitter(attempt)
+                read = await self._kube.get_node(name)
+            except NotFound:  # deleted since the copy was taken
                 read = await self._kube.get_node(name)
         await self._write_condition(node, decision)
         await self._write_attestation(name, decision)
@@ -557,7 +566,7 @@ class Gate:
         for name in sorted(nodes):
             report.nodes += 1
             try:
-                decision = await self.reconcile(name)
+                decision = await self.reconcile(name, cached=True)  # just listed
             except (KubeUnavailable, Conflict) as exc:
                 report.errors.append(f"node {name}: {exc}")
                 continue
@@ -705,7 +714,7 @@ class Gate:
             if not self.is_leader():
                 continue  # everything is queued again when the lease is won
             try:
-                decision = await self.reconcile(name)
+                decision = await self.reconcile(name, cached=True)
             except (KubeUnavailable, Conflict) as exc:
                 failures = self._failures[name] = self._failures.get(name, 0) + 1
                 delay = min(MAX_BACKOFF, 0.5 * 2**failures) * random.uniform(0.5, 1.0)  # noqa: S311
