@@ -12,12 +12,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import admission, attest, join
+from tests.bench import admission, attest, gate, join
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
     "admission": admission.main,
     "join": join.main,
+    "gate": gate.main,
 }
 
 
