@@ -946,7 +946,9 @@ async def measure_reaction(double: Double, n: int, pending: list[Pending], sampl
         try:
 
             def decided() -> bool:
-                return len(kube.read) >= n and _idle(gate, kube)
+                # Every node decided (the gate records each decision's completeSince, also for
+                # nodes decided on the watched copy without a GET) and nothing in flight.
+                return len(gate._complete_since) >= n and _idle(gate, kube)
 
             await _until(decided, kube, "decided every node", WAIT + n * WAIT_PER_NODE)
             await _settle(gate, kube, agent, probe, gate.writes)
