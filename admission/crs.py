@@ -4,6 +4,7 @@ strict about the types of the fields it acts on."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
@@ -135,3 +136,114 @@ def parse_package_cr(obj: Mapping[str, Any]) -> PackageCR | list[Violation]:
 def loc_path(loc: tuple[int | str, ...]) -> str:
     names = {"node_selectors": "nodeSelectors", "interruption_budget": "interruptionBudget"}
     return ".".join(names.get(str(p), str(p)) for p in loc) or "<root>"
+
+
+# ------------------------------------------------------------------------------------------
+# Views: what the rules read, taken from the dict by ``admission.structural`` without building
+# the models above (which stay the reference: where the reader is unsure, they decide).
+
+
+@dataclass(slots=True)
+class PackageView:
+    key: str
+    path: str  # spec.packages.<key>
+    raw: dict[str, Any]  # as given, for equality
+    version: str | None
+    image: str | None
+    container_sha: str | None
+    agent_image_override: str | None
+    interrupt: str | None  # interrupt.type
+    config_interrupts: tuple[tuple[str, str], ...]  # (configMap glob, interrupt type)
+    depends_on: Mapping[str, str]
+    value_from: tuple[int, ...]  # indices of the env entries with valueFrom
+    uninstall: tuple[bool, bool] | None  # (enabled, apply)
+    reboot: bool  # some interrupt of the package is a reboot
+
+
+@dataclass(slots=True)
+class CrView:
+    """A package CR as the rules read it: every field the models validate, with their values."""
+
+    api_version: str
+    kind: str
+    name: str
+    annotations: Mapping[str, str]
+    raw_spec: dict[str, Any] | None  # the spec as given (None when missing), for equality
+    match_labels: Mapping[str, str]
+    match_expressions: tuple[tuple[str, str, tuple[str, ...]], ...]  # (key, operator, values)
+    budget: tuple[int | None, int | None] | None  # (percent, count)
+    deployment_policy: str | None
+    packages: tuple[PackageView, ...]
+    by_key: dict[str, PackageView]
+    tolerations: tuple[tuple[str | None, str | None, str | None, str | None], ...]  # key, op, value, effect
+    runtime_required: bool
+    auto_taint_new_nodes: bool
+    priority: int
+    interrupt_kinds: frozenset[str]  # the types of all interrupts of all packages
+    # The structural violations found while reading, with the rank of their rule (all rules but
+    # the hold-taint toleration, whose key is the webhook's setting).
+    found: tuple[tuple[int, Violation], ...]
+
+    @property
+    def reboot(self) -> bool:
+        """Some package has a reboot interrupt."""
+        return "reboot" in self.interrupt_kinds
+
+    @property
+    def selector_empty(self) -> bool:
+        return not self.match_labels and not self.match_expressions
+
+
+def specs_equal(a: CrView, b: CrView) -> bool:
+    """Whether the two specs validate to equal models. Equal input gives equal models, and a
+    difference in a validated field the views hold means unequal models (the quick answers);
+    otherwise (a default spelled out, 1 vs 1.0, an unknown field) the models decide."""
+    if a.raw_spec == b.raw_spec:
+        return True
+    if _spec_fields(a) != _spec_fields(b) or any(
+        _package_fields(p) != _package_fields(b.by_key[p.key]) for p in a.packages
+    ):
+        return False
+    return _spec_model(a) == _spec_model(b)
+
+
+def _spec_fields(v: CrView) -> tuple[Any, ...]:
+    # Package keys as a set: the models compare their dicts of packages regardless of order.
+    return (
+        v.match_labels,
+        v.match_expressions,
+        v.budget,
+        v.deployment_policy,
+        v.by_key.keys(),
+        v.tolerations,
+        v.runtime_required,
+        v.auto_taint_new_nodes,
+        v.priority,
+    )
+
+
+def _package_fields(p: PackageView) -> tuple[Any, ...]:
+    return (
+        p.version,
+        p.image,
+        p.container_sha,
+        p.agent_image_override,
+        p.interrupt,
+        dict(p.config_interrupts),  # a dict in the model: order does not count
+        p.depends_on,
+        p.value_from,
+        p.uninstall,
+    )
+
+
+def _spec_model(view: CrView) -> PackageSpec:
+    return PackageSpec() if view.raw_spec is None else PackageSpec.model_validate(view.raw_spec)
+
+
+def packages_equal(a: PackageView, b: PackageView) -> bool:
+    """Whether the two packages validate to equal models (as :func:`specs_equal`)."""
+    if a.raw == b.raw:
+        return True
+    if _package_fields(a) != _package_fields(b):
+        return False
+    return Package.model_validate(a.raw) == Package.model_validate(b.raw)

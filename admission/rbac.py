@@ -28,6 +28,7 @@ RBAC_GROUP = "rbac.authorization.k8s.io"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 KINDS = ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+MAX_MEMO = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +197,14 @@ class _Index:
 class RbacEvaluator:
     """RBAC decisions over a fixed set of manifests; build with :meth:`from_objects`."""
 
-    __slots__ = ("_cluster", "_namespaces")
+    __slots__ = ("_cluster", "_memo", "_namespaces")
 
     def __init__(self, cluster: _Index | None = None, namespaces: Mapping[str, _Index] | None = None) -> None:
         self._cluster = cluster or _Index()
         self._namespaces: Mapping[str, _Index] = namespaces or {}
+        # Answers by (username, groups, request): the manifests never change after construction,
+        # and a webhook asks the same few questions over and over. Bounded; cleared when full.
+        self._memo: dict[tuple[str, tuple[str, ...], str, str, str, str, str, str], bool] = {}
 
     @classmethod
     def from_objects(cls, objects: Iterable[Mapping[str, Any]]) -> RbacEvaluator:
@@ -231,7 +235,25 @@ class RbacEvaluator:
         return cls(cluster, namespaces)
 
     def allowed(self, user: UserInfo, attrs: ResourceAttributes) -> bool:
-        return self._grant(user, attrs) is not None
+        groups = user.groups if type(user.groups) is tuple else tuple(user.groups)  # hashable
+        key = (
+            user.username,
+            groups,
+            attrs.verb,
+            attrs.group,
+            attrs.resource,
+            attrs.subresource,
+            attrs.name,
+            attrs.namespace,
+        )
+        memo = self._memo
+        answer = memo.get(key)
+        if answer is None:
+            answer = self._grant(user, attrs) is not None
+            if len(memo) >= MAX_MEMO:
+                memo.clear()
+            memo[key] = answer
+        return answer
 
     def explain(self, user: UserInfo, attrs: ResourceAttributes) -> str:
         """One line: the binding and role that allow the request, or what is not allowed."""

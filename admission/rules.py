@@ -1,331 +1,86 @@
 """Checks on NodeWright / Skyhook package CRs: CR (+ policies) -> violations. Pure functions.
 
-Two layers, each a list of small named rules:
+Two layers of small named rules:
 
 * structural rules hold for every CR whatever the policy (names, semver, tags, digests, the
   dependency graph, resources, uninstall, budget shape, tolerations, the hold-taint toleration);
+  they are applied while the CR is read (:mod:`admission.structural`), in one pass;
 * policy rules hold for one PackagePolicy (pool containment, registries, digest pinning,
   interrupts, budget caps, runtime-required, secret env, agent image override, priority).
 
 Each violation names its rule, the field path, what is wrong and a one-line fix. Who may use
 which policy (RBAC) is decided elsewhere; :func:`policy_verdicts` gives, per candidate policy,
 what would still be violated, so the authorizer can pick the first the requester may use.
+
+The rules read a :class:`~admission.crs.CrView` (the webhook reads one straight from the review)
+and a :class:`CompiledPolicy` (a PackagePolicy with its allowlist parsed and its texts built
+once, when it loads). The public functions also take the pydantic models.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from decimal import Decimal
-from functools import lru_cache
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from admission.crs import (
     PACKAGE_GROUPS,
-    Interrupt,
-    Package,
+    CrView,
     PackageCR,
+    PackageView,
     Selector,
+    packages_equal,
     parse_package_cr,
+    specs_equal,
 )
-from admission.images import DIGEST_RE, ImageError, ImageRef, allowed_by, parse_image, parse_prefix
-from admission.policy import INTERRUPT_TYPES, Budget, PackagePolicy
-from admission.quantity import parse_quantity
+from admission.images import ImageError, ImageRef, allowed_by, parse_image, parse_prefix
+from admission.policy import Budget, PackagePolicy, PriorityBounds
+from admission.structural import INTERRUPT_TYPE_SET, read_package_cr, view_of
 from admission.violations import Violation
 
-__all__ = ["PACKAGE_GROUPS", "PackageCR", "Selector", "Violation", "parse_package_cr"]  # re-exported
+__all__ = [  # re-exported
+    "PACKAGE_GROUPS",
+    "CrView",
+    "PackageCR",
+    "Selector",
+    "Violation",
+    "parse_package_cr",
+    "read_package_cr",
+]
 
 HOLD_TAINT_KEY = "nodegate.io/hold"
-_NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
-# semver.org's regular expression: no "v" prefix, no shorthand versions.
-_SEMVER_RE = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
-)
+
+
+def _view(cr: PackageCR | CrView) -> CrView:
+    return cr if isinstance(cr, CrView) else view_of(cr)
 
 
 # ------------------------------------------------------------------------------------------
 # Structural rules
 
 
-StructuralRule = Callable[[PackageCR, str], Iterator[Violation]]
+def structural_violations(cr: PackageCR | CrView, hold_taint_key: str = HOLD_TAINT_KEY) -> list[Violation]:
+    """Every structural violation, rule by rule in a fixed order, each rule in package order."""
+    view = _view(cr)
+    out = [v for _rank, v in view.found] if view.found else []
+    if view.runtime_required:
+        hold = _hold_toleration(view, hold_taint_key)
+        if hold is not None:
+            out.append(hold)
+    return out
 
 
-def _packages(cr: PackageCR) -> tuple[tuple[str, str, Package], ...]:
-    return cr.package_items
-
-
-def rule_package_names(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    for key, path, pkg in _packages(cr):
-        if not _NAME_RE.match(key):
-            yield Violation(
-                "package-name",
-                path,
-                f"package name {key!r} is not a DNS-style name of 2-43 characters",
-                "use lower-case letters, digits and '-', starting with a letter",
-            )
-        if pkg.name is not None and pkg.name != key:
-            yield Violation(
-                "package-name",
-                f"{path}.name",
-                f"name {pkg.name!r} differs from its key {key!r}",
-                "remove name; the key is the name",
-            )
-
-
-def rule_versions(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    for _key, path, pkg in _packages(cr):
-        if not pkg.version:
-            yield Violation(
-                "semver", f"{path}.version", "version is missing", "set a semver version such as 1.2.3"
-            )
-        elif pkg.version == "latest" or not _SEMVER_RE.match(pkg.version):
-            yield Violation(
-                "semver",
-                f"{path}.version",
-                f"version {pkg.version!r} is not strict semver",
-                "use MAJOR.MINOR.PATCH, e.g. 1.2.3 (no 'v', no 'latest')",
-            )
-
-
-def _image(pkg_path: str, field: str, value: str) -> tuple[ImageRef | None, Violation | None]:
-    try:
-        return parse_image(value), None
-    except ImageError as exc:
-        return None, Violation(
-            "image", f"{pkg_path}.{field}", str(exc), "give a reference like registry.example.com/team/pkg"
-        )
-
-
-def rule_images(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    for _key, path, pkg in _packages(cr):
-        if not pkg.image:
-            yield Violation("image", f"{path}.image", "image is missing", "set image (without a tag)")
-            continue
-        ref, bad = _image(path, "image", pkg.image)
-        if bad is not None:
-            yield bad
-            continue
-        assert ref is not None  # noqa: S101  (the pair is one or the other)
-        if ref.tag == "latest":
-            yield Violation(
-                "no-latest", f"{path}.image", "the 'latest' tag is mutable", "drop the tag; version sets it"
-            )
-        elif ref.tag is not None and ref.tag != pkg.version:
-            yield Violation(
-                "tag-version",
-                f"{path}.image",
-                f"image tag {ref.tag!r} differs from version {pkg.version!r}",
-                "drop the tag from image; version is the tag",
-            )
-        if ref.digest is not None:
-            yield Violation(
-                "digest-field",
-                f"{path}.image",
-                "an inline @digest is not used by the operator",
-                "put the digest in containerSHA",
-            )
-        if pkg.container_sha is not None and not DIGEST_RE.match(pkg.container_sha):
-            yield Violation(
-                "digest-format",
-                f"{path}.containerSHA",
-                f"{pkg.container_sha!r} is not sha256:<64 hex>",
-                "use the image's sha256 digest",
-            )
-        if pkg.agent_image_override:
-            agent, bad = _image(path, "agentImageOverride", pkg.agent_image_override)
-            if bad is not None:
-                yield bad
-            elif agent is not None and agent.tag == "latest":
-                yield Violation(
-                    "no-latest",
-                    f"{path}.agentImageOverride",
-                    "the 'latest' tag is mutable",
-                    "pin the agent by version or digest",
-                )
-
-
-def rule_dependencies(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    packages = cr.spec.packages
-    for _key, path, pkg in _packages(cr):
-        for dep, version in pkg.depends_on.items():
-            target = packages.get(dep)
-            if target is None or not version or target.version != version:
-                yield Violation(
-                    "depends-on",
-                    f"{path}.dependsOn.{dep}",
-                    f"no package {dep}|{version} in this CR",
-                    "depend on a package of this CR at its current version",
-                )
-    cycle = _find_cycle({k: list(p.depends_on) for k, p in packages.items()})
-    if cycle:
-        yield Violation(
-            "depends-on",
-            "spec.packages",
-            "dependency cycle " + " -> ".join(cycle),
-            "remove one dependsOn edge of the cycle",
-        )
-
-
-def _find_cycle(graph: dict[str, list[str]]) -> list[str]:
-    state: dict[str, int] = {}  # 1 visiting, 2 done
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        stack.append(node)
-        for nxt in graph.get(node, []):
-            if nxt not in graph:
-                continue
-            if state.get(nxt) == 1:
-                return [*stack[stack.index(nxt) :], nxt]
-            if state.get(nxt) is None:
-                found = visit(nxt)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return []
-
-    for node in sorted(graph):
-        if state.get(node) is None:
-            found = visit(node)
-            if found:
-                return found
-    return []
-
-
-def rule_resources(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    for _key, path, pkg in _packages(cr):
-        res = pkg.resources
-        if res is None:
-            continue
-        fields = {
-            "cpuRequest": res.cpu_request,
-            "cpuLimit": res.cpu_limit,
-            "memoryRequest": res.memory_request,
-            "memoryLimit": res.memory_limit,
-        }
-        given = {k: v for k, v in fields.items() if v is not None}
-        if not given:
-            continue
-        if len(given) != 4:
-            yield Violation(
-                "resources",
-                f"{path}.resources",
-                "set all four of cpu/memory request/limit or none",
-                f"add {', '.join(k for k in fields if k not in given)}",
-            )
-            continue
-        parsed: dict[str, Decimal] = {}
-        for k, v in given.items():
-            try:
-                parsed[k] = parse_quantity(v)
-            except ValueError as exc:
-                yield Violation(
-                    "resources", f"{path}.resources.{k}", str(exc), "use a quantity such as 500m or 1Gi"
-                )
-        if len(parsed) != 4:
-            continue
-        for k, q in parsed.items():
-            if q <= 0:
-                yield Violation(
-                    "resources", f"{path}.resources.{k}", "must be positive", "use a value above zero"
-                )
-        for kind in ("cpu", "memory"):
-            if parsed[f"{kind}Limit"] < parsed[f"{kind}Request"]:
-                yield Violation(
-                    "resources",
-                    f"{path}.resources.{kind}Limit",
-                    f"{kind} limit is below its request",
-                    "raise the limit or lower the request",
-                )
-
-
-def rule_uninstall(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    for _key, path, pkg in _packages(cr):
-        if pkg.uninstall is not None and pkg.uninstall.apply and not pkg.uninstall.enabled:
-            yield Violation(
-                "uninstall", f"{path}.uninstall.apply", "apply needs enabled", "set uninstall.enabled: true"
-            )
-
-
-def rule_interrupts(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    for _key, path, pkg in _packages(cr):
-        for where, intr in _interrupts(path, pkg):
-            if intr.type not in INTERRUPT_TYPES:
-                yield Violation(
-                    "interrupt-type",
-                    f"{where}.type",
-                    f"unknown interrupt type {intr.type!r}",
-                    f"use one of {', '.join(INTERRUPT_TYPES)}",
-                )
-        for glob in pkg.config_interrupts:
-            pattern = _glob(glob)
-            if not any(pattern.match(k) for k in pkg.config_map):
-                yield Violation(
-                    "config-interrupt",
-                    f"{path}.configInterrupts.{glob}",
-                    "matches no configMap key",
-                    "name an existing configMap key (or a * glob matching one)",
-                )
-
-
-@lru_cache(maxsize=1024)
-def _glob(glob: str) -> re.Pattern[str]:
-    return re.compile("^" + ".*".join(map(re.escape, glob.split("*"))) + "$")
-
-
-def _interrupts(path: str, pkg: Package) -> Iterator[tuple[str, Interrupt]]:
-    if pkg.interrupt is not None:
-        yield f"{path}.interrupt", pkg.interrupt
-    for key, intr in pkg.config_interrupts.items():
-        yield f"{path}.configInterrupts.{key}", intr
-
-
-def rule_budget_shape(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    budget = cr.spec.interruption_budget
-    if budget is not None and (budget.percent is None) == (budget.count is None):
-        yield Violation(
-            "budget", "spec.interruptionBudget", "set exactly one of percent or count", "keep one of them"
-        )
-    if budget is not None and budget.percent is not None and not 0 <= budget.percent <= 100:
-        yield Violation("budget", "spec.interruptionBudget.percent", "percent is outside 0-100", "use 0-100")
-    if budget is not None and budget.count is not None and budget.count < 0:
-        yield Violation("budget", "spec.interruptionBudget.count", "count is negative", "use 0 or more")
-    if budget is not None and cr.spec.deployment_policy:
-        yield Violation(
-            "budget",
-            "spec.deploymentPolicy",
-            "interruptionBudget and deploymentPolicy exclude each other",
-            "keep one of them",
-        )
-
-
-def rule_tolerations(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    for i, tol in enumerate(cr.spec.additional_tolerations):
-        if tol.operator == "Exists" and not tol.key:
-            yield Violation(
-                "toleration-wildcard",
-                f"spec.additionalTolerations[{i}]",
-                "operator Exists without a key tolerates every taint (control plane, quarantine)",
-                "name the taint key to tolerate",
-            )
-
-
-def rule_hold_toleration(cr: PackageCR, hold: str) -> Iterator[Violation]:
+def _hold_toleration(cr: CrView, hold: str) -> Violation | None:
     """Runtime-required packages run on held nodes, so they must tolerate the hold taint while
     its reason is packages-pending (an Equal toleration for another reason would never match)."""
-    if not cr.spec.runtime_required:
-        return
-    for tol in cr.spec.additional_tolerations:
-        if tol.key != hold or tol.effect not in (None, "", "NoSchedule"):
+    if not cr.runtime_required:
+        return None
+    for key, operator, value, effect in cr.tolerations:
+        if key != hold or effect not in (None, "", "NoSchedule"):
             continue
-        if tol.operator == "Exists" or (tol.operator in ("Equal", None) and tol.value == "packages-pending"):
-            return
-    yield Violation(
+        if operator == "Exists" or (operator in ("Equal", None) and value == "packages-pending"):
+            return None
+    return Violation(
         "hold-toleration",
         "spec.additionalTolerations",
         f"a runtimeRequired CR must tolerate the {hold} taint (nodes are held until it completes)",
@@ -333,65 +88,47 @@ def rule_hold_toleration(cr: PackageCR, hold: str) -> Iterator[Violation]:
     )
 
 
-_OPERATORS = {"In": True, "NotIn": True, "Exists": False, "DoesNotExist": False}  # needs values?
-
-
-def rule_selector(cr: PackageCR, _hold: str) -> Iterator[Violation]:
-    """The operator parses nodeSelectors as a LabelSelector and refuses what does not parse; a
-    selector we read differently from the operator would make pool containment meaningless."""
-    for i, req in enumerate(cr.selector.match_expressions):
-        path = f"spec.nodeSelectors.matchExpressions[{i}]"
-        needs_values = _OPERATORS.get(req.operator)
-        if needs_values is None:
-            yield Violation(
-                "selector",
-                f"{path}.operator",
-                f"unknown operator {req.operator!r}",
-                "use In, NotIn, Exists or DoesNotExist",
-            )
-        elif needs_values != bool(req.values):
-            yield Violation(
-                "selector",
-                f"{path}.values",
-                f"{req.operator} {'needs' if needs_values else 'takes no'} values",
-                "fix the values",
-            )
-
-
-STRUCTURAL_RULES: tuple[StructuralRule, ...] = (
-    rule_selector,
-    rule_package_names,
-    rule_versions,
-    rule_images,
-    rule_dependencies,
-    rule_resources,
-    rule_uninstall,
-    rule_interrupts,
-    rule_budget_shape,
-    rule_tolerations,
-    rule_hold_toleration,
-)
-
-
-def structural_violations(cr: PackageCR, hold_taint_key: str = HOLD_TAINT_KEY) -> list[Violation]:
-    return [v for rule in STRUCTURAL_RULES for v in rule(cr, hold_taint_key)]
+def _interrupts(pkg: PackageView) -> list[tuple[str, str]]:
+    """(field path of the interrupt, its type): the package's interrupt, then configInterrupts."""
+    found = [(f"{pkg.path}.interrupt", pkg.interrupt)] if pkg.interrupt is not None else []
+    found += [(f"{pkg.path}.configInterrupts.{glob}", kind) for glob, kind in pkg.config_interrupts]
+    return found
 
 
 # ------------------------------------------------------------------------------------------
 # Pools
 
 
+def _required(
+    labels: Mapping[str, str], expressions: Iterable[tuple[str, str, Iterable[str]]]
+) -> Mapping[str, str] | None:
+    out: dict[str, str] | None = None
+    for key, operator, values in expressions:
+        if operator == "In":
+            single = tuple(values)
+            if len(single) == 1:
+                value = single[0]
+                if out is None:
+                    out = dict(labels)
+                if out.get(key, value) != value:
+                    return None
+                out[key] = value
+    return labels if out is None else out
+
+
 def required_labels(selector: Selector) -> dict[str, str] | None:
     """The labels every selected node must carry (matchLabels and single-value In), or None when
     the selector contradicts itself and selects nothing."""
-    out = dict(selector.match_labels)
-    for req in selector.match_expressions:
-        if req.operator == "In" and len(req.values) == 1:
-            value = req.values[0]
-            if out.get(req.key, value) != value:
-                return None
-            out[req.key] = value
-    return out
+    found = _required(
+        selector.match_labels, ((r.key, r.operator, r.values) for r in selector.match_expressions)
+    )
+    return None if found is None else dict(found)
+
+
+def _contains(pool: Mapping[str, str], labels: Mapping[str, str] | None) -> bool:
+    if labels is None:
+        return True  # selects nothing; structural checks do not need to care
+    return pool.items() <= labels.items()  # every label of the pool, with its value
 
 
 def pool_contains(pool: Mapping[str, str], selector: Selector) -> bool:
@@ -399,62 +136,171 @@ def pool_contains(pool: Mapping[str, str], selector: Selector) -> bool:
     node) is only inside the pool of every node."""
     if not selector.match_labels and not selector.match_expressions:
         return not pool
-    labels = required_labels(selector)
-    if labels is None:
-        return True  # selects nothing; structural checks do not need to care
-    return all(labels.get(k) == v for k, v in pool.items())
+    return _contains(pool, required_labels(selector))
+
+
+def required_labels_of(cr: CrView) -> Mapping[str, str] | None:
+    """:func:`required_labels` of the CR's selector (for :meth:`CompiledPolicy.contains`)."""
+    return None if cr.selector_empty else _required(cr.match_labels, cr.match_expressions)
+
+
+# ------------------------------------------------------------------------------------------
+# Compiled policies
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPolicy:
+    """A PackagePolicy as the rules use it, computed once when the policy loads."""
+
+    policy: PackagePolicy
+    name: str
+    pool: frozenset[tuple[str, str]]  # its labels
+    prefixes: tuple[ImageRef, ...]
+    bad_prefix: Violation | None  # an allowlist entry that does not parse: the policy admits nothing
+    registry_fix: str
+    require_digest: bool
+    allowed_interrupts: frozenset[str]
+    interrupts_fix: str
+    cap: Budget | None
+    allow_runtime_required: bool
+    allow_secret_env: bool
+    allow_agent_image_override: bool
+    priority: PriorityBounds | None
+    checks: tuple[PolicyRule, ...]  # the policy rules that can find something with this policy
+    # image reference -> under an allowed registry (None: not a reference); a memo of a pure
+    # function, bounded, like the parsers' caches
+    images: dict[str, bool | None] = field(default_factory=dict, compare=False, repr=False)
+
+    def contains(self, cr: CrView, labels: Mapping[str, str] | None) -> bool:
+        """Whether the pool contains the CR's selector (``labels``: :func:`required_labels_of`)."""
+        if cr.selector_empty:
+            return not self.pool
+        return labels is None or labels.items() >= self.pool  # None: selects nothing
+
+
+def compile_policy(policy: PackagePolicy) -> CompiledPolicy:
+    spec = policy.spec
+    prefixes: list[ImageRef] = []
+    bad = None
+    for entry in spec.images.registries:
+        try:
+            prefixes.append(parse_prefix(entry))
+        except ImageError as exc:
+            bad = bad or Violation(
+                "registry",
+                f"PackagePolicy {policy.name}",
+                f"the policy's registry allowlist is invalid: {exc}",
+                "fix spec.images.registries of the PackagePolicy",
+            )
+    return CompiledPolicy(
+        policy=policy,
+        name=policy.name,
+        pool=frozenset(policy.pool.items()),
+        prefixes=tuple(prefixes),
+        bad_prefix=bad,
+        registry_fix=f"use an image from {', '.join(spec.images.registries) or '(none allowed)'}",
+        require_digest=spec.images.require_digest,
+        allowed_interrupts=frozenset(spec.interrupts.allowed),
+        interrupts_fix=f"use one of {', '.join(spec.interrupts.allowed)}",
+        cap=spec.max_interruption_budget,
+        allow_runtime_required=spec.allow_runtime_required,
+        allow_secret_env=spec.allow_secret_env,
+        allow_agent_image_override=spec.allow_agent_image_override,
+        priority=spec.priority,
+        checks=tuple(
+            rule
+            for rule, applies in (
+                (prule_registries, True),
+                (prule_digest, spec.images.require_digest),
+                (prule_interrupts, True),
+                (prule_budget, spec.max_interruption_budget is not None),
+                (prule_runtime_required, not spec.allow_runtime_required),
+                (prule_secret_env, not spec.allow_secret_env),
+                (prule_agent_override, not spec.allow_agent_image_override),
+                (prule_priority, spec.priority is not None),
+            )
+            if applies
+        ),
+    )
+
+
+def _compiled(policy: PackagePolicy | CompiledPolicy) -> CompiledPolicy:
+    return policy if isinstance(policy, CompiledPolicy) else compile_policy(policy)
 
 
 # ------------------------------------------------------------------------------------------
 # Policy rules
 
 
-PolicyRule = Callable[[PackageCR, PackagePolicy], Iterator[Violation]]
+PolicyRule = Callable[[CrView, CompiledPolicy, list[Violation]], None]
 
 
-def prule_registries(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation]:
-    prefixes = [parse_prefix(p) for p in policy.spec.images.registries]
-    for _key, path, pkg in _packages(cr):
-        for field, value in (("image", pkg.image), ("agentImageOverride", pkg.agent_image_override)):
-            if not value:
-                continue
-            try:
-                ref = parse_image(value)
-            except ImageError:
-                continue  # structural rules report it
-            if not any(allowed_by(ref, p) for p in prefixes):
-                yield Violation(
-                    "registry",
-                    f"{path}.{field}",
-                    f"{ref.repository} is not under an allowed registry",
-                    f"use an image from {', '.join(policy.spec.images.registries) or '(none allowed)'}",
+_MAX_IMAGES = 4096
+
+
+def _registry_ok(policy: CompiledPolicy, image: str) -> bool | None:
+    """Whether ``image`` is under one of the policy's registries; None when it does not parse."""
+    memo = policy.images
+    if image in memo:
+        return memo[image]
+    try:
+        ref = parse_image(image)
+        ok: bool | None = any(allowed_by(ref, p) for p in policy.prefixes)
+    except ImageError:
+        ok = None  # structural rules report it
+    if len(memo) >= _MAX_IMAGES:
+        memo.clear()
+    memo[image] = ok
+    return ok
+
+
+def prule_registries(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    if policy.bad_prefix is not None:
+        out.append(policy.bad_prefix)
+        return
+    for pkg in cr.packages:
+        for field_name, value in (("image", pkg.image), ("agentImageOverride", pkg.agent_image_override)):
+            if value and _registry_ok(policy, value) is False:
+                out.append(
+                    Violation(
+                        "registry",
+                        f"{pkg.path}.{field_name}",
+                        f"{parse_image(value).repository} is not under an allowed registry",
+                        policy.registry_fix,
+                    )
                 )
 
 
-def prule_digest(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation]:
-    if not policy.spec.images.require_digest:
+def prule_digest(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    if not policy.require_digest:
         return
-    for _key, path, pkg in _packages(cr):
+    for pkg in cr.packages:
         if not pkg.container_sha:
-            yield Violation(
-                "require-digest",
-                f"{path}.containerSHA",
-                "the pool requires images pinned by digest",
-                "set containerSHA to the image's sha256 digest",
+            out.append(
+                Violation(
+                    "require-digest",
+                    f"{pkg.path}.containerSHA",
+                    "the pool requires images pinned by digest",
+                    "set containerSHA to the image's sha256 digest",
+                )
             )
 
 
-def prule_interrupts(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation]:
-    allowed = policy.spec.interrupts.allowed
-    for _key, path, pkg in _packages(cr):
-        for where, intr in _interrupts(path, pkg):
-            if intr.type in INTERRUPT_TYPES and intr.type not in allowed:
-                yield Violation(
-                    "interrupt-allowed",
-                    f"{where}.type",
-                    f"interrupt {intr.type!r} is not allowed in this pool",
-                    f"use one of {', '.join(allowed)}",
-                )
+def prule_interrupts(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    allowed = policy.allowed_interrupts
+    if cr.interrupt_kinds <= allowed:
+        return
+    for pkg in cr.packages:
+        out.extend(
+            Violation(
+                "interrupt-allowed",
+                f"{where}.type",
+                f"interrupt {kind!r} is not allowed in this pool",
+                policy.interrupts_fix,
+            )
+            for where, kind in _interrupts(pkg)
+            if kind in INTERRUPT_TYPE_SET and kind not in allowed
+        )
 
 
 def budget_within(percent: int | None, count: int | None, cap: Budget) -> bool:
@@ -466,27 +312,31 @@ def budget_within(percent: int | None, count: int | None, cap: Budget) -> bool:
     return count is not None and cap.count is not None and count <= cap.count
 
 
-def prule_budget(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation]:
-    cap = policy.spec.max_interruption_budget
-    if cap is None or cr.spec.deployment_policy:
+def prule_budget(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    cap = policy.cap
+    if cap is None or cr.deployment_policy:
         return  # DeploymentPolicies are judged against the caps of every pool they apply to
-    budget = cr.spec.interruption_budget
+    budget = cr.budget
     if budget is None:
-        yield Violation(
-            "budget-cap",
-            "spec.interruptionBudget",
-            "no budget means 100% of the pool at once",
-            f"set a budget within {budget_cap_text(cap)}",
+        out.append(
+            Violation(
+                "budget-cap",
+                "spec.interruptionBudget",
+                "no budget means 100% of the pool at once",
+                f"set a budget within {budget_cap_text(cap)}",
+            )
         )
-    elif not budget_within(budget.percent, budget.count, cap):
+    elif not budget_within(budget[0], budget[1], cap):
         unit = (
             f"percent <= {cap.percent} (or count: 1)" if cap.percent is not None else f"count <= {cap.count}"
         )
-        yield Violation(
-            "budget-cap",
-            "spec.interruptionBudget",
-            f"budget exceeds the pool's {budget_cap_text(cap)}",
-            f"use {unit}",
+        out.append(
+            Violation(
+                "budget-cap",
+                "spec.interruptionBudget",
+                f"budget exceeds the pool's {budget_cap_text(cap)}",
+                f"use {unit}",
+            )
         )
 
 
@@ -494,60 +344,67 @@ def budget_cap_text(cap: Any) -> str:
     return f"{cap.percent}%" if cap.percent is not None else f"{cap.count} nodes"
 
 
-def prule_runtime_required(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation]:
-    if policy.spec.allow_runtime_required:
+def prule_runtime_required(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    if policy.allow_runtime_required:
         return
-    for field, on in (
-        ("runtimeRequired", cr.spec.runtime_required),
-        ("autoTaintNewNodes", cr.spec.auto_taint_new_nodes),
+    for field_name, on in (
+        ("runtimeRequired", cr.runtime_required),
+        ("autoTaintNewNodes", cr.auto_taint_new_nodes),
     ):
         if on:
-            yield Violation(
-                "runtime-required",
-                f"spec.{field}",
-                "this pool does not allow gating its nodes on this CR",
-                f"remove {field} or use a pool whose policy allows it",
+            out.append(
+                Violation(
+                    "runtime-required",
+                    f"spec.{field_name}",
+                    "this pool does not allow gating its nodes on this CR",
+                    f"remove {field_name} or use a pool whose policy allows it",
+                )
             )
 
 
-def prule_secret_env(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation]:
-    if policy.spec.allow_secret_env:
+def prule_secret_env(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    if policy.allow_secret_env:
         return
-    for _key, path, pkg in _packages(cr):
-        for i, env in enumerate(pkg.env):
-            if env.value_from is not None:
-                yield Violation(
+    for pkg in cr.packages:
+        for i in pkg.value_from:
+            out.append(
+                Violation(
                     "secret-env",
-                    f"{path}.env[{i}].valueFrom",
+                    f"{pkg.path}.env[{i}].valueFrom",
                     "valueFrom reads Secrets/ConfigMaps of the operator namespace into a root pod",
                     "pass a literal value, or use a pool that allows secret env",
                 )
-
-
-def prule_agent_override(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation]:
-    if policy.spec.allow_agent_image_override:
-        return
-    for _key, path, pkg in _packages(cr):
-        if pkg.agent_image_override:
-            yield Violation(
-                "agent-override",
-                f"{path}.agentImageOverride",
-                "replaces the trusted privileged agent",
-                "remove agentImageOverride",
             )
 
 
-def prule_priority(cr: PackageCR, policy: PackagePolicy) -> Iterator[Violation]:
-    bounds = policy.spec.priority
+def prule_agent_override(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    if policy.allow_agent_image_override:
+        return
+    for pkg in cr.packages:
+        if pkg.agent_image_override:
+            out.append(
+                Violation(
+                    "agent-override",
+                    f"{pkg.path}.agentImageOverride",
+                    "replaces the trusted privileged agent",
+                    "remove agentImageOverride",
+                )
+            )
+
+
+def prule_priority(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    bounds = policy.priority
     if bounds is None:
         return
-    p = cr.spec.priority
+    p = cr.priority
     if p < bounds.min or (bounds.max is not None and p > bounds.max):
-        yield Violation(
-            "priority",
-            "spec.priority",
-            f"priority {p} is outside {bounds.min}-{bounds.max or 'any'}",
-            f"use a priority from {bounds.min}{f' to {bounds.max}' if bounds.max else ' up'}",
+        out.append(
+            Violation(
+                "priority",
+                "spec.priority",
+                f"priority {p} is outside {bounds.min}-{bounds.max or 'any'}",
+                f"use a priority from {bounds.min}{f' to {bounds.max}' if bounds.max else ' up'}",
+            )
         )
 
 
@@ -574,30 +431,76 @@ class PolicyVerdict:
         return not self.violations
 
 
-def policy_violations(cr: PackageCR, policy: PackagePolicy) -> list[Violation]:
-    return [v for rule in POLICY_RULES for v in rule(cr, policy)]
+def policy_violations(cr: PackageCR | CrView, policy: PackagePolicy | CompiledPolicy) -> list[Violation]:
+    return compiled_violations(_view(cr), _compiled(policy))
 
 
-def uses_reboot(cr: PackageCR) -> bool:
-    return any(i.type == "reboot" for _k, path, pkg in _packages(cr) for _w, i in _interrupts(path, pkg))
+def compiled_violations(cr: CrView, policy: CompiledPolicy) -> list[Violation]:
+    """:func:`policy_violations` of a view and a compiled policy."""
+    if _nothing_to_find(cr, policy):
+        return []
+    out: list[Violation] = []
+    for rule in policy.checks:
+        rule(cr, policy, out)
+    return out
 
 
-def candidate_policies(cr: PackageCR, policies: list[PackagePolicy]) -> list[PackagePolicy]:
+def _nothing_to_find(cr: CrView, p: CompiledPolicy) -> bool:
+    """True only when no policy rule would find anything: each rule's condition for a violation,
+    negated, in one pass (the usual CR). False sends the CR through the rules themselves."""
+    if p.bad_prefix is not None or not cr.interrupt_kinds <= p.allowed_interrupts:
+        return False
+    for pkg in cr.packages:
+        agent = pkg.agent_image_override
+        if (
+            (pkg.image and _registry_ok(p, pkg.image) is False)
+            or (agent and (not p.allow_agent_image_override or _registry_ok(p, agent) is False))
+            or (p.require_digest and not pkg.container_sha)
+            or (pkg.value_from and not p.allow_secret_env)
+        ):
+            return False
+    cap, bounds = p.cap, p.priority
+    if (
+        cap is not None
+        and not cr.deployment_policy
+        and (cr.budget is None or not budget_within(*cr.budget, cap))
+    ):
+        return False
+    if (cr.runtime_required or cr.auto_taint_new_nodes) and not p.allow_runtime_required:
+        return False
+    return bounds is None or not (
+        cr.priority < bounds.min or (bounds.max is not None and cr.priority > bounds.max)
+    )
+
+
+def uses_reboot(cr: PackageCR | CrView) -> bool:
+    return _view(cr).reboot
+
+
+def candidates(cr: CrView, policies: Iterable[CompiledPolicy]) -> list[CompiledPolicy]:
+    """The compiled policies whose pool contains the CR's selector, in the given order."""
+    labels = required_labels_of(cr)
+    return [p for p in policies if p.contains(cr, labels)]
+
+
+def candidate_policies(cr: PackageCR | CrView, policies: list[PackagePolicy]) -> list[PackagePolicy]:
     """The policies whose pool contains the CR's selector, in name order."""
-    return sorted((p for p in policies if pool_contains(p.pool, cr.selector)), key=lambda p: p.name)
+    compiled = sorted((compile_policy(p) for p in policies), key=lambda c: c.name)
+    return [c.policy for c in candidates(_view(cr), compiled)]
 
 
-def policy_verdicts(cr: PackageCR, policies: list[PackagePolicy]) -> list[PolicyVerdict]:
+def policy_verdicts(cr: PackageCR | CrView, policies: list[PackagePolicy]) -> list[PolicyVerdict]:
     """One verdict per policy whose pool contains the CR's selector, in name order."""
-    reboot = uses_reboot(cr)
+    view = _view(cr)
+    compiled = sorted((compile_policy(p) for p in policies), key=lambda c: c.name)
     return [
-        PolicyVerdict(p.name, tuple(policy_violations(cr, p)), reboot)
-        for p in candidate_policies(cr, policies)
+        PolicyVerdict(c.name, tuple(policy_violations(view, c)), view.reboot)
+        for c in candidates(view, compiled)
     ]
 
 
-def no_pool_violation(cr: PackageCR) -> Violation:
-    labels = cr.selector.match_labels
+def no_pool_violation(cr: PackageCR | CrView) -> Violation:
+    labels = _view(cr).match_labels
     return Violation(
         "pool",
         "spec.nodeSelectors",
@@ -610,45 +513,48 @@ def no_pool_violation(cr: PackageCR) -> Violation:
 # UPDATE and DELETE of package CRs
 
 
-def spec_changed(old: PackageCR, new: PackageCR) -> bool:
+def spec_changed(old: PackageCR | CrView, new: PackageCR | CrView) -> bool:
     """Whether anything the operator acts on changed (spec, pause/disable annotations)."""
-    return old.spec != new.spec or _gates(old) != _gates(new)
+    old_view, new_view = _view(old), _view(new)
+    return _gates(old_view) != _gates(new_view) or not specs_equal(old_view, new_view)
 
 
-def _gates(cr: PackageCR) -> tuple[str | None, ...]:
-    ann = cr.metadata.annotations
-    return tuple(ann.get(f"{g}/{k}") for g in PACKAGE_GROUPS for k in ("pause", "disable"))
+_GATES = tuple(f"{g}/{k}" for g in PACKAGE_GROUPS for k in ("pause", "disable"))  # annotations
 
 
-def new_reboots(old: PackageCR | None, new: PackageCR) -> list[str]:
+def _gates(cr: CrView) -> tuple[str | None, ...]:
+    return tuple(map(cr.annotations.get, _GATES))
+
+
+def new_reboots(old: PackageCR | CrView | None, new: PackageCR | CrView) -> list[str]:
     """Packages whose reboot interrupt this change would fire: packages with a reboot interrupt
     that are new, or differ in any field from before (a version bump re-runs and reboots)."""
+    view = _view(new)
+    if not view.reboot:
+        return []
+    before = {} if old is None else _view(old).by_key
     out = []
-    before = old.spec.packages if old is not None else {}
-    for key, path, pkg in _packages(new):
-        if any(i.type == "reboot" for _w, i in _interrupts(path, pkg)) and before.get(key) != pkg:
-            out.append(key)
+    for pkg in view.packages:
+        if pkg.reboot:
+            prior = before.get(pkg.key)
+            if prior is None or not packages_equal(prior, pkg):
+                out.append(pkg.key)
     return out
 
 
 def delete_violations(old: Mapping[str, Any]) -> list[Violation]:
     """Upstream's rule: a CR that is paused or disabled cannot run its pending uninstalls, so
     deleting it would strand them (the operator blocks the finalizer; we refuse up front)."""
-    cr = parse_package_cr(old)
+    cr = read_package_cr(old)
     if isinstance(cr, list):
         return []  # nothing we understand to protect; RBAC on delete still applies
     gate = next(
-        (
-            k
-            for g in PACKAGE_GROUPS
-            for k in ("pause", "disable")
-            if cr.metadata.annotations.get(f"{g}/{k}") == "true"
-        ),
+        (k for g in PACKAGE_GROUPS for k in ("pause", "disable") if cr.annotations.get(f"{g}/{k}") == "true"),
         None,
     )
     if gate is None:
         return []
-    uninstalling = {k for k, p in cr.spec.packages.items() if p.uninstall is not None and p.uninstall.enabled}
+    uninstalling = {p.key for p in cr.packages if p.uninstall is not None and p.uninstall[0]}
     node_state = old.get("status", {}).get("nodeState", {}) if isinstance(old.get("status"), Mapping) else {}
     pending = sorted(
         {

@@ -11,22 +11,34 @@ The decision for a NodeWright / Skyhook CREATE or UPDATE:
    which the requester holds ``deploy`` on ``packagepolicies/<name>`` (group nodegate.io), plus
    ``reboot`` when the change fires a reboot interrupt, and whose limits all hold, admits it;
 4. otherwise the denial lists, per candidate policy, the missing verb or the violated limits.
+
+The hot path avoids per-review work that does not change the answer: reviews are read with
+pydantic's JSON parser into plain objects (:func:`read_review`; the models decide whenever a
+value is not exactly of its type), the CR is read and checked in one pass
+(:mod:`admission.structural`), policies are compiled when the source hands out new ones, texts of
+candidates that do not admit are only built for a denial, and the response is composed from its
+strings. ``parse_review`` and ``AdmissionRequest`` remain the typed API (``nodegate policy test``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import operator
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import from_json
 
 from admission import deploymentpolicy, nodes, rules
-from admission.crs import PACKAGE_GROUPS, PackageCR, parse_package_cr
+from admission.crs import PACKAGE_GROUPS, CrView
 from admission.policy import PackagePolicy
 from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
+from admission.rules import CompiledPolicy
+from admission.structural import read_package_cr
 from admission.violations import Violation
 
 log = logging.getLogger("nodegate.admission")
@@ -126,6 +138,158 @@ def parse_review(body: bytes) -> AdmissionReview:
         raise ReviewError("not an AdmissionReview v1: nested too deeply") from None
 
 
+# What the decider reads of a request: an AdmissionRequest, or the lighter _Request below.
+
+
+class RequestKind(Protocol):
+    @property
+    def group(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+
+
+class RequestUser(Protocol):
+    @property
+    def username(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def groups(self) -> list[str]: ...
+    @property
+    def extra(self) -> dict[str, list[str]]: ...
+
+
+class Request(Protocol):
+    @property
+    def uid(self) -> str: ...
+    @property
+    def kind(self) -> RequestKind: ...
+    @property
+    def operation(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def sub_resource(self) -> str: ...
+    @property
+    def user_info(self) -> RequestUser: ...
+    @property
+    def object(self) -> dict[str, Any] | None: ...
+    @property
+    def old_object(self) -> dict[str, Any] | None: ...
+    @property
+    def dry_run(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class _Kind:
+    group: str
+    version: str
+    kind: str
+
+
+@dataclass(slots=True)
+class _User:
+    username: str
+    uid: str
+    groups: list[str]
+    extra: dict[str, list[str]]
+
+
+@dataclass(slots=True)
+class _Request:
+    uid: str
+    kind: _Kind
+    operation: str
+    name: str
+    namespace: str
+    sub_resource: str
+    user_info: _User
+    object: dict[str, Any] | None
+    old_object: dict[str, Any] | None
+    dry_run: bool
+
+
+_OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+# populate_by_name: these would set fields as well, so a review using them goes to the models.
+_REVIEW_NAMES = frozenset({"api_version"})
+_REQUEST_NAMES = frozenset({"sub_resource", "user_info", "old_object", "dry_run"})
+
+
+def read_review(body: bytes) -> Request:
+    """``parse_review(body).request``, without building its models for a review whose values
+    all have exactly their types; others (and bad bodies) go through :func:`parse_review`.
+
+    The JSON parser is pydantic's own (the same acceptance, nesting bound and values), but into
+    Python objects directly, which also beats the json module."""
+    try:
+        doc = from_json(body)
+    except ValueError:
+        doc = None  # parse_review says why
+    request = _exact_request(doc) if type(doc) is dict else None
+    return parse_review(body).request if request is None else request
+
+
+def _str(obj: dict[str, Any], key: str) -> bool:
+    """The key is absent (its default is "") or a string."""
+    return type(obj.get(key, "")) is str
+
+
+def _exact_request(doc: dict[str, Any]) -> _Request | None:
+    req = doc.get("request")
+    if (
+        doc.get("apiVersion") != "admission.k8s.io/v1"
+        or doc.get("kind") != "AdmissionReview"
+        or type(req) is not dict
+        or not _REVIEW_NAMES.isdisjoint(doc)
+        or not _REQUEST_NAMES.isdisjoint(req)
+    ):
+        return None
+    uid, kind, user, operation = req.get("uid"), req.get("kind"), req.get("userInfo"), req.get("operation")
+    obj, old, dry_run = req.get("object"), req.get("oldObject"), req.get("dryRun", False)
+    if not (
+        type(uid) is str
+        and 1 <= len(uid) <= 256
+        and type(kind) is dict
+        and type(kind.get("kind")) is str
+        and _str(kind, "group")
+        and _str(kind, "version")
+        and type(operation) is str
+        and operation in _OPERATIONS
+        and _str(req, "name")
+        and _str(req, "namespace")
+        and _str(req, "subResource")
+        and type(user) is dict
+        and _str(user, "username")
+        and _str(user, "uid")
+        and (obj is None or type(obj) is dict)
+        and (old is None or type(old) is dict)
+        and type(dry_run) is bool
+    ):
+        return None
+    groups, extra = user.get("groups", []), user.get("extra", {})
+    if type(groups) is not list or not all(type(g) is str for g in groups) or type(extra) is not dict:
+        return None
+    for values in extra.values():
+        if type(values) is not list or not all(type(v) is str for v in values):
+            return None
+    return _Request(
+        uid,
+        _Kind(kind.get("group", ""), kind.get("version", ""), kind["kind"]),
+        operation,
+        req.get("name", ""),
+        req.get("namespace", ""),
+        req.get("subResource", ""),
+        _User(user.get("username", ""), user.get("uid", ""), groups, extra),
+        obj,
+        old,
+        dry_run,
+    )
+
+
 # ------------------------------------------------------------------------------------------
 # Decisions
 
@@ -158,8 +322,32 @@ def _deny(message: str, violations: list[Violation] | None = None, rule: str = "
     )
 
 
-def _user(info: WireUserInfo) -> UserInfo:
-    return UserInfo(info.username, info.uid, tuple(info.groups), {k: tuple(v) for k, v in info.extra.items()})
+def _user(info: RequestUser) -> UserInfo:
+    extra = info.extra
+    values = dict(zip(extra, map(tuple, extra.values()), strict=True)) if extra else {}
+    return UserInfo(info.username, info.uid, tuple(info.groups), values)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A policy compiled for decisions, with the access checks it needs built once."""
+
+    rules: CompiledPolicy
+    deploy: ResourceAttributes
+    reboot: ResourceAttributes
+
+    @property
+    def name(self) -> str:
+        return self.rules.name
+
+
+def _compile(policy: PackagePolicy) -> _Candidate:
+    return _Candidate(
+        rules.compile_policy(policy), _attrs("deploy", policy.name), _attrs("reboot", policy.name)
+    )
+
+
+_NOT_LOADED = "PackagePolicies are not loaded yet; nodegate denies until they are (fail closed)"
 
 
 @dataclass
@@ -168,8 +356,12 @@ class Decider:
     authorizer: Authorizer
     owner: str  # nodegate's service account username: the only one that may lift the hold taint
     hold_taint_key: str = rules.HOLD_TAINT_KEY
+    # The policies last seen (by identity) and their compiled forms in name order: a source hands
+    # out the same objects until a policy changes, so compiling happens when policies load.
+    _seen: tuple[PackagePolicy, ...] = field(default=(), init=False, repr=False, compare=False)
+    _compiled: tuple[_Candidate, ...] = field(default=(), init=False, repr=False, compare=False)
 
-    async def decide(self, req: AdmissionRequest) -> Decision:
+    async def decide(self, req: Request) -> Decision:
         kind, group = req.kind.kind, req.kind.group
         if group == "" and kind == "Node":
             return self._node(req)
@@ -179,7 +371,18 @@ class Decider:
             return self._deployment_policy(req)
         return _deny(f"nodegate's webhook does not judge {group or 'core'}/{kind}; fix the webhook rules")
 
-    def _node(self, req: AdmissionRequest) -> Decision:
+    def compiled_policies(self) -> tuple[_Candidate, ...] | None:
+        """The source's policies compiled, in name order; None while they are not loaded."""
+        policies = self.policy_source.policies()
+        if policies is None:
+            return None
+        seen = self._seen
+        if len(seen) != len(policies) or not all(map(operator.is_, seen, policies)):
+            self._compiled = tuple(sorted(map(_compile, policies), key=lambda c: c.name))
+            self._seen = tuple(policies)
+        return self._compiled
+
+    def _node(self, req: Request) -> Decision:
         found = nodes.node_violations(
             req.operation,
             req.object,
@@ -192,67 +395,77 @@ class Decider:
             return _deny("Node refused by nodegate", found, "node-hold-taint")
         return Decision(True)
 
-    def _deployment_policy(self, req: AdmissionRequest) -> Decision:
+    def _deployment_policy(self, req: Request) -> Decision:
         if req.operation not in ("CREATE", "UPDATE") or req.object is None:
             return Decision(True)
         policies = self.policy_source.policies()
         if policies is None:
-            return _deny("PackagePolicies are not loaded yet; nodegate denies until they are (fail closed)")
+            return _deny(_NOT_LOADED)
         found = deploymentpolicy.deployment_policy_violations(req.object, policies)
         return _deny("DeploymentPolicy refused by nodegate", found) if found else Decision(True)
 
-    async def _package(self, req: AdmissionRequest) -> Decision:
+    async def _package(self, req: Request) -> Decision:
         if req.operation == "DELETE":
             found = rules.delete_violations(req.old_object or {})
             return _deny("delete refused by nodegate", found, found[0].rule) if found else Decision(True)
         if req.operation == "CONNECT" or req.object is None:
             return Decision(True)
-        cr = parse_package_cr(req.object)
+        cr = read_package_cr(req.object)
         if isinstance(cr, list):
             return _deny("package CR refused by nodegate: malformed", cr, "schema")
         structural = rules.structural_violations(cr, self.hold_taint_key)
         if structural:
             return _deny("package CR refused by nodegate", structural, structural[0].rule)
-        old = parse_package_cr(req.old_object) if req.operation == "UPDATE" and req.old_object else None
-        old_cr = old if isinstance(old, PackageCR) else None
+        old = read_package_cr(req.old_object) if req.operation == "UPDATE" and req.old_object else None
+        old_cr = old if isinstance(old, CrView) else None
         if old_cr is not None and not rules.spec_changed(old_cr, cr):
             return Decision(True, audit={"decision": "allow", "reason": "spec unchanged"})
-        policies = self.policy_source.policies()
-        if policies is None:
-            return _deny("PackagePolicies are not loaded yet; nodegate denies until they are (fail closed)")
+        compiled = self.compiled_policies()
+        if compiled is None:
+            return _deny(_NOT_LOADED)
         try:
-            return await self._authorize(req, cr, old_cr, policies)
+            return await self._authorize(req, cr, old_cr, compiled)
         except AuthorizerUnavailable as exc:
             return _deny(
                 f"authorization is unavailable ({exc}); nodegate denies until it answers (fail closed)"
             )
 
     async def _authorize(
-        self, req: AdmissionRequest, cr: PackageCR, old: PackageCR | None, policies: list[PackagePolicy]
+        self, req: Request, cr: CrView, old: CrView | None, compiled: tuple[_Candidate, ...]
     ) -> Decision:
-        candidates = rules.candidate_policies(cr, policies)
+        labels = cr.match_labels if not cr.match_expressions else rules.required_labels_of(cr)
+        candidates = [c for c in compiled if c.rules.contains(cr, labels)]
         if not candidates:
             return _deny("package CR refused by nodegate", [rules.no_pool_violation(cr)], "pool")
         user = _user(req.user_info)
-        reboots = rules.new_reboots(old, cr)
-        verbs = ("deploy", "reboot") if reboots else ("deploy",)
-        reasons: list[Violation] = []
-        for policy in candidates:
+        reboots = rules.new_reboots(old, cr) if cr.reboot else []
+        allowed = self.authorizer.allowed
+        # Why each candidate before the admitting one fails; their texts are only built for a denial.
+        refused: list[tuple[_Candidate, list[str], list[Violation]]] = []
+        for candidate in candidates:
             # Rights first: the limits of a policy the requester may not use are not worth computing.
-            missing = [v for v in verbs if not await self.authorizer.allowed(user, _attrs(v, policy.name))]
+            missing = [] if await allowed(user, candidate.deploy) else ["deploy"]
+            if reboots and not await allowed(user, candidate.reboot):
+                missing.append("reboot")
             if missing:
-                reasons.append(_missing_verbs(user, policy.name, missing, reboots))
+                refused.append((candidate, missing, []))
                 continue
-            violations = rules.policy_violations(cr, policy)
+            violations = rules.compiled_violations(cr, candidate.rules)
             if violations:
-                reasons += [
-                    Violation(v.rule, v.path, f"[{policy.name}] {v.message}", v.fix) for v in violations
-                ]
+                refused.append((candidate, [], violations))
                 continue
-            audit = {"decision": "allow", "policy": policy.name}
+            audit = {"decision": "allow", "policy": candidate.name}
             if reboots:
                 audit["reboot"] = ",".join(reboots)
             return Decision(True, warnings=_soft_warnings(cr), audit=audit)
+        reasons: list[Violation] = []
+        for candidate, missing, violations in refused:
+            if missing:
+                reasons.append(_missing_verbs(user, candidate.name, missing, reboots))
+            else:
+                reasons += [
+                    Violation(v.rule, v.path, f"[{candidate.name}] {v.message}", v.fix) for v in violations
+                ]
         return _deny(
             "package CR refused by nodegate: no PackagePolicy admits it for this requester",
             reasons,
@@ -275,16 +488,69 @@ def _attrs(verb: str, policy: str) -> ResourceAttributes:
     return ResourceAttributes(verb=verb, group=POLICY_GROUP, resource=POLICY_RESOURCE, name=policy)
 
 
-def _soft_warnings(cr: PackageCR) -> list[str]:
+def _soft_warnings(cr: CrView) -> list[str]:
     return [
-        f"package {key} is not pinned by digest (containerSHA); tags are mutable"
-        for key, pkg in cr.spec.packages.items()
+        f"package {pkg.key} is not pinned by digest (containerSHA); tags are mutable"
+        for pkg in cr.packages
         if not pkg.container_sha
     ]
 
 
 # ------------------------------------------------------------------------------------------
 # HTTP
+
+
+_ESC = json.encoder.encode_basestring_ascii  # what json.dumps writes for a str (ensure_ascii)
+_HEAD = '{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": '
+_RESPONSE_KEYS = frozenset({"uid", "allowed", "status", "warnings", "auditAnnotations"})
+_STATUS_KEYS = frozenset({"code", "reason", "message"})
+
+
+def encode_review_response(decision: Decision, uid: str) -> bytes:
+    """The AdmissionReview for ``decision.response(uid)``, byte for byte what ``json.dumps`` of
+    it writes; composed from its few strings without the generic encoder."""
+    resp = decision.response(uid)
+    try:
+        return _compose(resp)
+    except TypeError:  # not the shape response() gives (a str that is not one): the generic encoder
+        out = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
+        return json.dumps(out).encode()
+
+
+def _compose(resp: dict[str, Any]) -> bytes:
+    allowed, status, warnings, audit = (
+        resp["allowed"],
+        resp.get("status"),
+        resp.get("warnings"),
+        resp.get("auditAnnotations"),
+    )
+    if type(allowed) is not bool or not resp.keys() <= _RESPONSE_KEYS:
+        raise TypeError
+    parts = [_HEAD, _ESC(resp["uid"]), ', "allowed": true' if allowed else ', "allowed": false']
+    if status is not None:
+        if type(status) is not dict or status.keys() != _STATUS_KEYS or type(status["code"]) is not int:
+            raise TypeError
+        parts += [
+            f', "status": {{"code": {status["code"]}, "reason": ',
+            _ESC(status["reason"]),  # _ESC raises TypeError for anything but a str
+            ', "message": ',
+            _ESC(status["message"]),
+            "}",
+        ]
+    if warnings is not None:
+        if type(warnings) is not list:
+            raise TypeError
+        parts += [', "warnings": [', ", ".join(map(_ESC, warnings)), "]"]
+    if audit is not None:
+        if type(audit) is not dict:
+            raise TypeError
+        parts += [
+            ', "auditAnnotations": {',
+            ", ".join([f"{_ESC(k)}: {_ESC(v)}" for k, v in audit.items()]),
+            "}",
+        ]
+    parts.append("}}")
+    return "".join(parts).encode()
 
 
 def problem(status: int, title: str, detail: str, code: str) -> web.Response:
@@ -313,27 +579,28 @@ def make_handler(decider: Decider) -> Callable[[web.Request], Awaitable[web.Stre
             resp.force_close()  # the unread body would otherwise keep the connection busy
             return resp
         try:
-            review = parse_review(body)
+            req = read_review(body)
         except ReviewError as exc:
             return problem(400, "Bad Request", str(exc), "malformed_request")
-        decision = await decider.decide(review.request)
-        req = review.request
-        log.info(
-            "admission %s %s/%s %s by %s: %s",
-            req.operation,
-            req.kind.group or "core",
-            req.kind.kind,
-            req.name,
-            req.user_info.username,
-            "allowed" if decision.allowed else "denied",
-            extra={"uid": req.uid, "dry_run": req.dry_run, "rules": [v.rule for v in decision.violations]},
+        decision = await decider.decide(req)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "admission %s %s/%s %s by %s: %s",
+                req.operation,
+                req.kind.group or "core",
+                req.kind.kind,
+                req.name,
+                req.user_info.username,
+                "allowed" if decision.allowed else "denied",
+                extra={
+                    "uid": req.uid,
+                    "dry_run": req.dry_run,
+                    "rules": [v.rule for v in decision.violations],
+                },
+            )
+        return web.Response(
+            body=encode_review_response(decision, req.uid), content_type="application/json", charset="utf-8"
         )
-        out = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "response": decision.response(req.uid),
-        }
-        return web.json_response(out)
 
     return validate
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from admission import rules
+from admission import crs, rules
+from admission import structural as reader
 from admission.images import ImageError, allowed_by, parse_image, parse_prefix
 from admission.policy import PackagePolicy
 from admission.quantity import parse_quantity
@@ -169,7 +173,7 @@ def test_objects_of_other_kinds_are_not_package_crs() -> None:
 
 
 def _with_pkg(**fields: Any) -> dict[str, Any]:
-    doc = copy.deepcopy(DEMO)
+    doc: dict[str, Any] = copy.deepcopy(DEMO)
     doc["spec"]["packages"]["baz"].update(fields)
     return doc
 
@@ -328,7 +332,7 @@ def test_pool_containment(pool: dict[str, str], selector: dict[str, Any], inside
 # -- policy rules, one each ----------------------------------------------------------------------
 
 GPU_POOL = {"matchLabels": {"agentpool": "gpu"}}
-OPEN = {
+OPEN: dict[str, Any] = {
     "nodeSelector": GPU_POOL,
     "images": {"registries": ["ghcr.io/nvidia"]},
     "interrupts": {"allowed": ["noop", "service", "restartAllServices", "reboot"]},
@@ -447,3 +451,258 @@ def test_quantities(text: object, value: str) -> None:
 def test_bad_quantities(bad: object) -> None:
     with pytest.raises(ValueError, match="quantity"):
         parse_quantity(bad)
+
+
+# -- the fast reader (admission.structural) against the models ---------------------------------
+
+
+def _fields(model: type[Any]) -> dict[str, str]:
+    return {
+        (f.alias or n): str(f.annotation).replace("admission.crs.", "").replace("typing.", "")
+        for n, f in model.model_fields.items()
+    }
+
+
+_OPT = "str | None"
+_QTY = "str | int | float | None"
+_STR, _BOOL, _INT = "<class 'str'>", "<class 'bool'>", "<class 'int'>"
+
+
+def test_the_reader_knows_every_field_of_the_models() -> None:
+    """admission/structural.py reads these fields by hand, with these types: change both."""
+    models: list[type[Any]] = [crs.PackageCR, crs.Metadata, crs.PackageSpec, crs.Package, crs.Selector]
+    models += [crs.Requirement, crs.BudgetSpec, crs.Interrupt, crs.EnvVar, crs.Resources, crs.Uninstall]
+    models.append(crs.Toleration)
+    assert {m.__name__: _fields(m) for m in models} == {
+        "PackageCR": {"apiVersion": _STR, "kind": "Literal['NodeWright', 'Skyhook']",
+                      "metadata": "<class 'Metadata'>", "spec": "<class 'PackageSpec'>"},
+        "Metadata": {"name": _STR, "annotations": "dict[str, str]"},
+        "PackageSpec": {"nodeSelectors": "Selector | None", "interruptionBudget": "BudgetSpec | None",
+                        "deploymentPolicy": _OPT, "packages": "dict[str, Package]",
+                        "additionalTolerations": "list[Toleration]", "runtimeRequired": _BOOL,
+                        "autoTaintNewNodes": _BOOL, "priority": _INT},
+        "Package": {"name": _OPT, "version": _OPT, "image": _OPT, "containerSHA": _OPT,
+                    "agentImageOverride": _OPT, "interrupt": "Interrupt | None",
+                    "configInterrupts": "dict[str, Interrupt]", "configMap": "dict[str, str]",
+                    "dependsOn": "dict[str, str]", "env": "list[EnvVar]", "resources": "Resources | None",
+                    "uninstall": "Uninstall | None"},
+        "Selector": {"matchLabels": "dict[str, str]", "matchExpressions": "list[Requirement]"},
+        "Requirement": {"key": _STR, "operator": _STR, "values": "list[str]"},
+        "BudgetSpec": {"percent": "int | None", "count": "int | None"},
+        "Interrupt": {"type": _STR, "services": "list[str]"},
+        "EnvVar": {"name": _STR, "value": _OPT, "valueFrom": "dict[str, Any] | None"},
+        "Resources": {"cpuRequest": _QTY, "cpuLimit": _QTY, "memoryRequest": _QTY, "memoryLimit": _QTY},
+        "Uninstall": {"enabled": _BOOL, "apply": _BOOL},
+        "Toleration": {"key": _OPT, "operator": _OPT, "value": _OPT, "effect": _OPT},
+    }  # fmt: skip
+
+
+# CR-shaped dicts with values of each field's type (some absent, some null), snake_case names and
+# unknown fields; the test then puts anything at all at one place of some of them (which the
+# models refuse or coerce).
+_junk = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.sampled_from([1.0, 2.5, 2**240, 2.0**240])
+    | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+_words = ["", "a", "1.2.3", "2.0.0", "latest", "ghcr.io/nvidia/x", "ghcr.io/nvidia/x:1.2.3", "bad ref",
+          "sha256:" + "ab" * 32, "reboot", "service", "In", "Exists", "x*", "a.sh"]  # fmt: skip
+_str_ = st.sampled_from(_words)
+_opt_str = st.none() | _str_
+_strs = st.lists(_str_, max_size=2)
+_str_map = st.dictionaries(_str_, _str_, max_size=3)
+_interrupt = st.fixed_dictionaries({"type": _str_}, optional={"services": _strs, "extra": _junk})
+_quantity = st.none() | st.sampled_from(["100m", "1", "2Gi", "x", "-1", 1, 2.5, 2**240, 2.0**240])
+_env = st.fixed_dictionaries(
+    {"name": _str_},
+    optional={"value": _opt_str, "valueFrom": st.none() | st.dictionaries(_str_, _junk, max_size=2)},
+)
+_resources = st.fixed_dictionaries(
+    {}, optional={k: _quantity for k in ("cpuRequest", "cpuLimit", "memoryRequest")}
+)
+_package = st.fixed_dictionaries(
+    {},
+    optional={
+        **{k: _opt_str for k in ("name", "version", "image", "containerSHA", "agentImageOverride")},
+        "interrupt": st.none() | _interrupt,
+        "configInterrupts": st.dictionaries(_str_, _interrupt, max_size=2),
+        "configMap": _str_map,
+        "dependsOn": st.dictionaries(st.sampled_from(["pkg-a", "pkg-b", "a"]), _str_, max_size=2),
+        "env": st.lists(_env, max_size=2),
+        "resources": st.none() | _resources,
+        "uninstall": st.none()
+        | st.fixed_dictionaries({}, optional={"enabled": st.booleans(), "apply": st.booleans()}),
+        "unknown": _junk,
+    },
+)
+_requirement = st.fixed_dictionaries({"key": _str_, "operator": _str_}, optional={"values": _strs})
+_selector = st.fixed_dictionaries(
+    {}, optional={"matchLabels": _str_map, "matchExpressions": st.lists(_requirement)}
+)
+_budget = st.fixed_dictionaries(
+    {}, optional={"percent": st.none() | st.integers(-5, 120), "count": st.none() | st.integers(-2, 5)}
+)
+_toleration = st.fixed_dictionaries(
+    {}, optional={k: _opt_str for k in ("key", "operator", "value", "effect")}
+)
+_spec = st.fixed_dictionaries(
+    {},
+    optional={
+        "nodeSelectors": st.none() | _selector,
+        "interruptionBudget": st.none() | _budget,
+        "deploymentPolicy": _opt_str,
+        "packages": st.dictionaries(
+            st.sampled_from(["pkg-a", "pkg-b", "Bad", "a"]), _package, min_size=1, max_size=3
+        ),
+        "additionalTolerations": st.lists(_toleration, max_size=2),
+        "runtimeRequired": st.booleans(),
+        "autoTaintNewNodes": st.booleans(),
+        "priority": st.integers(0, 1000),
+        "unknown": _junk,
+    },
+)
+_cr = st.fixed_dictionaries(
+    {"apiVersion": st.just("skyhook.nvidia.com/v1alpha1"), "kind": st.just("Skyhook"), "spec": _spec},
+    optional={
+        "metadata": st.fixed_dictionaries(
+            {}, optional={"name": _str_, "annotations": _str_map, "labels": _junk}
+        )
+    },
+)
+# Names the models take besides the usual ones (populate_by_name), and some they do not know.
+_names = [
+    *("container_sha", "config_map", "depends_on", "agent_image_override", "config_interrupts", "value_from"),
+    *(
+        "cpu_request",
+        "match_labels",
+        "match_expressions",
+        "node_selectors",
+        "runtime_required",
+        "api_version",
+    ),
+    *("interruption_budget", "additional_tolerations", "type", "values", "key", "name", "unknown"),
+]
+
+
+def _places(obj: Any) -> list[Any]:
+    """Every dict and list inside ``obj`` (and itself)."""
+    found = [obj]
+    for value in obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list) else ():
+        if isinstance(value, dict | list):
+            found += _places(value)
+    return found
+
+
+def _spoil(data: st.DataObject, obj: dict[str, Any]) -> None:
+    """Anything at all at one place: a value replaced, a key added (maybe a field's other name)."""
+    place = data.draw(st.sampled_from(_places(obj)))
+    if isinstance(place, list):
+        if place:
+            place[data.draw(st.integers(0, len(place) - 1))] = data.draw(_junk)
+        return
+    key = data.draw(st.sampled_from([*place, *_names]) if place else st.sampled_from(_names))
+    place[key] = data.draw(_junk | _str_map | st.none())
+
+
+def _comparable(view: rules.CrView) -> tuple[Any, ...]:
+    """All a view holds but the input as given (which differs where defaults are spelled out)."""
+    skip = {"raw_spec", "by_key", "packages"}
+    packages = [
+        tuple(getattr(p, f) for f in type(p).__dataclass_fields__ if f != "raw") for p in view.packages
+    ]
+    return (*(getattr(view, f) for f in type(view).__dataclass_fields__ if f not in skip), packages)
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(obj=_cr, data=st.data())
+def test_the_reader_takes_exactly_what_the_models_hold(obj: dict[str, Any], data: st.DataObject) -> None:
+    """Straight from the dict or through pydantic: the same view, the same refusals."""
+    if data.draw(st.booleans()):
+        _spoil(data, obj)
+    model = rules.parse_package_cr(obj)
+    fast: rules.CrView | None = None
+    if rules.PACKAGE_GROUPS.get(str(obj.get("apiVersion", "")).split("/", 1)[0]) == obj.get("kind"):
+        with contextlib.suppress(reader.NotCanonical):  # read_package_cr's first try
+            fast = reader._read(obj, reader._INPUT)
+    if isinstance(model, list):
+        assert fast is None  # nothing the models refuse is taken as is
+        assert rules.read_package_cr(obj) == model
+        return
+    slow = reader.view_of(model)
+    if fast is not None:
+        assert _comparable(fast) == _comparable(slow)
+    viewed = rules.read_package_cr(obj)
+    assert isinstance(viewed, rules.CrView)
+    assert _comparable(viewed) == _comparable(slow)
+    assert rules.structural_violations(viewed) == rules.structural_violations(model)
+    assert not rules.spec_changed(viewed, slow)  # equal models, however the spec was spelled
+    for compiled in _POLICIES:  # the quick pass over a policy finds what all its rules find
+        every: list[rules.Violation] = []
+        for rule in rules.POLICY_RULES:
+            rule(viewed, compiled, every)
+        assert rules.compiled_violations(viewed, compiled) == every
+
+
+_POLICIES = [
+    rules.compile_policy(policy("open", **OPEN)),
+    rules.compile_policy(policy("strict")),  # every limit at its default: the strict side
+    rules.compile_policy(
+        policy(
+            "mixed",
+            images={"registries": ["ghcr.io"], "requireDigest": True},
+            interrupts={"allowed": ["noop", "service"]},
+            maxInterruptionBudget={"count": 1},
+            allowSecretEnv=True,
+            allowAgentImageOverride=True,
+            priority={"min": 100, "max": 500},
+        )
+    ),
+    rules.compile_policy(policy("lenient", allowRuntimeRequired=True, maxInterruptionBudget={"percent": 50})),
+]
+
+
+def test_dependency_chains_longer_than_the_recursion_limit() -> None:
+    count = 3000
+    packages: dict[str, Any] = {
+        f"pkg-{i:04d}x": {
+            "version": "1.0.0",
+            "image": "ghcr.io/nvidia/x",
+            "dependsOn": {f"pkg-{i + 1:04d}x": "1.0.0"},
+        }
+        for i in range(count - 1)
+    }
+    packages[f"pkg-{count - 1:04d}x"] = {"version": "1.0.0", "image": "ghcr.io/nvidia/x"}
+    doc = {**copy.deepcopy(DEMO), "spec": {"packages": packages}}
+    assert structural(doc) == []
+    packages[f"pkg-{count - 1:04d}x"]["dependsOn"] = {"pkg-0000x": "1.0.0"}
+    found = [v for v in rules.structural_violations(cr(doc)) if v.rule == "depends-on"]
+    assert len(found) == 1
+    assert found[0].message.startswith("dependency cycle pkg-0000x -> pkg-0001x")
+    assert found[0].message.endswith(f"pkg-{count - 1:04d}x -> pkg-0000x")
+
+
+def test_an_invalid_registry_allowlist_refuses_instead_of_failing() -> None:
+    bad = policy(**{**OPEN, "images": {"registries": ["ghcr.io/nvidia", "no-host"]}})
+    found = rules.policy_violations(cr(SAMPLE), bad)
+    assert [(v.rule, v.path) for v in found] == [("registry", "PackagePolicy gpu")]
+    assert "allowlist is invalid" in found[0].message
+
+
+def test_a_compiled_policy_checks_as_the_policy_does() -> None:
+    compiled = rules.compile_policy(policy(**OPEN, maxInterruptionBudget={"percent": 10}))
+    view = rules.read_package_cr(SAMPLE)
+    assert isinstance(view, rules.CrView)
+    assert rules.policy_violations(view, compiled) == rules.policy_violations(cr(SAMPLE), compiled.policy)
+    assert [v.rule for v in rules.policy_violations(view, compiled)] == ["budget-cap"]
+    foreign = copy.deepcopy(SAMPLE)
+    foreign["spec"]["packages"]["tuning"]["image"] = "docker.io/x/tuning"
+    for _ in range(2):  # the second answer comes from the policy's memo of image verdicts
+        found = rules.policy_violations(cr(foreign), compiled)
+        assert [(v.rule, v.path) for v in found] == [
+            ("registry", "spec.packages.tuning.image"),
+            ("budget-cap", "spec.interruptionBudget"),
+        ]

@@ -950,5 +950,26 @@ def test_matches_reference_authorizer(
 ) -> None:
     objects = [*roles, *bindings]
     ev = RbacEvaluator.from_objects(objects)
-    for who, attrs in requests:
+    for who, attrs in requests + requests:  # asked again: the memoised answers are the same
         assert ev.allowed(who, attrs) == reference_allowed(objects, who, attrs), (who, attrs)
+
+
+def test_answers_are_memoised_boundedly_and_by_everything_that_decides_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from admission import rbac
+
+    monkeypatch.setattr(rbac, "MAX_MEMO", 4)
+    ev = RbacEvaluator.from_objects(
+        [cluster_role("reader", READ_PODS), crb("devs-read", "reader", [group("devs")])]
+    )
+    pods = req("get", "", "pods")
+    assert ev.allowed(BOB, pods)
+    assert not ev.allowed(ALICE, pods)
+    assert not ev.allowed(UserInfo("bob"), pods)  # the same name without the group
+    assert ev.allowed(UserInfo("carol", groups=["devs"]), pods)  # type: ignore[arg-type]  # a list, as JSON gives
+    for i in range(10):
+        assert not ev.allowed(UserInfo(f"user-{i}"), pods)
+    assert len(ev._memo) <= 4
+    assert ev.allowed(BOB, pods)
+    assert not ev.allowed(BOB, req("delete", "", "pods"))

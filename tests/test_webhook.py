@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from admission import webhook
 from admission.rbac import RbacEvaluator
+from admission.violations import Violation
 from admission.webhook import AuthorizerUnavailable, Decider, LocalRbac, StaticPolicies
 from bootstrap import cli
 from tests.test_admission_rules import SAMPLE, policy
@@ -463,3 +464,136 @@ async def test_readyz_follows_the_policy_source() -> None:
         assert (await client.get("/readyz")).status == 503
         flag.items = POLICIES
         assert (await client.get("/readyz")).status == 200
+
+
+# -- compiled policies, reading, encoding --------------------------------------------------------
+
+
+async def test_policies_are_compiled_again_when_the_source_changes_them() -> None:
+    class Source:
+        def __init__(self) -> None:
+            self.items = list(POLICIES)
+
+        def policies(self) -> list[Any]:
+            return list(self.items)  # a new list each time, as the cluster watcher hands them out
+
+    source = Source()
+    d = Decider(source, LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE)
+    body = review(no_reboot(SAMPLE))
+    assert (await decide(d, body)).allowed
+    first = d.compiled_policies()
+    assert first is d.compiled_policies()  # same objects: compiled once
+    source.items = [
+        policy("gpu", nodeSelector=GPU, images={"registries": ["registry.example.com"]}),
+        POLICIES[1],
+    ]
+    denied = await decide(d, body)
+    assert not denied.allowed
+    assert ("registry", "spec.packages.tuning.image") in [(v.rule, v.path) for v in denied.violations]
+    source.items = source.items[1:]  # the gpu policy is gone
+    assert [c.name for c in d.compiled_policies() or ()] == ["everything"]
+
+
+async def test_an_invalid_registry_allowlist_denies_and_says_why() -> None:
+    allowed = {"allowed": ["noop", "restartAllServices"]}
+    broken = policy("gpu", nodeSelector=GPU, images={"registries": ["not-a-registry"]}, interrupts=allowed)
+    d = await decide(decider(policies=[broken]), review(no_reboot(SAMPLE)))
+    assert not d.allowed
+    assert [(v.rule, v.path) for v in d.violations] == [("registry", "PackagePolicy gpu")]
+    assert "allowlist is invalid" in d.violations[0].message
+
+
+async def test_the_same_spec_spelled_otherwise_is_unchanged() -> None:
+    old = no_reboot(SAMPLE)
+    new = copy.deepcopy(old)
+    new["spec"]["priority"] = 200  # the default, spelled out
+    new["spec"]["packages"] = dict(reversed(new["spec"]["packages"].items()))
+    new["spec"]["packages"]["tuning"]["env"] = []
+    d = await decide(decider(), review(new, op="UPDATE", old=old, user="mallory"))
+    assert d.allowed
+    assert d.audit["reason"] == "spec unchanged"
+    new["spec"]["packages"]["tuning"]["configMap"]["grub.conf"] = "other"
+    assert not (await decide(decider(), review(new, op="UPDATE", old=old, user="mallory"))).allowed
+
+
+async def test_a_cr_the_fast_reader_leaves_to_pydantic_is_judged_the_same() -> None:
+    doc = no_reboot(SAMPLE)
+    doc["spec"]["interruptionBudget"] = {"percent": "33"}  # a string the model coerces to 33
+    d = await decide(decider(), review(doc))
+    assert d.allowed, d.message
+    doc["spec"]["interruptionBudget"] = {"percent": "lots"}
+    d = await decide(decider(), review(doc))
+    assert [(v.rule, v.path) for v in d.violations] == [("schema", "spec.interruptionBudget.percent")]
+
+
+_texts = st.text(max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    allowed=st.booleans(),
+    message=_texts,
+    violations=st.lists(st.builds(Violation, _texts, _texts, _texts, _texts), max_size=25),
+    warnings=st.lists(_texts, max_size=12),
+    audit=st.dictionaries(_texts, _texts, max_size=3),
+    uid=st.text(min_size=1, max_size=40),
+)
+def test_responses_are_encoded_as_json_dumps_writes_them(
+    allowed: bool, message: str, violations: list[Any], warnings: list[str], audit: dict[str, str], uid: str
+) -> None:
+    decision = webhook.Decision(allowed, message, violations, warnings, audit)
+    expected = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": decision.response(uid),
+    }
+    assert webhook.encode_review_response(decision, uid) == json.dumps(expected).encode()
+
+
+_REQUEST_FIELDS = ("uid", "operation", "name", "namespace", "sub_resource", "object", "old_object", "dry_run")
+
+
+def _request_fields(req: Any) -> tuple[Any, ...]:
+    kind, user = req.kind, req.user_info
+    return (
+        *(getattr(req, f) for f in _REQUEST_FIELDS),
+        (kind.group, kind.version, kind.kind),
+        (user.username, user.uid, user.groups, user.extra),
+    )
+
+
+_scalars = (
+    st.none() | st.booleans() | st.integers(-2, 300) | st.sampled_from(["", "u", "x" * 257, "CREATE", "Pod"])
+)
+_values = st.recursive(
+    _scalars, lambda c: st.lists(c, max_size=2) | st.dictionaries(st.text(max_size=4), c, max_size=2)
+)
+_envelope_keys = [
+    *("uid", "kind", "operation", "userInfo", "object", "oldObject", "dryRun", "name", "namespace"),
+    *("subResource", "sub_resource", "user_info", "dry_run", "old_object", "group", "version", "username"),
+    *("groups", "extra", "apiVersion", "api_version", "request", "other"),
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_reviews_read_without_the_models_hold_what_the_models_do(data: st.DataObject) -> None:
+    body = review(no_reboot(SAMPLE), op=data.draw(st.sampled_from(["CREATE", "UPDATE", "DELETE"])))
+    body["request"]["userInfo"]["extra"] = data.draw(st.sampled_from([{}, {"k": ["v"]}]))
+    places = [body, body["request"], body["request"]["kind"], body["request"]["userInfo"]]
+    for _ in range(data.draw(st.integers(0, 2))):  # values of any type, anywhere in the envelope
+        place = data.draw(st.sampled_from(places))
+        place[data.draw(st.sampled_from(_envelope_keys))] = data.draw(_values)
+    raw = json.dumps(body).encode() if data.draw(st.booleans()) else data.draw(st.binary(max_size=20))
+    try:
+        expected: Any = webhook.parse_review(raw).request
+    except webhook.ReviewError as exc:
+        expected = str(exc)
+    try:
+        got: Any = webhook.read_review(raw)
+    except webhook.ReviewError as exc:
+        got = str(exc)
+    if isinstance(expected, str):
+        assert got == expected  # the same refusal, in the same words
+    else:
+        assert _request_fields(got) == _request_fields(expected)

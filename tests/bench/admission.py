@@ -5,18 +5,29 @@ with TLS and keep-alive, access logs off (``tests.bench.admission_server``):
   webhook   ``admission.webhook.make_app`` with 3 PackagePolicies and 22 RBAC objects
             (``tests.bench.admission_data``): the real decision for every review
   bare      a handler that reads the body, ``json.loads`` it and answers allowed with its uid:
-            what any AdmissionReview server on aiohttp spends at least (the floor)
+            what any AdmissionReview server on aiohttp spends at least (the floor);
+            ``--bare-parser pydantic-core`` parses with ``pydantic_core.from_json`` instead, the
+            parser the webhook reads reviews with (faster than the json module): the floor for
+            a server that parses as the webhook does
 
-The load generator is this process: one asyncio event loop, one ``aiohttp.ClientSession`` per
-server with ``TCPConnector(limit=C)`` and C worker coroutines, each sending the next body of a
-pre-serialised list and waiting for the answer (closed loop, C reviews in flight). The mix is 70 %
+The load generator is this process: one asyncio event loop and C worker coroutines per server,
+each sending the next body of a pre-serialised list and waiting for the answer (closed loop, C
+reviews in flight). By default (``--client raw``) each worker has its own keep-alive TLS
+connection driven by a small asyncio protocol (the request pre-framed, the answer framed by its
+Content-Length): its cost per review is a fraction of the bare server's, so the servers are what
+is measured. ``--client aiohttp`` uses one ``aiohttp.ClientSession`` with ``TCPConnector(limit=C)``
+instead (the earlier method: that client costs about as much per review as the bare server, so on
+few CPUs it limits the bare side and flatters the webhook). With two or more CPUs the servers are
+pinned to the first and the client to the others (``--no-pin`` turns that off), so the client
+never takes CPU time from the server it measures; both servers share their CPU, but only one is
+under load at a time. The mix is 70 %
 reviews the webhook must allow (four kinds: plain CREATE, CREATE with a reboot by a group that may
 reboot, another pool, an UPDATE that bumps a version) and 30 % it must deny (no RBAC, a foreign
 registry, a reboot without the verb); every body has its own uid. Each answer is checked (HTTP 200,
 the uid echoed, ``allowed`` as expected: the bare handler always allows); a failed check or a
 failed request is an error, reported, and makes the run's numbers suspect (exit code 1).
 
-Method: for each concurrency (8, 64) both sessions are opened and warmed up (every connection
+Method: for each concurrency (8, 64) both clients are opened and warmed up (every connection
 made, TLS handshakes done), then R rounds; in each round both servers get the same list of N
 reviews, one after the other, the order alternating per round.
 
@@ -33,8 +44,8 @@ How to read the table:
                  ratios: the servers of one round run seconds apart, so machine drift cancels
                  out; trust them over the absolute numbers. 1 / the server-CPU ratio is the
                  throughput ratio two saturated servers would show with the client out of the way
-The targets at the end are reported, never asserted: on a machine with few CPUs the client and
-the two servers share them and the client's own cost bounds what the bare handler can show.
+The targets at the end are reported, never asserted. Unpinned on few CPUs the client and the
+servers share them and the client's own cost bounds what the bare handler can show (see cli %).
 
 ``NODEGATE_BENCH_PROFILE=DIR`` runs both servers under cProfile (stats in DIR/admission-<mode>.prof,
 the webhook's top functions printed to stderr); the numbers of such a run are slowed by it.
@@ -44,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -59,11 +71,11 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from cryptography import x509
@@ -73,6 +85,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.bench import admission_data
 from tests.bench.admission_data import Request
+from tests.bench.admission_server import BARE_PARSERS
 
 CONCURRENCY = (8, 64)
 REQUESTS = {8: 1000, 64: 2000}  # per server and round
@@ -83,6 +96,8 @@ SERVERS = ("webhook", "bare")
 WEBHOOK, BARE = SERVERS
 START_SECONDS = 30.0  # deadline for a server to write its port file
 HEADERS = {"Content-Type": "application/json"}
+CLIENTS = ("raw", "aiohttp")
+BATCH_SECONDS = 300.0  # a batch that takes longer means a server stopped answering
 PROFILE_ENV = "NODEGATE_BENCH_PROFILE"
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,15 +169,34 @@ class Server:
             return ""
 
 
-def start_server(mode: str, cert: Path, key: Path, workdir: Path, profile_dir: Path | None) -> Server:
+def start_server(
+    mode: str,
+    cert: Path,
+    key: Path,
+    workdir: Path,
+    profile_dir: Path | None,
+    cpus: set[int],
+    bare_parser: str = BARE_PARSERS[0],
+) -> Server:
     port_file, log = workdir / f"{mode}.port", workdir / f"{mode}.log"
     profile = profile_dir / f"admission-{mode}.prof" if profile_dir else None
     cmd = [sys.executable, "-m", "tests.bench.admission_server", "--mode", mode]
-    cmd += ["--cert", str(cert), "--key", str(key), "--port-file", str(port_file)]
+    cmd += [
+        "--cert",
+        str(cert),
+        "--key",
+        str(key),
+        "--port-file",
+        str(port_file),
+        "--bare-parser",
+        bare_parser,
+    ]
     if profile is not None:
         cmd += ["--profile", str(profile)]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(proc.pid, cpus)  # before it starts threads: they inherit it
     return Server(mode, proc, log, port_file, profile)
 
 
@@ -239,24 +273,20 @@ def _check(status: int, raw: bytes, req: Request, expect_allowed: bool) -> str |
     return None
 
 
-async def run_batch(
-    session: aiohttp.ClientSession, server: Server, reqs: list[Request], concurrency: int
-) -> Batch:
+async def run_batch(client: Client, server: Server, reqs: list[Request], concurrency: int) -> Batch:
     """Send ``reqs`` with ``concurrency`` reviews in flight; time each and check each answer."""
-    url, bare = server.url, server.mode == BARE
+    bare = server.mode == BARE
     latencies: list[int] = []
     errors: list[str] = []
     todo = iter(reqs)
     clock = time.perf_counter_ns
 
-    async def worker() -> None:
+    async def worker(slot: int) -> None:
         for req in todo:  # one iterator shared by the workers: each takes the next review
             started = clock()
             try:
-                async with session.post(url, data=req.body, headers=HEADERS) as resp:
-                    raw = await resp.read()
-                    status = resp.status
-            except (aiohttp.ClientError, TimeoutError) as exc:
+                status, raw = await client.post(slot, req.body)
+            except (aiohttp.ClientError, OSError, TimeoutError, BenchProtocolError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
                 continue
             latencies.append(clock() - started)
@@ -267,7 +297,12 @@ async def run_batch(
     server_cpu = server.cpu_seconds()
     client_cpu = time.process_time()
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    try:
+        await asyncio.wait_for(asyncio.gather(*(worker(i) for i in range(concurrency))), BATCH_SECONDS)
+    except TimeoutError:
+        raise RuntimeError(
+            f"{server.mode} server did not answer {len(reqs)} reviews in {BATCH_SECONDS:.0f} s"
+        ) from None
     wall = time.perf_counter() - started
     client_cpu = time.process_time() - client_cpu
     server_after = server.cpu_seconds()
@@ -275,12 +310,142 @@ async def run_batch(
     return Batch(len(reqs), wall, latencies, errors, client_cpu, spent)
 
 
-def _session(concurrency: int, client_ctx: ssl.SSLContext) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=concurrency, ssl=client_ctx),
-        timeout=aiohttp.ClientTimeout(total=60),
-        cookie_jar=aiohttp.DummyCookieJar(),
-    )
+class BenchProtocolError(Exception):
+    """An answer the raw client cannot read as one HTTP/1.1 response with a Content-Length."""
+
+
+class Client(Protocol):
+    """Posts a review on the connection of worker ``slot`` (one review in flight per slot)."""
+
+    async def post(self, slot: int, body: bytes) -> tuple[int, bytes]: ...
+
+    async def close(self) -> None: ...
+
+
+class AiohttpClient:
+    """``aiohttp.ClientSession`` with ``TCPConnector(limit=C)``: what a Python caller would use, but
+    its own cost per request is about that of the bare server, so it can bound what that shows."""
+
+    def __init__(self, url: str, concurrency: int, ctx: ssl.SSLContext) -> None:
+        self._url = url
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=concurrency, ssl=ctx),
+            timeout=aiohttp.ClientTimeout(total=60),
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )
+
+    async def post(self, slot: int, body: bytes) -> tuple[int, bytes]:
+        async with self._session.post(self._url, data=body, headers=HEADERS) as resp:
+            return resp.status, await resp.read()
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
+class _RawConnection(asyncio.Protocol):
+    """One keep-alive TLS connection that speaks just enough HTTP/1.1 for one request at a time:
+    the answer must carry a Content-Length (aiohttp's ``web.Response`` always does)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._buf = bytearray()
+        self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)  # create_connection gives one
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buf += data
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        try:
+            answer = self._take()
+        except (ValueError, BenchProtocolError) as exc:
+            self.closed = True
+            waiter.set_exception(BenchProtocolError(f"unreadable answer: {exc}"))
+            return
+        if answer is not None:
+            self._waiter = None
+            waiter.set_result(answer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(ConnectionResetError(f"connection lost: {exc}"))
+
+    def _take(self) -> tuple[int, bytes] | None:
+        end = self._buf.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        status_line, *headers = self._buf[:end].decode("latin-1").split("\r\n")
+        version, status, _reason = (status_line + " ").split(" ", 2)
+        if version != "HTTP/1.1":
+            raise BenchProtocolError(f"status line {status_line!r}")
+        length = None
+        for line in headers:
+            name, _, value = line.partition(":")
+            name = name.strip().lower()
+            if name == "content-length":
+                length = int(value)
+            elif name == "transfer-encoding":
+                raise BenchProtocolError(f"transfer-encoding {value.strip()}")
+            elif name == "connection" and value.strip().lower() == "close":
+                self.closed = True
+        if length is None:
+            raise BenchProtocolError("no content-length")
+        total = end + 4 + length
+        if len(self._buf) < total:
+            return None
+        body = bytes(self._buf[end + 4 : total])
+        del self._buf[:total]
+        return int(status), body
+
+    async def request(self, data: bytes) -> tuple[int, bytes]:
+        assert self.transport is not None  # connected before use
+        self._waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(data)
+        return await self._waiter
+
+
+class RawClient:
+    """A lean load generator: one asyncio TLS connection per worker, the request pre-framed, the
+    answer framed by Content-Length and then checked in full like the aiohttp client's. Its own
+    cost per review is a fraction of the bare server's, so the servers, not the client, are measured."""
+
+    def __init__(self, server: Server, ctx: ssl.SSLContext) -> None:
+        self._port = server.port
+        self._ctx = ctx
+        self._head = (
+            f"POST {admission_data.PATH} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            "User-Agent: nodegate-bench\r\nAccept: application/json\r\n"
+            "Content-Type: application/json\r\nContent-Length: "
+        ).encode()
+        self._conns: dict[int, _RawConnection] = {}
+
+    async def post(self, slot: int, body: bytes) -> tuple[int, bytes]:
+        conn = self._conns.get(slot)
+        if conn is None or conn.closed:
+            if conn is not None and conn.transport is not None:
+                conn.transport.close()
+            _, conn = await asyncio.get_running_loop().create_connection(
+                _RawConnection, "127.0.0.1", self._port, ssl=self._ctx
+            )
+            self._conns[slot] = conn
+        return await conn.request(b"%b%d\r\n\r\n%b" % (self._head, len(body), body))
+
+    async def close(self) -> None:
+        for conn in self._conns.values():
+            if conn.transport is not None:
+                conn.transport.close()
+        self._conns.clear()
+        await asyncio.sleep(0)  # let the transports run their close callbacks
+
+
+def make_client(kind: str, server: Server, concurrency: int, ctx: ssl.SSLContext) -> Client:
+    return AiohttpClient(server.url, concurrency, ctx) if kind == "aiohttp" else RawClient(server, ctx)
 
 
 @dataclass
@@ -301,30 +466,38 @@ async def measure_level(
     requests: int,
     rounds: int,
     rng: random.Random,
+    client_kind: str,
 ) -> Level:
     level = Level(concurrency, requests, warmup=max(4 * concurrency, requests // 4))
-    sessions = {mode: _session(concurrency, client_ctx) for mode in SERVERS}
+    clients = {mode: make_client(client_kind, servers[mode], concurrency, client_ctx) for mode in SERVERS}
     try:
         for mode in SERVERS:  # opens every connection and warms both servers' code paths
             warm = await run_batch(
-                sessions[mode], servers[mode], admission_data.requests(level.warmup, rng), concurrency
+                clients[mode], servers[mode], admission_data.requests(level.warmup, rng), concurrency
             )
             level.warmup_errors[mode] = warm.errors
         for r in range(rounds):
             reqs = admission_data.requests(requests, rng)  # the same reviews for both servers
             for mode in SERVERS if r % 2 == 0 else SERVERS[::-1]:
-                level.batches[mode].append(await run_batch(sessions[mode], servers[mode], reqs, concurrency))
+                level.batches[mode].append(await run_batch(clients[mode], servers[mode], reqs, concurrency))
     finally:
-        for session in sessions.values():
-            await session.close()
+        for client in clients.values():
+            await client.close()
     return level
 
 
 async def measure(
-    servers: dict[str, Server], client_ctx: ssl.SSLContext, requests: dict[int, int], rounds: int
+    servers: dict[str, Server],
+    client_ctx: ssl.SSLContext,
+    requests: dict[int, int],
+    rounds: int,
+    client_kind: str,
 ) -> list[Level]:
     rng = random.Random(20240611)  # a reproducible mix, not a secret
-    return [await measure_level(servers, client_ctx, c, requests[c], rounds, rng) for c in CONCURRENCY]
+    return [
+        await measure_level(servers, client_ctx, c, requests[c], rounds, rng, client_kind)
+        for c in CONCURRENCY
+    ]
 
 
 def check_expectations() -> None:
@@ -474,6 +647,20 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
 
 
+def _bare_text(config: dict[str, Any]) -> str:
+    if config.get("bare_parser", "json") == "json":
+        return "bare parses with json.loads"
+    return "bare parses with pydantic_core.from_json (the webhook's parser)"
+
+
+def _client_text(config: dict[str, Any]) -> str:
+    kind = "lean asyncio TLS client" if config["client"] == "raw" else "aiohttp ClientSession"
+    if not config["server_cpus"]:
+        return f"{kind}; not pinned (it shares the CPUs with the servers: see cli %)"
+    cpus = ",".join(map(str, config["client_cpus"]))
+    return f"{kind}; servers pinned to CPU {config['server_cpus'][0]}, the client to CPU {cpus}"
+
+
 def render(results: dict[str, Any]) -> str:
     env, config = results["environment"], results["config"]
     mix = [f"{'allowed' if t['allowed'] else 'denied'} {t['weight']}% {t['name']}" for t in config["mix"]]
@@ -490,8 +677,8 @@ def render(results: dict[str, Any]) -> str:
         f"  Python {env['python']} ({env['implementation']}, {env['machine']}), {env['cpus']} CPUs "
         f"({env['usable_cpus']} usable), {env['openssl']}",
         "  " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
-        "  servers: one process each, asyncio, TLS, access log off; client: this process, one event",
-        "  loop (it shares the CPUs with the servers and can itself limit throughput: see cli %)",
+        f"  servers: one process each, asyncio, TLS, access log off; {_bare_text(config)}",
+        f"  client: this process, one event loop, {_client_text(config)}",
         *mix_lines,
         f"  {config['rounds']} rounds per concurrency, servers alternating; reviews per round in brackets;"
         f" load part {config['timed_seconds']} s",
@@ -573,12 +760,60 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the results as one JSON object on one line")
     p.add_argument("--rounds", type=_positive, default=ROUNDS, help=f"timed rounds (default {ROUNDS})")
     p.add_argument("--quick", action="store_true", help="a smoke run: 3 rounds of far fewer reviews")
+    p.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default=CLIENTS[0],
+        help="load generator: raw (lean asyncio TLS client, default) or aiohttp (ClientSession)",
+    )
+    p.add_argument(
+        "--no-pin", action="store_true", help="do not pin the servers and the client to separate CPUs"
+    )
+    p.add_argument(
+        "--bare-parser",
+        choices=BARE_PARSERS,
+        default=BARE_PARSERS[0],
+        help="the bare handler's JSON parser: json (default) or pydantic-core (the webhook's)",
+    )
     return p
 
 
-def run(rounds: int = ROUNDS, quick: bool = False) -> dict[str, Any]:
+def _cpus(pin: bool) -> tuple[set[int], set[int]]:
+    """(server, client) CPUs: both servers get the first usable CPU (only one is under load at a
+    time), the client the others; empty sets (no pinning) with fewer than two CPUs or ``pin`` off."""
+    usable = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+    if not pin or len(usable) < 2:
+        return set(), set()
+    first = min(usable)
+    return {first}, usable - {first}
+
+
+@contextlib.contextmanager
+def _pinned(cpus: set[int]) -> Iterator[None]:
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def run(
+    rounds: int = ROUNDS,
+    quick: bool = False,
+    client: str = CLIENTS[0],
+    pin: bool = True,
+    bare_parser: str = BARE_PARSERS[0],
+) -> dict[str, Any]:
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
+    if client not in CLIENTS or bare_parser not in BARE_PARSERS:
+        raise ValueError(
+            f"client must be one of {', '.join(CLIENTS)}, bare_parser of {', '.join(BARE_PARSERS)}"
+        )
     rounds = min(rounds, QUICK_ROUNDS) if quick else rounds
     requests = QUICK_REQUESTS if quick else REQUESTS
     check_expectations()
@@ -586,16 +821,17 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> dict[str, Any]:
     profile_dir = Path(profile_env).resolve() if profile_env else None
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="nodegate-bench-") as tmp:
+    server_cpus, client_cpus = _cpus(pin)
+    with tempfile.TemporaryDirectory(prefix="nodegate-bench-") as tmp, _pinned(client_cpus):
         workdir = Path(tmp)
         cert, key, client_ctx = make_tls(workdir)
         servers: list[Server] = []
         try:
             for mode in SERVERS:
-                servers.append(start_server(mode, cert, key, workdir, profile_dir))
+                servers.append(start_server(mode, cert, key, workdir, profile_dir, server_cpus, bare_parser))
             wait_listening(servers)
             started = time.perf_counter()
-            levels = asyncio.run(measure({s.mode: s for s in servers}, client_ctx, requests, rounds))
+            levels = asyncio.run(measure({s.mode: s for s in servers}, client_ctx, requests, rounds, client))
             timed = time.perf_counter() - started
         finally:
             stop_servers(servers)
@@ -617,6 +853,10 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> dict[str, Any]:
         "body_bytes": [min(sizes), max(sizes)],
         "policies": len(admission_data.POLICY_DOCS),
         "rbac_objects": len(admission_data.RBAC),
+        "client": client,
+        "bare_parser": bare_parser,
+        "server_cpus": sorted(server_cpus),
+        "client_cpus": sorted(client_cpus),
         "timed_seconds": round(timed, 1),
         "profile_dir": str(profile_dir) if profile_dir else None,
     }
@@ -625,7 +865,13 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    results = run(rounds=args.rounds, quick=args.quick)
+    results = run(
+        rounds=args.rounds,
+        quick=args.quick,
+        client=args.client,
+        pin=not args.no_pin,
+        bare_parser=args.bare_parser,
+    )
     print(json.dumps(results, separators=(",", ":")) if args.json else render(results), flush=True)
     return 1 if results["errors"] else 0
 
