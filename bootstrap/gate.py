@@ -119,6 +119,21 @@ def _parse_time(value: object) -> datetime | None:
     return when if when.tzinfo is not None else None
 
 
+_NODE_META = ("name", "uid", "resourceVersion", "labels", "annotations")
+
+
+def _slim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """What the gate reads of a Node: its name, uid, resourceVersion, labels, annotations,
+    taints and conditions. A watched Node also carries images, addresses, capacity and
+    managedFields (tens of KB each); at 10,000 nodes keeping them costs hundreds of MB."""
+    meta = _dict(node, "metadata")
+    return {
+        "metadata": {k: meta[k] for k in _NODE_META if k in meta},
+        "spec": {"taints": _list(node, "spec", "taints")},
+        "status": {"conditions": _list(node, "status", "conditions")},
+    }
+
+
 def camel(reason: str | None) -> str:
     """``packages-pending`` -> ``PackagesPending``; None (released) -> ``Released``."""
     if reason is None:
@@ -256,7 +271,7 @@ class Gate:
         name = _name(obj)
         if not name or src.objects is None:
             return
-        src.objects[name] = obj
+        src.objects[name] = _slim_node(obj) if src.key == NODES else obj
         if src.optional:
             # Lists do not always repeat apiVersion/kind on items; parse_cr checks them.
             obj.setdefault("apiVersion", f"{src.key}/v1alpha1")
