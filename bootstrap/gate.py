@@ -26,12 +26,13 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from bootstrap import holds
 from bootstrap.config import GateSettings
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed, WatchEvent, WatchExpired
+from bootstrap.times import micro_time, parse_time, rfc3339
 
 log = logging.getLogger("nodegate.gate")
 
@@ -99,24 +100,6 @@ def _list(obj: Mapping[str, Any], *keys: str) -> list[Any]:
     for key in keys:
         cur = cur.get(key) if isinstance(cur, Mapping) else None
     return cur if isinstance(cur, list) else []
-
-
-def _rfc3339(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
 
 
 _NODE_META = ("name", "uid", "resourceVersion", "labels", "annotations")
@@ -335,7 +318,7 @@ class Gate:
         if name in self._complete_since:
             since = self._complete_since[name]
         else:
-            since = _parse_time(_dict(attestation or {}, "status").get("completeSince"))
+            since = parse_time(_dict(attestation or {}, "status").get("completeSince"))
         return holds.decide(
             node=node,
             attestation=holds.attestation_view(attestation),
@@ -475,7 +458,7 @@ class Gate:
             }
             if old is not None and all(old.get(k) == v for k, v in want.items()):
                 return
-            now = _rfc3339(self._now())
+            now = rfc3339(self._now())
             kept = old.get("lastTransitionTime") if old is not None and old.get("status") == status else None
             want["lastTransitionTime"] = kept or now
             want["lastHeartbeatTime"] = now
@@ -511,7 +494,7 @@ class Gate:
         held = "False" if decision.reason is None else "True"
         conditions = [c for c in _list(current, "conditions") if isinstance(c, dict)]
         old = next((c for c in conditions if c.get("type") == HELD_CONDITION), None)
-        now = _rfc3339(self._now())
+        now = rfc3339(self._now())
         condition = {
             "type": HELD_CONDITION,
             "status": held,
@@ -526,7 +509,7 @@ class Gate:
             "reason": decision.reason or "",
             "message": decision.message,
             "packages": [p.to_json() for p in decision.packages[: holds.MAX_STATUS_PACKAGES]],
-            "completeSince": _rfc3339(decision.complete_since) if decision.complete_since else None,
+            "completeSince": rfc3339(decision.complete_since) if decision.complete_since else None,
             "conditions": [c if c.get("type") != HELD_CONDITION else condition for c in conditions]
             if old is not None
             else [*conditions, condition],
@@ -622,7 +605,7 @@ class Gate:
             "holderIdentity": self._identity,
             "leaseDurationSeconds": max(1, int(self._settings.lease_duration.total_seconds())),
             "acquireTime": acquired,
-            "renewTime": _micro(now),
+            "renewTime": micro_time(now),
             "leaseTransitions": transitions,
         }
 
@@ -641,13 +624,13 @@ class Gate:
                     "apiVersion": "coordination.k8s.io/v1",
                     "kind": "Lease",
                     "metadata": {"name": name, "namespace": ns},
-                    "spec": self._lease_body(now, acquired=_micro(now), transitions=0),
+                    "spec": self._lease_body(now, acquired=micro_time(now), transitions=0),
                 }
                 await self._kube.create_lease(ns, body)
             else:
                 spec = _dict(lease, "spec")
                 holder = spec.get("holderIdentity") or ""
-                renewed = _parse_time(spec.get("renewTime"))
+                renewed = parse_time(spec.get("renewTime"))
                 duration = spec.get("leaseDurationSeconds")
                 expired = (
                     renewed is None
@@ -667,7 +650,7 @@ class Gate:
                     now,
                     acquired=str(spec.get("acquireTime"))
                     if ours and spec.get("acquireTime")
-                    else _micro(now),
+                    else micro_time(now),
                     transitions=count if ours else count + 1,
                 )
                 await self._kube.replace_lease(ns, name, {**lease, "spec": new_spec})
@@ -695,7 +678,12 @@ class Gate:
             spec = _dict(lease or {}, "spec")
             if lease is None or spec.get("holderIdentity") != self._identity:
                 return
-            spec = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": _micro(self._now())}
+            spec = {
+                **spec,
+                "holderIdentity": "",
+                "leaseDurationSeconds": 1,
+                "renewTime": micro_time(self._now()),
+            }
             await self._kube.replace_lease(ns, name, {**lease, "spec": spec})
         except (KubeUnavailable, Conflict, NotFound) as exc:
             log.info("lease %s/%s not released: %s", ns, name, exc)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from bootstrap.times import parse_time
+
 Reason = Literal["unattested", "packages-pending", "validation-failed", "quarantined"]
 HOLD_REASONS: tuple[Reason, ...] = ("unattested", "packages-pending", "validation-failed", "quarantined")
 Phase = Literal["Attested", "Held", "Ready", "Quarantined"]
@@ -191,16 +193,6 @@ class AttestationView:
     expires_at: datetime | None
 
 
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    try:
-        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
-
-
 def attestation_view(obj: Mapping[str, Any] | None) -> AttestationView | None:
     """A NodeAttestation as the gate judges it. Unreadable fields count as missing (not valid)."""
     if obj is None:
@@ -209,8 +201,8 @@ def attestation_view(obj: Mapping[str, Any] | None) -> AttestationView | None:
     revoked = spec.get("revoked")
     return AttestationView(
         revoked=revoked is not False and revoked is not None,  # anything but an explicit false/absent
-        attested_at=_time(status.get("attestedAt")),
-        expires_at=_time(status.get("expiresAt")),
+        attested_at=parse_time(status.get("attestedAt")),
+        expires_at=parse_time(status.get("expiresAt")),
     )
 
 

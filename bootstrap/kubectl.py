@@ -28,6 +28,7 @@ from typing import Any, ClassVar, NoReturn
 from bootstrap import holds
 from bootstrap.config import GateSettings
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed
+from bootstrap.times import parse_time, rfc3339
 
 GROUP = "nodegate.io"
 VERSION = "v1alpha1"
@@ -40,7 +41,6 @@ NOT_SERVED_NOTE = (
 )
 WAITING_LIMIT = 80  # table cell; the JSON carries everything
 _CELL_LIMITS = (253, 48, 16, 32, WAITING_LIMIT, 8, 100)  # per column; names are at most 253
-_TIME_LIMIT = 64
 _TEXT_LIMIT = 4096
 _ITEMS_LIMIT = 1000  # packages per node read from one object; more is malformed
 _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -231,10 +231,10 @@ def node_row(
         reason=reason,
         message=_text(st.get("message")),
         packages=_packages(st.get("packages")),
-        attested_at=_time(st.get("attestedAt")),
-        expires_at=_time(st.get("expiresAt")),
-        complete_since=_time(st.get("completeSince")),
-        observed_at=_time(st.get("observedAt")),
+        attested_at=parse_time(st.get("attestedAt")),
+        expires_at=parse_time(st.get("expiresAt")),
+        complete_since=parse_time(st.get("completeSince")),
+        observed_at=parse_time(st.get("observedAt")),
         spiffe_id=_text(spec.get("spiffeId")) or None,
         mismatch=_mismatch(hold, phase, reason, valid=problem is None),
     )
@@ -315,18 +315,8 @@ def _text(value: object) -> str:
     return value[:_TEXT_LIMIT] if isinstance(value, str) else ""
 
 
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value or len(value) > _TIME_LIMIT:
-        return None
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return dt.astimezone(UTC) if dt.tzinfo is not None else None
-
-
 def _rfc3339(dt: datetime | None) -> str | None:
-    return None if dt is None else dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if dt is None else rfc3339(dt)
 
 
 # -- rendering ---------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ from bootstrap.store import (
     record_from,
     utcnow,
 )
+from bootstrap.times import micro_time
 
 log = logging.getLogger("nodegate.store")
 T = TypeVar("T")
@@ -105,10 +106,6 @@ def _time(value: object, what: str) -> datetime:
     if dt.tzinfo is None:
         raise _Corrupt(f"{what} has no time zone")
     return dt.astimezone(UTC)
-
-
-def _micro(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _opt_claim_time(value: object) -> datetime | None:
@@ -453,7 +450,7 @@ class KubeStore:
         ns, name = self._namespace, f"{CLAIM_PREFIX}{ek}"
         for attempt in range(self._attempts):
             now = self._clock()
-            claim: dict[str, Any] = {"holderIdentity": node_name, "acquireTime": _micro(now)}
+            claim: dict[str, Any] = {"holderIdentity": node_name, "acquireTime": micro_time(now)}
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
