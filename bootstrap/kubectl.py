@@ -63,30 +63,13 @@ class UsageError(StatusError):
     code: ClassVar[str] = "usage"
 
 
-@dataclass(frozen=True, slots=True)
-class PackageRow:
-    """One entry of status.packages as the gate wrote it."""
+# One entry of status.packages as the gate wrote it: the gate's own type.
+PackageRow = holds.PackageStatus
 
-    cr: str
-    package: str
-    version: str
-    stage: str | None
-    state: str | None
-    complete: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cr": self.cr,
-            "package": self.package,
-            "version": self.version,
-            "stage": self.stage,
-            "state": self.state,
-            "complete": self.complete,
-        }
-
-    def summary(self) -> str:
-        where = "/".join(x for x in (self.stage, self.state) if x) or "not started"
-        return f"{self.cr}: {self.package} {self.version} ({where})"
+def _summary(row: PackageRow) -> str:
+    where = "/".join(x for x in (row.stage, row.state) if x) or "not started"
+    return f"{row.cr}: {row.package} {row.version} ({where})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +103,7 @@ class NodeRow:
         items: list[str] = [self.mismatch] if self.mismatch else []
         if self.attestation_problem:
             items.append(self.attestation_problem)
-        pending = [p.summary() for p in self.packages if not p.complete]
+        pending = [_summary(p) for p in self.packages if not p.complete]
         items.extend(pending)
         held = self.hold is not None or self.phase in ("Held", "Quarantined")
         if not pending and not self.attestation_problem and held and self.message:
