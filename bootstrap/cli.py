@@ -199,28 +199,18 @@ async def _gate_async(settings: Any, *, once: bool, lease: bool) -> int:
     import asyncio  # noqa: PLC0415
     import contextlib  # noqa: PLC0415
     import signal  # noqa: PLC0415
-    from datetime import UTC, datetime  # noqa: PLC0415
 
-    from bootstrap.gate import Gate, LeaseHeld, identity  # noqa: PLC0415
+    from bootstrap.gate import Gate, LeaseHeld  # noqa: PLC0415
     from bootstrap.kube import Kube  # noqa: PLC0415
 
-    kube = await Kube.from_config(
-        str(settings.kubernetes.kubeconfig) if settings.kubernetes.kubeconfig else None,
-        timeout=settings.kubernetes.timeout.total_seconds(),
-    )
+    kube = await Kube.from_settings(settings.kubernetes)
     if kube is None:
         print(
             "nodegate gate: no cluster: set kubernetes.kubeconfig in the config, or run in a pod",
             file=sys.stderr,
         )
         return 2
-    gate = Gate(
-        kube,
-        settings.gate,
-        events_namespace=settings.kubernetes.events_namespace,
-        now=lambda: datetime.now(UTC),
-        identity=identity(),
-    )
+    gate = Gate.for_settings(kube, settings)
     try:
         if once:
             try:

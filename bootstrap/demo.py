@@ -508,17 +508,11 @@ class Demo:
     async def gate_pass(self) -> str:
         """One `nodegate gate --once` pass, with the service's config (Lease taken and given back)."""
         from bootstrap.config import load_settings  # noqa: PLC0415
-        from bootstrap.gate import Gate, LeaseHeld, identity  # noqa: PLC0415
+        from bootstrap.gate import Gate, LeaseHeld  # noqa: PLC0415
 
         assert self.kube is not None  # noqa: S101
         settings = load_settings(self.config)
-        gate = Gate(
-            self.kube,
-            settings.gate,
-            events_namespace=settings.kubernetes.events_namespace,
-            now=lambda: dt.datetime.now(dt.UTC),
-            identity=identity(),
-        )
+        gate = Gate.for_settings(self.kube, settings)
         try:
             report = await gate.once()
         except LeaseHeld as exc:

@@ -26,11 +26,11 @@ import secrets
 import socket
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bootstrap import holds
-from bootstrap.config import GateSettings
+from bootstrap.config import GateSettings, Settings
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed, WatchEvent, WatchExpired
 from bootstrap.times import micro_time, parse_time, rfc3339
 
@@ -176,6 +176,18 @@ class Gate:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._failures: dict[str, int] = {}
         self._running = False
+
+    @classmethod
+    def for_settings(cls, kube: Kube, settings: Settings) -> Gate:
+        """The gate as `serve` and `nodegate gate` run it: the config's gate and events settings,
+        the real clock and this replica's Lease identity."""
+        return cls(
+            kube,
+            settings.gate,
+            events_namespace=settings.kubernetes.events_namespace,
+            now=lambda: datetime.now(UTC),
+            identity=identity(),
+        )
 
     # -- state ---------------------------------------------------------------------------------
 

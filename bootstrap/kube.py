@@ -20,7 +20,7 @@ import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import yaml
@@ -30,6 +30,9 @@ from kubernetes_asyncio import watch as kw
 from kubernetes_asyncio.client.rest import ApiException
 
 from admission.rbac import ResourceAttributes, UserInfo
+
+if TYPE_CHECKING:
+    from bootstrap.config import KubernetesSettings
 
 DEFAULT_TIMEOUT = 5.0
 WATCH_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last rv
@@ -144,6 +147,12 @@ class Kube:
                 raise KubeConfigError(f"cluster CA {cfg.ssl_ca_cert}: not a PEM certificate bundle")
         cfg.host = str(cfg.host).rstrip("/")
         return cls(kc.ApiClient(configuration=cfg), timeout, ca_pem=ca_pem)
+
+    @classmethod
+    async def from_settings(cls, settings: KubernetesSettings) -> Kube | None:
+        """``from_config`` with the service config's kubeconfig and call timeout."""
+        path = settings.kubeconfig
+        return await cls.from_config(str(path) if path else None, timeout=settings.timeout.total_seconds())
 
     def api_server(self) -> tuple[str, bytes | None]:
         """(server URL, CA bundle PEM or None): what a kubelet kubeconfig needs to reach the API."""

@@ -41,7 +41,6 @@ from bootstrap.errors import (
     attestation_status,
 )
 from bootstrap.gate import Gate
-from bootstrap.gate import identity as gate_identity
 from bootstrap.join import JoinService, load_ek_trust
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.metrics import Metrics
@@ -183,7 +182,7 @@ async def build_service(settings: Settings, *, kube: Kube | bool | None = True) 
     """``kube=True``: from the config (kubeconfig, else in-cluster, else none); a Kube or None
     overrides (tests)."""
     if kube is True:
-        kube = await _kube_from_config(settings)
+        kube = await Kube.from_settings(settings.kubernetes)
     elif kube is False:
         kube = None
     if kube is not None and not isinstance(kube, Kube):
@@ -242,23 +241,10 @@ async def build_service(settings: Settings, *, kube: Kube | bool | None = True) 
                 "gate: store is sqlite, so no NodeAttestation is published and the gate holds every "
                 "node as unattested; use store: kubernetes with a cluster (docs/gate.md)"
             )
-        service.gate = Gate(
-            kube,
-            settings.gate,
-            events_namespace=settings.kubernetes.events_namespace,
-            now=lambda: datetime.now(UTC),
-            identity=gate_identity(),
-        )
+        service.gate = Gate.for_settings(kube, settings)
     holder["s"] = service
     metrics.bundle_sequence.set(cas.bundle_sequence(now))
     return service
-
-
-async def _kube_from_config(settings: Settings) -> Kube | None:
-    path = settings.kubernetes.kubeconfig
-    return await Kube.from_config(
-        str(path) if path else None, timeout=settings.kubernetes.timeout.total_seconds()
-    )
 
 
 def _decider(settings: Settings, kube: Kube | None) -> tuple[Decider, list[Callable[[], bool]]]:
