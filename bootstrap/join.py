@@ -14,7 +14,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -34,7 +33,7 @@ from bootstrap import kubelet
 from bootstrap.config import Settings, is_node_name
 from bootstrap.errors import Unauthenticated, Unavailable
 from bootstrap.kube import Conflict as KubeConflict
-from bootstrap.kube import CsrDenied, Kube, KubeUnavailable
+from bootstrap.kube import CsrDenied, Kube, KubeUnavailable, read_ca_bundle
 from bootstrap.kube import NotFound as KubeNotFound
 from bootstrap.protocol import (
     FinishRequest,
@@ -88,16 +87,6 @@ class Issued:
     response: FinishResponse
 
 
-def _read_ca(path: Path | None) -> bytes | None:
-    """kubernetes.kubelet_api_ca_file, read once at start (a bad file stops the service there)."""
-    if path is None:
-        return None
-    data = path.read_bytes()
-    if len(data) > 1 << 20 or b"-----BEGIN CERTIFICATE-----" not in data:
-        raise ValueError(f"kubernetes.kubelet_api_ca_file {path}: not a PEM certificate bundle")
-    return data
-
-
 def _warn_pcrs(node_name: str, verdict: pcr.PcrPolicyResult) -> None:
     """Classes in ``warn`` mode do not refuse; their mismatches are logged (a rollout of a new
     firmware class starts in warn mode, and this is how an operator sees what it would refuse)."""
@@ -132,7 +121,8 @@ class JoinService:
         self._selection = settings.pcr_policy.selection
         self._inventory = settings.inventory_index
         self._used: OrderedDict[str, float] = OrderedDict()  # session id -> expiry (unix)
-        self._kubelet_ca = _read_ca(settings.kubernetes.kubelet_api_ca_file)
+        ca_file = settings.kubernetes.kubelet_api_ca_file  # read once: a bad file stops the start
+        self._kubelet_ca = read_ca_bundle(ca_file, "kubernetes.kubelet_api_ca_file") if ca_file else None
 
     # -- join ----------------------------------------------------------------------------------
 

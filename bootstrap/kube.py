@@ -87,6 +87,18 @@ class WatchEvent:
     object: dict[str, Any]
 
 
+def read_ca_bundle(path: str | os.PathLike[str], what: str) -> bytes:
+    """A PEM CA bundle for a kubeconfig (at most 1 MiB); KubeConfigError names ``what``."""
+    try:
+        with open(path, "rb") as f:
+            pem = f.read(_CA_LIMIT + 1)
+    except OSError as exc:
+        raise KubeConfigError(f"{what} {path}: {exc.strerror}") from None
+    if len(pem) > _CA_LIMIT or b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise KubeConfigError(f"{what} {path}: not a PEM certificate bundle")
+    return pem
+
+
 class Kube:
     """A thin, typed adapter over one ApiClient."""
 
@@ -136,15 +148,7 @@ class Kube:
                 raise KubeConfigError(f"in-cluster config: {exc}"[:300]) from None
         else:
             return None
-        ca_pem: bytes | None = None
-        if cfg.ssl_ca_cert:
-            try:
-                with open(cfg.ssl_ca_cert, "rb") as f:
-                    ca_pem = f.read(_CA_LIMIT + 1)
-            except OSError as exc:
-                raise KubeConfigError(f"cluster CA {cfg.ssl_ca_cert}: {exc.strerror}") from None
-            if len(ca_pem) > _CA_LIMIT or b"-----BEGIN CERTIFICATE-----" not in ca_pem:
-                raise KubeConfigError(f"cluster CA {cfg.ssl_ca_cert}: not a PEM certificate bundle")
+        ca_pem = read_ca_bundle(cfg.ssl_ca_cert, "cluster CA") if cfg.ssl_ca_cert else None
         cfg.host = str(cfg.host).rstrip("/")
         return cls(kc.ApiClient(configuration=cfg), timeout, ca_pem=ca_pem)
 
