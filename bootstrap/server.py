@@ -140,10 +140,8 @@ class Service:
         except (OSError, ssl.SSLError) as exc:
             log.warning("TLS certificate not reloaded", extra={"error": str(exc)[:300]})
             return False
-        first = not self._tls_stamp
         self._tls_stamp = stamp
-        if not first:
-            log.info("TLS certificate reloaded", extra={"listen": self.settings.listen})
+        log.info("TLS certificate reloaded", extra={"listen": self.settings.listen})
         return True
 
     async def refused(self, node_name: str, code: str, detail: str) -> None:
@@ -640,23 +638,17 @@ async def _prune(service: Service) -> None:
 def tls_context(service: Service) -> ssl.SSLContext:
     """TLS 1.2+, the configured or self-issued certificate, and optional client certificates
     checked against the trust bundle (node SVIDs for renewal, admin SVIDs)."""
-    settings = service.settings
-    if settings.tls.cert_file is not None and settings.tls.key_file is not None:
-        cert_file, key_file = settings.tls.cert_file, settings.tls.key_file
-    else:
-        issued = authority.server_certificate(
-            settings.state_dir / "tls", service.cas, settings.server_names, datetime.now(UTC)
-        )
-        cert_file, key_file = issued.cert_file, issued.key_file
-        service.server_refresh_at = issued.refresh_at
+    tls = service.settings.tls
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert_file, key_file)
     ctx.verify_mode = ssl.CERT_OPTIONAL
     ctx.load_verify_locations(cadata=svid.bundle_pem(service.cas.roots(datetime.now(UTC))).decode())
     service.tls = ctx
-    if settings.tls.cert_file is not None and settings.tls.key_file is not None:
-        service._tls_stamp = _file_stamp(settings.tls.cert_file) + _file_stamp(settings.tls.key_file)
+    if tls.cert_file is not None and tls.key_file is not None:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)  # raises: a bad pair stops the start
+        service._tls_stamp = _file_stamp(tls.cert_file) + _file_stamp(tls.key_file)
+    else:
+        service.refresh_server_certificate(force=True)
     return ctx
 
 
