@@ -15,7 +15,6 @@ import asyncio
 import base64
 import contextlib
 import copy
-import datetime as dt
 import hashlib
 import json
 import os
@@ -33,9 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
 from bootstrap import swtpm
 
@@ -54,7 +51,6 @@ CR_NAME = "gpu-stack"
 CR_GROUP, CR_VERSION, CR_PLURAL = "nodewright.nvidia.com", "v1alpha1", "nodewrights"
 PACKAGES = {"gpu-driver": "550.54.15", "ib-tuning": "1.2.0"}
 TAINT_KEY = "nodegate.io/hold"
-KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 START_TIMEOUT = 30.0
 JOIN_TIMEOUT = 60.0
 TOTAL_TIMEOUT = 120.0
@@ -85,32 +81,6 @@ def _nodegate(*args: str) -> tuple[str, ...]:
 # -- the emulated cluster ---------------------------------------------------------------------
 
 
-def cluster_signer() -> Callable[[dict[str, Any]], bytes | None]:
-    """Plays kube-controller-manager's kubelet client signer for the emulated API: signs approved
-    CSRs for that signer with a throwaway cluster CA, as a real cluster would."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    issuer = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes (emulated cluster CA)")])
-
-    def sign(csr: dict[str, Any]) -> bytes | None:
-        if csr.get("spec", {}).get("signerName") != KUBELET_SIGNER:
-            return None
-        request = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
-        now = dt.datetime.now(dt.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(request.subject)
-            .issuer_name(issuer)
-            .public_key(request.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=1))
-            .not_valid_after(now + dt.timedelta(hours=24))
-            .sign(key, hashes.SHA256())
-        )
-        return cert.public_bytes(serialization.Encoding.PEM)
-
-    return sign
-
-
 def register_resources(emu: ShimEmulator) -> None:
     """What the demo's cluster serves (discovery); the package CRDs as NodeWright installs them."""
     import kmock  # noqa: PLC0415  (a test extra: only the demo and the tests load it)
@@ -125,17 +95,6 @@ def register_resources(emu: ShimEmulator) -> None:
         ("skyhook.nvidia.com/v1alpha1/skyhooks", "Skyhook", False),
     ):
         emu.resources[path] = kmock.ResourceInfo(kind=kind, namespaced=namespaced)
-
-
-def kubeconfig(url: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "emulated", "cluster": {"server": url.rstrip("/")}}],
-        "users": [{"name": "nodegate", "user": {}}],
-        "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "nodegate"}}],
-        "current-context": "emulated",
-    }
 
 
 # -- what the demo deploys --------------------------------------------------------------------
@@ -378,7 +337,7 @@ class Demo:
         try:
             import kmock  # noqa: PLC0415
 
-            from bootstrap.emulator import ShimEmulator  # noqa: PLC0415
+            from bootstrap.emulator import ShimEmulator, cluster_signer, kubeconfig  # noqa: PLC0415
         except ImportError:
             raise DemoFailed(
                 "the emulated Kubernetes API needs kmock, a test extra: run `make demo` "

@@ -34,13 +34,19 @@ import itertools
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp.web
 import attrs
 import kmock
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from kmock._internal import dicts, enums  # kmock 0.8 internals; the version is pinned by the tests' needs
+
+from bootstrap import kubelet
 
 __all__ = [
     "SAR_PATH",
@@ -49,6 +55,8 @@ __all__ = [
     "ShimEmulator",
     "Signer",
     "TokenReviewAnswer",
+    "cluster_signer",
+    "kubeconfig",
     "status_body",
 ]
 
@@ -274,3 +282,41 @@ class ShimEmulator(kmock.KubernetesEmulator):
         async for event in super()._serve_watch(request):
             if not isinstance(event, dict) or _selected(request, event.get("object")):
                 yield event
+
+
+def cluster_signer() -> Callable[[dict[str, Any]], bytes | None]:
+    """Plays kube-controller-manager's kubelet client signer for the emulated API: signs approved
+    CSRs for that signer with a throwaway cluster CA, as a real cluster would."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    issuer = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes (emulated cluster CA)")])
+
+    def sign(csr: dict[str, Any]) -> bytes | None:
+        if csr.get("spec", {}).get("signerName") != kubelet.SIGNER:
+            return None
+        request = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
+        now = datetime.now(UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(request.subject)
+            .issuer_name(issuer)
+            .public_key(request.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - timedelta(minutes=1))
+            .not_valid_after(now + timedelta(hours=24))
+            .sign(key, hashes.SHA256())
+        )
+        return cert.public_bytes(serialization.Encoding.PEM)
+
+    return sign
+
+
+def kubeconfig(url: str) -> dict[str, Any]:
+    """A kubeconfig (as a mapping) for the emulated API at ``url``: no credentials."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulated", "cluster": {"server": url.rstrip("/")}}],
+        "users": [{"name": "nodegate", "user": {}}],
+        "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "nodegate"}}],
+        "current-context": "emulated",
+    }

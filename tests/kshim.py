@@ -5,22 +5,4 @@ the installed package, without tests/) can use the same emulated Kubernetes API.
 from __future__ import annotations
 
 from bootstrap.emulator import *  # noqa: F403
-from bootstrap.emulator import (
-    SAR_PATH,
-    TOKEN_REVIEW_PATH,
-    SarAnswer,
-    ShimEmulator,
-    Signer,
-    TokenReviewAnswer,
-    status_body,
-)
-
-__all__ = [
-    "SAR_PATH",
-    "TOKEN_REVIEW_PATH",
-    "SarAnswer",
-    "ShimEmulator",
-    "Signer",
-    "TokenReviewAnswer",
-    "status_body",
-]
+from bootstrap.emulator import __all__  # noqa: F401  (what the star import re-exports)

@@ -17,6 +17,7 @@ from bootstrap.gate import Gate, LeaseHeld, identity
 from bootstrap.kube import Kube
 from bootstrap.server import build_service
 from tests.kshim import ShimEmulator
+from tests.kshim import kubeconfig as emulated_kubeconfig
 from tests.test_gate import KEY, OTHER, add_cr, hold, joined, make_gate, register
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)
@@ -26,18 +27,7 @@ NOW = datetime.now(UTC)
 
 def kubeconfig(tmp_path: Path, url: str) -> Path:
     path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "k", "cluster": {"server": url}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
+    path.write_text(yaml.safe_dump(emulated_kubeconfig(url)))
     return path
 
 

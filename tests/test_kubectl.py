@@ -24,6 +24,7 @@ from bootstrap.gate import Gate
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.kubectl import NodeNotFound, NodeRow, node_row, render_json, render_table, status
 from tests.kshim import ShimEmulator
+from tests.kshim import kubeconfig as emulated_kubeconfig
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)
 
@@ -588,18 +589,7 @@ async def test_api_errors_raise_kube_unavailable(kmock: Any, kube: Kube) -> None
 
 def kubeconfig(tmp_path: Path, server: str) -> Path:
     path = tmp_path / "kubeconfig"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "k", "cluster": {"server": server}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
+    path.write_text(yaml.safe_dump(emulated_kubeconfig(server)))
     return path
 
 

@@ -8,20 +8,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from bootstrap.kube import Kube
-from tests.kshim import ShimEmulator
+from tests.kshim import ShimEmulator, cluster_signer
 from tests.service import EkCa, Running, running, settings_for
 from tests.softnode import join, post
 
@@ -34,38 +30,13 @@ def ek_ca() -> EkCa:
     return EkCa.create()
 
 
-def _signer() -> Callable[[dict[str, Any]], bytes | None]:
-    """A tiny kube-controller-manager: signs approved kubelet CSRs with a throwaway cluster CA."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
-
-    def sign(csr: dict[str, Any]) -> bytes | None:
-        if csr["spec"]["signerName"] != "kubernetes.io/kube-apiserver-client-kubelet":
-            return None
-        request = x509.load_pem_x509_csr(base64.b64decode(csr["spec"]["request"]))
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(request.subject)
-            .issuer_name(name)
-            .public_key(request.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(now + datetime.timedelta(hours=24))
-            .sign(key, hashes.SHA256())
-        )
-        return cert.public_bytes(serialization.Encoding.PEM)
-
-    return sign
-
-
 @pytest.fixture
 async def replicas(kmock: Any, tmp_path: Path, ek_ca: EkCa) -> AsyncIterator[tuple[Running, Running]]:
     kmock.resources["nodegate.io/v1alpha1/nodeattestations"] = {
         "kind": "NodeAttestation",
         "namespaced": False,
     }
-    kmock.signer = _signer()
+    kmock.signer = cluster_signer()
     settings = settings_for(tmp_path, ek_ca, store="kubernetes", admission={"policy_files": []})
     async with contextlib.AsyncExitStack() as stack:
         a = await stack.enter_async_context(running(settings, kube=Kube.for_host(str(kmock.url))))
@@ -196,7 +167,7 @@ async def test_kubelet_kubeconfig_names_the_external_api_server(
         "kind": "NodeAttestation",
         "namespaced": False,
     }
-    kmock.signer = _signer()
+    kmock.signer = cluster_signer()
     ca_file = ek_ca.write(tmp_path / "api-ca.pem")  # any PEM certificate stands in for the cluster CA
     kubernetes = {"kubelet_api_server": "https://api.fleet.example:6443", "kubelet_api_ca_file": str(ca_file)}
     settings = settings_for(
