@@ -55,11 +55,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime as dt
 import ipaddress
 import json
-import math
 import os
 import platform
 import pstats
@@ -71,9 +69,8 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -83,7 +80,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.bench import admission_data
+from tests.bench import admission_data, common
 from tests.bench.admission_data import Request
 from tests.bench.admission_server import BARE_PARSERS
 
@@ -246,13 +243,7 @@ class Batch:
         return self.requests / self.wall_s
 
     def percentile_ms(self, q: float) -> float:
-        return percentile(self.latencies_ns, q) / 1e6
-
-
-def percentile(values: list[int], q: float) -> float:
-    """Nearest-rank percentile (q in 0..1) of unsorted values."""
-    ordered = sorted(values)
-    return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])
+        return common.percentile(self.latencies_ns, q) / 1e6
 
 
 def _check(status: int, raw: bytes, req: Request, expect_allowed: bool) -> str | None:
@@ -549,8 +540,8 @@ def summarise(levels: list[Level], config: dict[str, Any]) -> dict[str, Any]:
                     "rounds": len(batches),
                     "reviews_per_s": statistics.median(b.throughput for b in batches),
                     "reviews_per_s_rounds": [round(b.throughput, 1) for b in batches],
-                    "p50_ms": percentile(pooled, 0.50) / 1e6 if pooled else None,
-                    "p99_ms": percentile(pooled, 0.99) / 1e6 if pooled else None,
+                    "p50_ms": common.percentile(pooled, 0.50) / 1e6 if pooled else None,
+                    "p99_ms": common.percentile(pooled, 0.99) / 1e6 if pooled else None,
                     "p99_ms_rounds": [round(b.percentile_ms(0.99), 3) for b in batches if b.latencies_ns],
                     "server_cpu_us_per_review": None if srv_us is None else srv_us * 1e6,
                     "server_cpu_share": srv_pct,
@@ -621,12 +612,7 @@ def _target(
 
 
 def _environment() -> dict[str, Any]:
-    versions: dict[str, str | None] = {}
-    for dist in ("aiohttp", "pydantic", "pydantic-core", "nodegate"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = common.versions(("aiohttp", "pydantic", "pydantic-core", "nodegate"))
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "python": platform.python_version(),
@@ -748,17 +734,10 @@ def print_profile(server: Server, top: int = 25) -> None:
 # Entry point
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tests.bench", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--json", action="store_true", help="print the results as one JSON object on one line")
-    p.add_argument("--rounds", type=_positive, default=ROUNDS, help=f"timed rounds (default {ROUNDS})")
+    p.add_argument("--rounds", type=common.positive, default=ROUNDS, help=f"timed rounds (default {ROUNDS})")
     p.add_argument("--quick", action="store_true", help="a smoke run: 3 rounds of far fewer reviews")
     p.add_argument(
         "--client",
@@ -781,24 +760,9 @@ def _parser() -> argparse.ArgumentParser:
 def _cpus(pin: bool) -> tuple[set[int], set[int]]:
     """(server, client) CPUs: both servers get the first usable CPU (only one is under load at a
     time), the client the others; empty sets (no pinning) with fewer than two CPUs or ``pin`` off."""
-    usable = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
-    if not pin or len(usable) < 2:
+    if not pin or len(common.usable_cpus()) < 2:
         return set(), set()
-    first = min(usable)
-    return {first}, usable - {first}
-
-
-@contextlib.contextmanager
-def _pinned(cpus: set[int]) -> Iterator[None]:
-    if not cpus:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
+    return common.split_cpus()
 
 
 def run(
@@ -822,7 +786,7 @@ def run(
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
     server_cpus, client_cpus = _cpus(pin)
-    with tempfile.TemporaryDirectory(prefix="nodegate-bench-") as tmp, _pinned(client_cpus):
+    with tempfile.TemporaryDirectory(prefix="nodegate-bench-") as tmp, common.pinned(client_cpus):
         workdir = Path(tmp)
         cert, key, client_ctx = make_tls(workdir)
         servers: list[Server] = []

@@ -59,7 +59,6 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +70,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from attest import tpm, wire
 from attest.keys import public_key
+from tests.bench import common
 
 SELECTION = "sha256:0,1,2,3,4,5,6,7"
 QUOTE_CALLS = 200  # per timed batch; a batch takes 10-60 ms
@@ -511,12 +511,7 @@ def _target(
 def _environment() -> dict[str, Any]:
     from cryptography.hazmat.backends.openssl.backend import backend
 
-    versions: dict[str, str | None] = {}
-    for dist in ("cryptography", "keylime", "tpm2-pytss", "nodegate"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = common.versions(("cryptography", "keylime", "tpm2-pytss", "nodegate"))
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -575,17 +570,10 @@ def render(results: dict[str, Any]) -> str:
 # Entry point
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__.split("\n")[0])
     p.add_argument("--json", action="store_true", help="print the results as one JSON object on one line")
-    p.add_argument("--rounds", type=_positive, default=ROUNDS, help=f"timed rounds (default {ROUNDS})")
+    p.add_argument("--rounds", type=common.positive, default=ROUNDS, help=f"timed rounds (default {ROUNDS})")
     p.add_argument("--quick", action="store_true", help="a smoke run: 3 rounds of a tenth of the calls")
     return p
 

@@ -72,7 +72,6 @@ import gc
 import hashlib
 import itertools
 import json
-import math
 import multiprocessing
 import os
 import platform
@@ -87,7 +86,6 @@ from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from importlib import metadata
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -102,6 +100,7 @@ from bootstrap import holds
 from bootstrap.config import GateSettings
 from bootstrap.gate import Gate, GateReport
 from bootstrap.kube import Kube
+from tests.bench import common
 from tests.kshim import ShimEmulator
 
 SIZES = (1_000, 2_500, 5_000, 10_000)
@@ -975,18 +974,12 @@ async def measure_reaction(double: Double, n: int, pending: list[Pending], sampl
 # Results
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..1)."""
-    ordered = sorted(values)
-    return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])
-
-
 def _ms(values: Sequence[int]) -> dict[str, float | None]:
     if not values:
         return {"median_ms": None, "p99_ms": None, "max_ms": None}
     return {
         "median_ms": statistics.median(values) / 1e6,
-        "p99_ms": percentile(values, 0.99) / 1e6,
+        "p99_ms": common.percentile(values, 0.99) / 1e6,
         "max_ms": max(values) / 1e6,
     }
 
@@ -1076,12 +1069,7 @@ def summarise(
 
 
 def _environment(config: dict[str, Any]) -> dict[str, Any]:
-    versions: dict[str, str | None] = {}
-    for dist in ("aiohttp", "kubernetes_asyncio", "kmock", "nodegate"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = common.versions(("aiohttp", "kubernetes_asyncio", "kmock", "nodegate"))
     return {
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
@@ -1189,27 +1177,14 @@ def render(results: dict[str, Any]) -> str:
 # Entry point
 
 
-def _cpus() -> tuple[set[int], set[int]]:
-    """(double, gate) CPUs: the double gets the first usable CPU, the gate the rest."""
-    usable = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
-    if len(usable) < 2:
-        return usable, usable
-    first = min(usable)
-    return {first}, usable - {first}
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tests.bench", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--json", action="store_true", help="print the results as one JSON object on one line")
     p.add_argument(
-        "--rounds", type=_positive, default=ROUNDS, help=f"steady-state passes per size (default {ROUNDS})"
+        "--rounds",
+        type=common.positive,
+        default=ROUNDS,
+        help=f"steady-state passes per size (default {ROUNDS})",
     )
     p.add_argument("--quick", action="store_true", help="a smoke run: 1,000 and 2,000 nodes, 50 reactions")
     return p
@@ -1237,7 +1212,7 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else SIZES
     rounds = min(rounds, QUICK_ROUNDS) if quick else rounds
     samples = QUICK_REACTIONS if quick else REACTIONS
-    double_cpus, gate_cpus = _cpus()
+    double_cpus, gate_cpus = common.split_cpus()  # the double gets the first CPU
     profile_env = os.environ.get(PROFILE_ENV)
     profile_dir = Path(profile_env).resolve() if profile_env else None
     if profile_dir is not None:

@@ -68,11 +68,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime as dt
 import gc
 import json
-import math
 import os
 import platform
 import pstats
@@ -82,9 +80,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +97,7 @@ from attest.csr import parse_node_csr
 from bootstrap.authority import CaStore
 from bootstrap.config import Settings, settings_from_obj
 from bootstrap.join import EkTrust, load_ek_trust
+from tests.bench import common
 from tests.service import EkCa
 from tests.softnode import SoftNode
 from tests.softtpm import EkKind, soft_pool
@@ -133,24 +131,7 @@ OPS = ("verify_ek", "verify_ak", "parse_node_csr", "make_credential", "verify_qu
 
 def _cpus() -> tuple[set[int], set[int], set[int]]:
     """(all usable, server, client) CPUs: the server gets the first, the client the rest."""
-    usable = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
-    if len(usable) < 2:
-        return usable, usable, usable  # nothing to split: both share what there is (reported)
-    first = min(usable)
-    return usable, {first}, usable - {first}
-
-
-@contextlib.contextmanager
-def _pinned(cpus: set[int]) -> Iterator[None]:
-    if not cpus or not hasattr(os, "sched_setaffinity"):
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
+    return (common.usable_cpus(), *common.split_cpus())
 
 
 # ------------------------------------------------------------------------------------------
@@ -294,12 +275,6 @@ def client_tls(cas: ca.CaSet) -> ssl.SSLContext:
 
 # ------------------------------------------------------------------------------------------
 # Load
-
-
-def percentile(values: list[int], q: float) -> float:
-    """Nearest-rank percentile (q in 0..1) of unsorted values."""
-    ordered = sorted(values)
-    return float(ordered[max(0, math.ceil(q * len(ordered)) - 1)])
 
 
 @dataclass
@@ -550,7 +525,7 @@ async def measure_variant(
             for r in range(rounds):
                 lo = level.warmup + r * level.joins
                 level.batches.append(await run_batch(http, server, pool[lo : lo + level.joins], concurrency))
-                with _pinned(server_cpus):  # on the server's core, while the server idles
+                with common.pinned(server_cpus):  # on the server's core, while the server idles
                     level.floors.append(floor_batch(floor, floor_joins, trust, cas.signer))
         result.levels.append(level)
     result.rss_end_kib = server.rss_kib()
@@ -698,8 +673,8 @@ def summarise_variant(v: VariantResult) -> tuple[dict[str, Any], list[dict[str, 
                 "rounds": len(batches),
                 "joins_per_s": statistics.median(b.throughput for b in batches),
                 "joins_per_s_rounds": [round(b.throughput, 1) for b in batches],
-                "p50_ms": percentile(pooled, 0.50) / 1e6 if pooled else None,
-                "p99_ms": percentile(pooled, 0.99) / 1e6 if pooled else None,
+                "p50_ms": common.percentile(pooled, 0.50) / 1e6 if pooled else None,
+                "p99_ms": common.percentile(pooled, 0.99) / 1e6 if pooled else None,
                 "server_cpu_us_per_join": None if srv_us is None else srv_us * 1e6,
                 "server_cpu_share": _median(
                     [None if b.server_cpu_s is None else b.server_cpu_s / b.wall_s for b in batches]
@@ -801,12 +776,7 @@ def summarise(variants: list[VariantResult], config: dict[str, Any]) -> dict[str
 
 
 def _environment() -> dict[str, Any]:
-    versions: dict[str, str | None] = {}
-    for dist in ("aiohttp", "cryptography", "pydantic", "nodegate"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
+    versions = common.versions(("aiohttp", "cryptography", "pydantic", "nodegate"))
     usable, server, client = _cpus()
     return {
         "python": platform.python_version(),
@@ -948,17 +918,10 @@ def print_profile(path: Path | None, top: int = 30) -> None:
 # Entry point
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tests.bench", description=(__doc__ or "").split("\n")[0])
     p.add_argument("--json", action="store_true", help="print the results as one JSON object on one line")
-    p.add_argument("--rounds", type=_positive, default=ROUNDS, help=f"timed rounds (default {ROUNDS})")
+    p.add_argument("--rounds", type=common.positive, default=ROUNDS, help=f"timed rounds (default {ROUNDS})")
     p.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds of far fewer joins")
     p.add_argument("--ek", choices=("ecc", "rsa"), default="ecc", help="soft EK kind (default ecc)")
     p.add_argument("--variant", choices=(*VARIANTS, "both"), default="both", help="EK trust (default both)")
@@ -1011,14 +974,14 @@ def run(
                 doc = server_config(workdir / variant, variant, roots, allow)
                 server = start_server(variant, workdir / variant, doc, server_cpus, profile_dir)
                 try:
-                    with _pinned(client_cpus):
+                    with common.pinned(client_cpus):
                         floor = floor_inputs(floor_built, variant)
                         started = time.perf_counter()
                         result = asyncio.run(
                             measure_variant(server, by_level, floor, joins, rounds, floor_joins, server_cpus)
                         )
                         if variant == ALLOWLIST:
-                            with _pinned(server_cpus):
+                            with common.pinned(server_cpus):
                                 result.allowlist = allowlist_cost(floor[0], frozenset(allow))
                         if held:
                             result.memory = asyncio.run(measure_sessions(server, held))
