@@ -380,7 +380,7 @@ def verify_quote(
     TPM's counters and clock did not go back.
 
     ``qualified_signer`` defaults to the qualified name of the AK as a primary key of the
-    endorsement hierarchy (how `bootstrap.agent` creates it). Keys elsewhere get their counters
+    endorsement hierarchy (how `bootstrap.node.tpm` creates it). Keys elsewhere get their counters
     and firmware version obfuscated by the TPM, which would defeat the regression check; pass
     the expected value explicitly to accept another construction, e.g. an AK under the EK.
     """

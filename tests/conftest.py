@@ -12,7 +12,7 @@ from cryptography import x509
 
 os.environ.setdefault("TSS2_LOG", "all+none")
 
-from bootstrap import swtpm as harness
+from bootstrap.demo import swtpm as harness
 
 
 @dataclass(frozen=True)

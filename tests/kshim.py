@@ -4,5 +4,5 @@ the installed package, without tests/) can use the same emulated Kubernetes API.
 
 from __future__ import annotations
 
-from bootstrap.emulator import *  # noqa: F403
-from bootstrap.emulator import __all__  # noqa: F401  (what the star import re-exports)
+from bootstrap.demo.emulator import *  # noqa: F403
+from bootstrap.demo.emulator import __all__  # noqa: F401  (what the star import re-exports)

@@ -20,7 +20,7 @@ from cryptography.x509.oid import NameOID
 from attest import svid
 from bootstrap.config import Settings, settings_from_obj
 from bootstrap.kube import Kube
-from bootstrap.server import Service, build_service, make_app, tls_context
+from bootstrap.service.app import Service, build_service, make_app, tls_context
 from tests.softnode import SoftNode
 from tests.softtpm import SoftTpm
 

@@ -2,7 +2,7 @@
 
 Each :class:`SoftTpm` holds an EK and an AK whose private keys live in this process, and produces
 the same marshalled structures a TPM would: TPM2B_PUBLIC areas from the TCG EK template and from
-the AK template of :mod:`bootstrap.agent`, TPM2_ActivateCredential over the server's
+the AK template of :mod:`bootstrap.node.tpm`, TPM2_ActivateCredential over the server's
 TPM2B_ID_OBJECT / TPM2B_ENCRYPTED_SECRET, and TPM2_Quote output (TPMS_ATTEST + TPMT_SIGNATURE).
 ``tests/test_softtpm.py`` pins the byte layouts against swtpm.
 
@@ -299,7 +299,7 @@ _ATTEST_HEAD = struct.pack(">IH", TPM_GENERATED_VALUE, TPM_ST_ATTEST_QUOTE)
 
 class SoftTpm:
     """One software TPM: an RSA-2048 EK in the standard (TCG default, low-range RSA 2048) EK template,
-    and an ECC P-256 AK with the attributes bootstrap.agent creates (restricted|sign|fixedTPM|
+    and an ECC P-256 AK with the attributes bootstrap.node.tpm creates (restricted|sign|fixedTPM|
     fixedParent|sensitiveDataOrigin|userWithAuth, ECDSA-SHA256), created as a primary in the
     endorsement hierarchy (so the quote's qualifiedSigner matches attest.tpm's default expectation).
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from attest.errors import MalformedInput
-from bootstrap import swtpm as harness
-from bootstrap.agent import Agent, TpmError, TpmLockedOut, TpmUnavailable, trim_der
+from bootstrap.demo import swtpm as harness
+from bootstrap.node.tpm import Agent, TpmError, TpmLockedOut, TpmUnavailable, trim_der
 from tests.conftest import TpmInfo
 
 ALL_PCRS = "sha256:" + ",".join(str(i) for i in range(24))

@@ -26,13 +26,13 @@ from hypothesis import strategies as st
 
 from attest import svid
 from attest.tpm import Counters
-from bootstrap import backup as bk
-from bootstrap.authority import CaStore
 from bootstrap.config import Settings
-from bootstrap.server import build_service
-from bootstrap.sessions import load_keys
+from bootstrap.service.app import build_service
+from bootstrap.service.authority import CaStore
+from bootstrap.service.sessions import load_keys
 from bootstrap.store import Attestation
-from bootstrap.store_sqlite import SCHEMA, SCHEMA_VERSION, SqliteStore
+from bootstrap.store import backup as bk
+from bootstrap.store.sqlite import SCHEMA, SCHEMA_VERSION, SqliteStore
 from tests.service import EkCa, Running, running, settings_for
 from tests.softnode import SoftNode, post
 

@@ -24,13 +24,12 @@ from pydantic import BaseModel, ValidationError
 
 from admission import policy as pol
 from attest.tpm import Counters
-from bootstrap import holds
 from bootstrap import store as store_mod
 from bootstrap.config import GateSettings
-from bootstrap.gate import Gate
+from bootstrap.gate import Gate, holds
 from bootstrap.kube import Conflict, Kube, NotFound
 from bootstrap.store import Attestation, NodeRecord
-from bootstrap.store_kube import KubeStore
+from bootstrap.store.kube import KubeStore
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "charts" / "nodegate" / "crds"

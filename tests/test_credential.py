@@ -10,7 +10,7 @@ from tpm2_pytss.utils import NVReadEK, create_ek_template
 
 from attest import credential, tpm
 from attest.errors import MalformedInput, ProofInvalid
-from bootstrap.agent import Agent, Ek, TpmError
+from bootstrap.node.tpm import Agent, Ek, TpmError
 from tests import fakes
 from tests.conftest import TpmInfo
 

@@ -17,7 +17,7 @@ from attest import tpm, wire
 from attest.errors import AkInvalid, EkMismatch, EkUntrusted, MalformedInput
 from attest.keys import object_name
 from attest.templates import EK_TEMPLATES, POLICY_A_SHA256
-from bootstrap.agent import Agent, Ek
+from bootstrap.node.tpm import Agent, Ek
 from tests import fakes
 from tests.conftest import TpmInfo
 

@@ -15,7 +15,7 @@ from bootstrap import cli
 from bootstrap.config import Settings
 from bootstrap.gate import Gate, LeaseHeld, identity
 from bootstrap.kube import Kube
-from bootstrap.server import build_service
+from bootstrap.service.app import build_service
 from tests.kshim import ShimEmulator
 from tests.kshim import kubeconfig as emulated_kubeconfig
 from tests.test_gate import KEY, OTHER, add_cr, hold, joined, make_gate, register

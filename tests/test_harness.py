@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bootstrap.agent import Agent, transient_handles
+from bootstrap.node.tpm import Agent, transient_handles
 from tests.conftest import TpmInfo
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bootstrap import holds
+from bootstrap.gate import holds
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 WINDOW = timedelta(seconds=30)

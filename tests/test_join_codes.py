@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from attest.errors import ALL_ERRORS
-from bootstrap.sessions import Sealer, load_keys
+from bootstrap.service.sessions import Sealer, load_keys
 from tests.fakes import sign_ecdsa
 from tests.service import EkCa, Running, running, settings_for
 from tests.softnode import SoftNode, b64, join, post

@@ -22,8 +22,8 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from bootstrap import joinclient
-from bootstrap.agent import Agent
+from bootstrap.node import join as joinclient
+from bootstrap.node.tpm import Agent
 from tests.conftest import TpmInfo
 
 pytestmark = pytest.mark.swtpm

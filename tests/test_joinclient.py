@@ -39,9 +39,9 @@ from attest import svid as svidlib
 from attest import tpm
 from attest.csr import NodeCsr, parse_node_csr
 from attest.errors import AttestationError
-from bootstrap import joinclient
 from bootstrap.files import write_atomic
-from bootstrap.joinclient import JoinFailed, JoinOptions, join
+from bootstrap.node import join as joinclient
+from bootstrap.node.join import JoinFailed, JoinOptions, join
 from tests.conftest import TpmInfo
 
 pytestmark = pytest.mark.swtpm
@@ -712,7 +712,7 @@ def test_bad_options(tmp_path: Path, changes: dict[str, Any], match: str) -> Non
 
 
 def test_default_tcti_is_the_agents() -> None:
-    from bootstrap import agent
+    from bootstrap.node import tpm as agent
 
     assert joinclient.DEFAULT_TCTI == agent.DEFAULT_TCTI
     assert JoinOptions("https://127.0.0.1", Path("ca.pem"), NODE).tcti == agent.DEFAULT_TCTI

@@ -21,8 +21,8 @@ from cryptography.x509.oid import NameOID
 from kmock._internal import enums
 
 from admission.rbac import UserInfo
-from bootstrap import kube as kube_mod
 from bootstrap.kube import Conflict, CsrDenied, Kube, KubeConfigError, KubeUnavailable, NotFound
+from bootstrap.kube import client as kube_mod
 from tests.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)

@@ -9,9 +9,9 @@ import pytest
 
 from admission.rbac import ResourceAttributes, UserInfo
 from admission.webhook import AuthorizerUnavailable
-from bootstrap.authz import SarAuthorizer
 from bootstrap.kube import Kube
-from bootstrap.policywatch import PolicyWatcher
+from bootstrap.service.authz import SarAuthorizer
+from bootstrap.service.policywatch import PolicyWatcher
 from tests.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)

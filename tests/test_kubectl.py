@@ -18,11 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kmock._internal import enums
 
-from bootstrap import kubectl
 from bootstrap.config import GateSettings
-from bootstrap.gate import Gate
+from bootstrap.gate import Gate, kubectl
+from bootstrap.gate.kubectl import NodeNotFound, NodeRow, node_row, render_json, render_table, status
 from bootstrap.kube import Kube, KubeUnavailable
-from bootstrap.kubectl import NodeNotFound, NodeRow, node_row, render_json, render_table, status
 from tests.kshim import ShimEmulator
 from tests.kshim import kubeconfig as emulated_kubeconfig
 

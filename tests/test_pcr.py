@@ -9,7 +9,7 @@ import pytest
 
 from attest import pcr, tpm
 from attest.errors import PcrPolicyViolation
-from bootstrap.agent import Agent
+from bootstrap.node.tpm import Agent
 from tests.conftest import TpmInfo
 
 A = "aa" * 32

@@ -21,7 +21,7 @@ from attest.errors import (
     QuoteInvalid,
     QuoteSignatureInvalid,
 )
-from bootstrap.agent import Agent, Key
+from bootstrap.node.tpm import Agent, Key
 from tests import fakes
 from tests.conftest import TpmInfo
 
@@ -398,7 +398,7 @@ def test_ak_outside_the_endorsement_hierarchy_is_refused(swtpm: TpmInfo) -> None
     join a node could dodge counter_regressed. The signed qualifiedSigner gives it away."""
     from tpm2_pytss import ESYS_TR, TPM2_ALG, TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE, TPMA_OBJECT, TPMT_PUBLIC
 
-    from bootstrap.agent import _AK_ATTRS
+    from bootstrap.node.tpm import _AK_ATTRS
 
     srk_attrs = (
         TPMA_OBJECT.RESTRICTED | TPMA_OBJECT.DECRYPT | TPMA_OBJECT.FIXEDTPM | TPMA_OBJECT.FIXEDPARENT

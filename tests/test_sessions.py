@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attest.errors import SessionExpired, SessionUnknown
-from bootstrap import sessions
-from bootstrap.sessions import Kind, Sealer, Session, load_keys
+from bootstrap.service import sessions
+from bootstrap.service.sessions import Kind, Sealer, Session, load_keys
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(32, 64))

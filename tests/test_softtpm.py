@@ -22,7 +22,7 @@ from cryptography.x509.oid import NameOID
 from attest import credential, keys, tpm, wire
 from attest.errors import EkUntrusted, MalformedInput, NonceMismatch, PcrDigestMismatch
 from attest.wire import Alg, ObjectAttr
-from bootstrap.agent import Agent, Ek, Key
+from bootstrap.node.tpm import Agent, Ek, Key
 from tests import fakes, softtpm
 from tests.conftest import TpmInfo
 from tests.softtpm import (

@@ -27,7 +27,7 @@ from bootstrap.store import (
     StoreUnavailable,
     open_store,
 )
-from bootstrap.store_sqlite import SCHEMA, SqliteStore
+from bootstrap.store.sqlite import SCHEMA, SqliteStore
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 C0 = Counters(1, 0, 100)

@@ -16,7 +16,7 @@ from attest.errors import CounterRegressed, NodeNameConflict, NodeRevoked, Sessi
 from attest.tpm import Counters
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.store import Attestation, NodeRecord, StoreUnavailable, open_store
-from bootstrap.store_kube import (
+from bootstrap.store.kube import (
     ANN_AUDIT,
     ANN_COUNTERS,
     ANN_SESSIONS,

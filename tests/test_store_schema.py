@@ -13,7 +13,7 @@ import pytest
 
 from attest.tpm import Counters
 from bootstrap.store import Attestation, StoreSchemaError, StoreUnavailable
-from bootstrap.store_sqlite import SCHEMA, SCHEMA_VERSION, Migration, SqliteStore, read_schema_version
+from bootstrap.store.sqlite import SCHEMA, SCHEMA_VERSION, Migration, SqliteStore, read_schema_version
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -174,8 +174,8 @@ def _check_credentials(node: Any, ek: Any, ak: Any, tpm_util: Any) -> tuple[byte
 
 def collect_evidence(workdir: Path, tpm_util: Any) -> Evidence:
     """Manufacture one swtpm and take the EKs, AKs, quotes and checked credentials from it."""
-    from bootstrap import swtpm
-    from bootstrap.agent import Agent, AkKind, EkKind
+    from bootstrap.demo import swtpm
+    from bootstrap.node.tpm import Agent, AkKind, EkKind
 
     pairs: tuple[tuple[EkKind, AkKind], ...] = (("rsa", "ecc"), ("ecc", "rsa"))
     ca = swtpm.make_ca(workdir / "xdg")

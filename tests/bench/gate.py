@@ -96,9 +96,8 @@ import kmock
 from kmock._internal import apps, enums, references, rendering
 from kubernetes_asyncio import client as kc
 
-from bootstrap import holds
 from bootstrap.config import GateSettings
-from bootstrap.gate import Gate, GateReport
+from bootstrap.gate import Gate, GateReport, holds
 from bootstrap.kube import Kube
 from tests.bench import common
 from tests.kshim import ShimEmulator

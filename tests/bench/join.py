@@ -41,7 +41,7 @@ Memory   on the chain server after the load: its VmRSS before and after S calls 
          /v1/join/start (distinct new nodes, 32 in flight) that are never finished; S = 10,000
          (2,000 with --quick). Sessions are sealed tokens the client holds, so the server should
          keep nothing per session beyond attest's bounded key caches (4,096 entries each).
-swtpm    one real ``nodegate join`` (``bootstrap.joinclient.join`` through ``bootstrap.agent``)
+swtpm    one real ``nodegate join`` (``bootstrap.node.join.join`` through ``bootstrap.node.tpm``)
          from a swtpm with its RSA EK certificate, against the chain server (the swtpm local CA
          is in its ek_roots too): the soft TPMs' output is accepted by the server the same way.
 
@@ -94,9 +94,9 @@ from cryptography.hazmat.primitives import serialization
 
 from attest import ca, svid, tpm
 from attest.csr import parse_node_csr
-from bootstrap.authority import CaStore
 from bootstrap.config import Settings, settings_from_obj
-from bootstrap.join import EkTrust, load_ek_trust
+from bootstrap.service.authority import CaStore
+from bootstrap.service.join import EkTrust, load_ek_trust
 from tests.bench import common
 from tests.service import EkCa
 from tests.softnode import SoftNode
@@ -596,7 +596,7 @@ class SwtpmSetup:
 
 def setup_swtpm(workdir: Path) -> SwtpmSetup:
     """A manufactured swtpm and a PEM file with its local CA (root + intermediate)."""
-    from bootstrap import swtpm
+    from bootstrap.demo import swtpm
 
     try:
         local = swtpm.make_ca(workdir / "xdg")
@@ -616,7 +616,7 @@ async def swtpm_join(server: Server, setup: SwtpmSetup) -> dict[str, Any]:
     """One real ``nodegate join`` from the swtpm against the benchmark's chain server."""
     if setup.roots_file is None:
         return {"ok": None, "note": setup.note}
-    from bootstrap import joinclient
+    from bootstrap.node import join as joinclient
 
     bundle = server.workdir / "service-bundle.pem"
     bundle.write_bytes(svid.bundle_pem(service_ca(server).roots(dt.datetime.now(dt.UTC))))

@@ -161,8 +161,8 @@ def wait_for(folder: Path, seconds: float) -> None:
 
 def check(folder: Path, trust_domain: str) -> str:
     """Load the files the way `nodegate serve` will, so a bad Secret fails here with its reason."""
-    from bootstrap import sessions  # noqa: PLC0415
-    from bootstrap.authority import CaStore, CaUnavailable  # noqa: PLC0415
+    from bootstrap.service import sessions  # noqa: PLC0415
+    from bootstrap.service.authority import CaStore, CaUnavailable  # noqa: PLC0415
 
     try:
         cas = CaStore(folder, trust_domain).load()

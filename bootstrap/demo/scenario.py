@@ -34,10 +34,10 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from bootstrap import swtpm
+from bootstrap.demo import swtpm
 
 if TYPE_CHECKING:
-    from bootstrap.emulator import ShimEmulator
+    from bootstrap.demo.emulator import ShimEmulator
     from bootstrap.kube import Kube
 
 STEPS = 9
@@ -327,7 +327,7 @@ class Demo:
         return golden
 
     def _read_golden(self) -> dict[int, str]:
-        from bootstrap.agent import Agent  # noqa: PLC0415  (tpm2-pytss)
+        from bootstrap.node.tpm import Agent  # noqa: PLC0415  (tpm2-pytss)
 
         with Agent(self.tpms[NODES[0]].tcti) as agent:
             pcrs = agent.read_pcrs(SELECTION)
@@ -337,7 +337,7 @@ class Demo:
         try:
             import kmock  # noqa: PLC0415
 
-            from bootstrap.emulator import ShimEmulator, cluster_signer, kubeconfig  # noqa: PLC0415
+            from bootstrap.demo.emulator import ShimEmulator, cluster_signer, kubeconfig  # noqa: PLC0415
         except ImportError:
             raise DemoFailed(
                 "the emulated Kubernetes API needs kmock, a test extra: run `make demo` "
@@ -453,7 +453,7 @@ class Demo:
         return code
 
     def _tamper(self) -> None:
-        from bootstrap.agent import Agent  # noqa: PLC0415
+        from bootstrap.node.tpm import Agent  # noqa: PLC0415
 
         with Agent(self.tpms[TAMPERED].tcti) as agent:
             agent.extend_pcr(7, hashlib.sha256(b"unsigned bootloader").digest())

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from bootstrap.agent import transient_handles
+from bootstrap.node.tpm import transient_handles
 
 
 class SwtpmMissing(RuntimeError):
@@ -117,7 +117,7 @@ class Swtpm:
         """Flush every transient object and session left in the TPM; return how many."""
         from tpm2_pytss import ESAPI, TPM2_CAP, TPM2_HC  # noqa: PLC0415
 
-        from bootstrap.agent import flush_raw  # noqa: PLC0415
+        from bootstrap.node.tpm import flush_raw  # noqa: PLC0415
 
         ctx = ESAPI(self.tcti)
         try:

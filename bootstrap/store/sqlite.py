@@ -29,7 +29,7 @@ from typing import Any, Final, TypeVar
 from attest.errors import NodeNameConflict, SessionReused
 from attest.tpm import Counters
 from bootstrap.files import ensure_dir
-from bootstrap.store import (
+from bootstrap.store.model import (
     Attestation,
     AuditEntry,
     Check,

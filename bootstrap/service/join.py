@@ -3,7 +3,7 @@
 Each step is a sequence of separate, named checks from ``attest`` (the SPIRE attestor habit: one
 check, one failure code). State lives in three places only: the sealed session token the node
 carries between steps, the store (bindings, counters, used sessions) and the CA. Nothing here
-speaks HTTP; ``bootstrap.server`` maps the exceptions to statuses.
+speaks HTTP; ``bootstrap.service.app`` maps the exceptions to statuses.
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ from attest.errors import (
     SessionReused,
     SessionUnknown,
 )
-from bootstrap import kubelet
 from bootstrap.config import Settings, is_node_name
-from bootstrap.errors import Unauthenticated, Unavailable
 from bootstrap.kube import Conflict as KubeConflict
 from bootstrap.kube import CsrDenied, Kube, KubeUnavailable, read_ca_bundle
 from bootstrap.kube import NotFound as KubeNotFound
@@ -45,7 +43,9 @@ from bootstrap.protocol import (
     StartResponse,
     rfc3339,
 )
-from bootstrap.sessions import Sealer, Session
+from bootstrap.service import kubelet
+from bootstrap.service.errors import Unauthenticated, Unavailable
+from bootstrap.service.sessions import Sealer, Session
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
 
 log = logging.getLogger("nodegate.join")

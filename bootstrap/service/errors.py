@@ -1,6 +1,6 @@
 """Service-level failures (beyond attestation) and the HTTP status of every machine code.
 
-One table decides the status; the middleware in ``bootstrap.server`` is the only place that turns
+One table decides the status; the middleware in ``bootstrap.service.app`` is the only place that turns
 an exception into a response, always ``application/problem+json`` with the code.
 """
 

@@ -15,14 +15,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 from attest.tpm import Counters
 from bootstrap.config import is_node_name
-
-if TYPE_CHECKING:
-    from bootstrap.kube import Kube
 
 __all__ = [
     "ACTIONS",
@@ -34,7 +30,6 @@ __all__ = [
     "Store",
     "StoreSchemaError",
     "StoreUnavailable",
-    "open_store",
 ]
 
 MAX_SERIALS: Final = 32  # SVID serials remembered per node, newest last
@@ -143,21 +138,6 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-async def open_store(kind: str, *, state_dir: Path, kube: Kube | None, namespace: str = "nodegate") -> Store:
-    """``"sqlite"``: ``<state_dir>/nodegate.db``; ``"kubernetes"``: NodeAttestation objects."""
-    if kind == "sqlite":
-        from bootstrap.store_sqlite import SqliteStore  # noqa: PLC0415  (the backends import this module)
-
-        return await SqliteStore.open(state_dir / "nodegate.db")
-    if kind == "kubernetes":
-        if kube is None:
-            raise ValueError("store: kubernetes needs a cluster (kubernetes.kubeconfig or in-cluster)")
-        from bootstrap.store_kube import KubeStore  # noqa: PLC0415
-
-        return KubeStore(kube, namespace=namespace)
-    raise ValueError(f"unknown store kind {kind!r} (sqlite or kubernetes)")
 
 
 # -- validation at the boundary: these are programmer errors, so ValueError -------------------------

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from bootstrap import holds
 from bootstrap.config import GateSettings, Settings
+from bootstrap.gate import holds
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed, WatchEvent, WatchExpired
 from bootstrap.times import micro_time, parse_time, rfc3339
 

@@ -38,10 +38,10 @@ def _parser() -> argparse.ArgumentParser:
         help="with --once: do not take the leader Lease (only when no other gate can be running)",
     )
     join = sub.add_parser("join", help="attest this machine with its TPM and fetch its credentials")
-    from bootstrap import joinclient  # noqa: PLC0415  (argument definitions only; no TPM import)
+    from bootstrap.node import join as joinclient  # noqa: PLC0415  (argument definitions only; no TPM import)
 
     joinclient.add_arguments(join)
-    from bootstrap import renewclient  # noqa: PLC0415  (argument definitions only; no TPM import)
+    from bootstrap.node import renew as renewclient  # noqa: PLC0415  (argument definitions only; no TPM import)
 
     renewclient.add_renew_arguments(
         sub.add_parser("renew", help="renew this machine's SVID (mTLS + a fresh TPM quote)")
@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         "--policy", action="append", default=[], type=Path, metavar="FILE", help="PackagePolicy YAML"
     )
     audit.add_argument("objects", nargs="+", type=Path, metavar="FILE")
-    from bootstrap import backup  # noqa: PLC0415  (argument definitions; no TPM or HTTP import)
+    from bootstrap.store import backup  # noqa: PLC0415  (argument definitions; no TPM or HTTP import)
 
     backup.add_backup_arguments(
         sub.add_parser("backup", help="CA keys, session keys and the sqlite store in one encrypted archive")
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     if args.command == "policy":
-        from bootstrap import policytool  # noqa: PLC0415
+        from bootstrap.service import policyfiles as policytool  # noqa: PLC0415
 
         if args.policy_command == "audit":
             return policytool.audit(args.policy, args.objects)
@@ -105,12 +105,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "gate":
         return _gate(args.config, once=args.once, lease=not args.no_lease)
     if args.command == "join":
-        from bootstrap import joinclient  # noqa: PLC0415
+        from bootstrap.node import join as joinclient  # noqa: PLC0415
 
         _node_log("join")
         return joinclient.main(args)
     if args.command == "renew":
-        from bootstrap import renewclient  # noqa: PLC0415
+        from bootstrap.node import renew as renewclient  # noqa: PLC0415
 
         _node_log("renew")
         return renewclient.renew_main(args)
@@ -119,10 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "ca":
         return _rotate(args.config)
     if args.command == "demo":
-        from bootstrap.demo import run  # noqa: PLC0415  (keeps `nodegate --help` free of tpm2-pytss)
+        from bootstrap.demo.scenario import run  # noqa: PLC0415  (keeps `nodegate --help` free of tpm2-pytss)
 
         return run()
-    from bootstrap import backup  # noqa: PLC0415
+    from bootstrap.store import backup  # noqa: PLC0415
 
     if args.command == "backup":
         return backup.cli_backup(args)
@@ -156,8 +156,9 @@ def _settings(config: Path | None) -> Any:
 def _serve(config: Path | None, plaintext: bool, port_file: Path | None) -> int:
     import asyncio  # noqa: PLC0415
 
-    from bootstrap import logs, server  # noqa: PLC0415
+    from bootstrap import logs  # noqa: PLC0415
     from bootstrap.kube import KubeUnavailable  # noqa: PLC0415
+    from bootstrap.service import app as server  # noqa: PLC0415
 
     settings = _settings(config)
     if settings is None:
@@ -242,7 +243,7 @@ def _report_line(report: Any) -> str:
 def _rotate(config: Path | None) -> int:
     from datetime import UTC, datetime  # noqa: PLC0415
 
-    from bootstrap.authority import CaStore, CaUnavailable  # noqa: PLC0415
+    from bootstrap.service.authority import CaStore, CaUnavailable  # noqa: PLC0415
 
     settings = _settings(config)
     if settings is None:
@@ -268,9 +269,9 @@ def _issue_admin(config: Path | None, spiffe_id: str, out: Path, ttl: str) -> in
     from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
 
     from attest import svid  # noqa: PLC0415
-    from bootstrap.authority import CaStore, CaUnavailable  # noqa: PLC0415
     from bootstrap.config import parse_duration  # noqa: PLC0415
     from bootstrap.files import ensure_dir, write_atomic  # noqa: PLC0415
+    from bootstrap.service.authority import CaStore, CaUnavailable  # noqa: PLC0415
 
     settings = _settings(config)
     if settings is None:
@@ -307,7 +308,7 @@ def _issue_admin(config: Path | None, spiffe_id: str, out: Path, ttl: str) -> in
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
     """``kubectl nodegate status ...`` (kubectl finds ``kubectl-nodegate`` on PATH)."""
-    from bootstrap import kubectl  # noqa: PLC0415
+    from bootstrap.gate import kubectl  # noqa: PLC0415
 
     return kubectl.main(argv)
 

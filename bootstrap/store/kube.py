@@ -41,7 +41,7 @@ from typing import Any, Final, TypeVar
 
 from attest.errors import NodeNameConflict, SessionReused
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound
-from bootstrap.store import (
+from bootstrap.store.model import (
     Attestation,
     AuditEntry,
     Check,

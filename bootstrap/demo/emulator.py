@@ -46,7 +46,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kmock._internal import dicts, enums  # kmock 0.8 internals; the version is pinned by the tests' needs
 
-from bootstrap import kubelet
+from bootstrap.service import kubelet
 
 __all__ = [
     "SAR_PATH",

@@ -9,7 +9,7 @@ nonce bound to that CSR. Transient failures (network, timeouts, 429/5xx, expired
 retried with capped exponential backoff and full jitter; every other refusal is final and carries
 the server's machine code. Files are written only once the whole answer has been checked.
 
-Exit statuses (``main``, and ``bootstrap.renewclient.renew_main``): 0 done, 1 refused by the server
+Exit statuses (``main``, and ``bootstrap.node.renew.renew_main``): 0 done, 1 refused by the server
 (or its answer failed our checks), 2 usage or a local problem (options, files, TPM, TLS trust),
 75 (EX_TEMPFAIL) transient failures outlasted the attempts, so a supervisor should try again later.
 The shared pieces of `nodegate renew` (HTTP, TPM, retries, checks) live here too.
@@ -69,7 +69,7 @@ from attest.errors import AttestationError
 from bootstrap.files import ensure_dir, read_limited, write_atomic
 
 if TYPE_CHECKING:
-    from bootstrap import agent
+    from bootstrap.node import tpm as agent
 
 __all__ = [
     "EXIT_OK",
@@ -104,7 +104,7 @@ _NODE_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-
 _MACHINE_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _DETAIL_LIMIT = 300
 
-# Same as bootstrap.agent.DEFAULT_TCTI (a test holds them equal); repeated so that building the
+# Same as bootstrap.node.tpm.DEFAULT_TCTI (a test holds them equal); repeated so that building the
 # command line does not load tpm2-pytss and libtss2.
 DEFAULT_TCTI = "device:/dev/tpmrm0"
 KEY_FILE = "node.key"
@@ -476,7 +476,7 @@ class _Tpm:
         self.ak: agent.Key | None = None
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        from bootstrap import agent  # noqa: PLC0415  (loads libtss2; only when joining)
+        from bootstrap.node import tpm as agent  # noqa: PLC0415  (loads libtss2; only when joining)
 
         loop = asyncio.get_running_loop()
         try:
@@ -491,7 +491,7 @@ class _Tpm:
             raise JoinFailed("bad_response", exc.detail) from None
 
     def _open(self) -> None:
-        from bootstrap import agent  # noqa: PLC0415
+        from bootstrap.node import tpm as agent  # noqa: PLC0415
 
         a = agent.Agent(self._tcti)
         a.__enter__()

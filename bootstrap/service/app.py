@@ -28,22 +28,9 @@ from cryptography import x509
 from admission.webhook import MAX_REVIEW_BYTES, Decider, LocalRbac, StaticPolicies, make_handler
 from attest import ca, svid
 from attest.errors import AttestationError, MalformedInput, PayloadTooLarge, RateLimited
-from bootstrap import authority, sessions
-from bootstrap.admin import AdminAuth
-from bootstrap.authz import SarAuthorizer
 from bootstrap.config import Settings, host_port, is_node_name
-from bootstrap.errors import (
-    MethodNotAllowed,
-    NotFound,
-    ServiceError,
-    Unavailable,
-    UnsupportedMediaType,
-    attestation_status,
-)
 from bootstrap.gate import Gate
-from bootstrap.join import JoinService, load_ek_trust
 from bootstrap.kube import Kube, KubeUnavailable
-from bootstrap.metrics import Metrics
 from bootstrap.protocol import (
     FinishRequest,
     RenewFinishRequest,
@@ -53,7 +40,20 @@ from bootstrap.protocol import (
     parse_request,
     rfc3339,
 )
-from bootstrap.ratelimit import RateLimiter
+from bootstrap.service import authority, sessions
+from bootstrap.service.admin import AdminAuth
+from bootstrap.service.authz import SarAuthorizer
+from bootstrap.service.errors import (
+    MethodNotAllowed,
+    NotFound,
+    ServiceError,
+    Unavailable,
+    UnsupportedMediaType,
+    attestation_status,
+)
+from bootstrap.service.join import JoinService, load_ek_trust
+from bootstrap.service.metrics import Metrics
+from bootstrap.service.ratelimit import RateLimiter
 from bootstrap.store import NodeRecord, Store, StoreUnavailable, open_store
 
 log = logging.getLogger("nodegate.server")
@@ -246,7 +246,7 @@ async def build_service(settings: Settings, *, kube: Kube | bool | None = True) 
 
 
 def _decider(settings: Settings, kube: Kube | None) -> tuple[Decider, list[Callable[[], bool]]]:
-    from bootstrap import policytool  # noqa: PLC0415  (YAML loading helpers shared with the CLI)
+    from bootstrap.service import policyfiles as policytool  # noqa: PLC0415  (YAML loading helpers shared with the CLI)
 
     adm = settings.admission
     owner = adm.owner
@@ -256,7 +256,7 @@ def _decider(settings: Settings, kube: Kube | None) -> tuple[Decider, list[Calla
     if adm.policy_files is not None:
         source = StaticPolicies(policytool.load_policies(adm.policy_files))
     elif kube is not None:
-        from bootstrap.policywatch import PolicyWatcher  # noqa: PLC0415
+        from bootstrap.service.policywatch import PolicyWatcher  # noqa: PLC0415
 
         source = PolicyWatcher(kube)
         ready.append(lambda: source.ready)

@@ -25,8 +25,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
-from bootstrap import holds
 from bootstrap.config import GateSettings
+from bootstrap.gate import holds
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed
 from bootstrap.times import parse_time, rfc3339
 

@@ -54,8 +54,8 @@ from cryptography.hazmat.primitives.kdf.scrypt import Scrypt
 from attest import ca
 from bootstrap.config import ConfigError, Settings, load_settings
 from bootstrap.files import create_exclusive, ensure_dir, read_limited, write_atomic
-from bootstrap.store import StoreSchemaError
-from bootstrap.store_sqlite import SCHEMA_VERSION, read_schema_version
+from bootstrap.store.model import StoreSchemaError
+from bootstrap.store.sqlite import SCHEMA_VERSION, read_schema_version
 
 __all__ = [
     "ArchiveCorrupt",
@@ -104,7 +104,7 @@ _MAX_SCRYPT_MEMORY = 512 * 1024 * 1024
 
 MAX_STORE_BYTES: Final = 256 * 1024 * 1024  # the whole archive is held in memory once or twice
 MAX_MANIFEST: Final = 64 * 1024
-MAX_SESSION_KEY_FILE: Final = 64 * 1024  # what bootstrap.sessions.load_keys reads
+MAX_SESSION_KEY_FILE: Final = 64 * 1024  # what bootstrap.service.sessions.load_keys reads
 MAX_PLAINTEXT: Final = MAX_STORE_BYTES + 8 * 1024 * 1024
 MAX_ARCHIVE: Final = HEADER_SIZE + MAX_PLAINTEXT + 16
 MIN_PASSPHRASE: Final = 12
@@ -338,7 +338,7 @@ def _check_ca(
 
 
 def _session_keys(data: bytes, what: str) -> int:
-    """The number of keys in a session key file, checked as bootstrap.sessions.load_keys does."""
+    """The number of keys in a session key file, checked as bootstrap.service.sessions.load_keys does."""
     try:
         lines = [ln.strip() for ln in data.decode("ascii").splitlines()]
     except UnicodeDecodeError:

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from attest import svid as svidlib
 from bootstrap.config import parse_duration
 from bootstrap.files import read_limited
-from bootstrap.joinclient import (
+from bootstrap.node.join import (
     _NODE_NAME,
     BUNDLE_FILE,
     DEFAULT_TCTI,

@@ -1,0 +1,1 @@
+"""``nodegate demo``: software TPMs, an emulated Kubernetes API and the whole story."""

@@ -1,0 +1,1 @@
+"""The nodegate service: join and renewal API, admin API, admission webhook, serving."""
