@@ -102,62 +102,11 @@ class CounterRegressed(AttestationError):
     code = "counter_regressed"
 
 
-# -- join-level failures (raised by the service and its store, codes from DESIGN.md) ----------
-
-
-class PayloadTooLarge(AttestationError):
-    """A request body above the protocol's 64 KiB limit."""
-
-    code = "payload_too_large"
-
-
-class RateLimited(AttestationError):
-    """Too many join requests from one client address."""
-
-    code = "rate_limited"
-
-
 class CsrInvalid(AttestationError):
     """The PKCS#10 CSR does not parse, is not self-signed correctly, uses a weak key, or does not
     name ``CN=system:node:<node_name>, O=system:nodes`` exactly (and nothing else)."""
 
     code = "csr_invalid"
-
-
-class NodeNameConflict(AttestationError):
-    """The node name is bound to another EK (or this EK to another name)."""
-
-    code = "node_name_conflict"
-
-
-class NodeNotEnrolled(AttestationError):
-    """Inventory enrollment: this EK is not listed for this node name."""
-
-    code = "node_not_enrolled"
-
-
-class NodeRevoked(AttestationError):
-    """An administrator revoked this node; it may not join or renew until un-revoked."""
-
-    code = "node_revoked"
-
-
-class SessionUnknown(AttestationError):
-    """The session token does not open with any session key (forged, corrupted or foreign)."""
-
-    code = "session_unknown"
-
-
-class SessionExpired(AttestationError):
-    """The session's lifetime is over; start again."""
-
-    code = "session_expired"
-
-
-class SessionReused(AttestationError):
-    """The session already finished once (on this or another replica)."""
-
-    code = "session_reused"
 
 
 ALL_ERRORS: tuple[type[AttestationError], ...] = (
@@ -174,13 +123,5 @@ ALL_ERRORS: tuple[type[AttestationError], ...] = (
     PcrPolicyViolation,
     ClockUnsafe,
     CounterRegressed,
-    PayloadTooLarge,
-    RateLimited,
     CsrInvalid,
-    NodeNameConflict,
-    NodeNotEnrolled,
-    NodeRevoked,
-    SessionUnknown,
-    SessionExpired,
-    SessionReused,
 )

@@ -24,6 +24,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from attest import yamlsafe
 from attest.errors import PcrPolicyViolation
 from attest.wire import BANK_NAMES, DIGEST_SIZES
 
@@ -131,16 +132,6 @@ class PcrPolicyResult:
     reason: str = ""  # one line for people when not ok
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without anchors/aliases: a policy has no use for them, and nested aliases
-    expand exponentially (a few hundred bytes can become gigabytes)."""
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.YAMLError("YAML aliases are not allowed in a PCR policy")
-        return super().compose_node(parent, index)
-
-
 def load_policy(text: str | bytes) -> PcrPolicy:
     """Parse a YAML PCR policy document; raise PolicyError with a readable reason."""
     if not isinstance(text, str | bytes):
@@ -148,7 +139,7 @@ def load_policy(text: str | bytes) -> PcrPolicy:
     if len(text) > MAX_POLICY_BYTES:
         raise PolicyError(f"PCR policy is larger than {MAX_POLICY_BYTES} bytes")
     try:
-        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506  (a SafeLoader subclass)
+        data = yamlsafe.load(text)
     except (yaml.YAMLError, RecursionError) as exc:
         reason = exc if isinstance(exc, yaml.YAMLError) else "nested too deeply"
         raise PolicyError(f"PCR policy is not valid YAML: {reason}") from None

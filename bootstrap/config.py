@@ -16,13 +16,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from attest import yamlsafe
 from attest.pcr import PcrPolicy
+from bootstrap.names import is_node_name
 
 MAX_CONFIG_BYTES = 1024 * 1024
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-# Kubernetes node names are DNS subdomains (RFC 1123), at most 253 characters.
-NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 class ConfigError(ValueError):
@@ -69,10 +69,6 @@ def parse_window(value: object) -> timedelta:
 
 
 Window = Annotated[timedelta, BeforeValidator(parse_window)]
-
-
-def is_node_name(name: object) -> bool:
-    return isinstance(name, str) and len(name) <= 253 and NODE_NAME.fullmatch(name) is not None
 
 
 class _Model(BaseModel):
@@ -220,15 +216,6 @@ def host_port(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104  (the documented default)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """Anchors and aliases have no use in a config and allow "billion laughs" expansion."""
-
-    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        if self.check_event(yaml.AliasEvent):
-            raise yaml.YAMLError("YAML aliases are not allowed in the config")
-        return super().compose_node(parent, index)
-
-
 def _resolve(base: Path, data: dict[str, Any]) -> dict[str, Any]:
     def fix(p: object) -> object:
         return str(base / p) if isinstance(p, str) and not Path(p).is_absolute() else p
@@ -279,7 +266,7 @@ def load_settings(path: Path) -> Settings:
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(f"config {path} is larger than {MAX_CONFIG_BYTES} bytes")
     try:
-        data = yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506  (a SafeLoader subclass)
+        data = yamlsafe.load(raw)
     except RecursionError:  # deeply nested flow collections exhaust the composer's stack
         raise ConfigError(f"config {path} is nested too deeply") from None
     except yaml.YAMLError as exc:

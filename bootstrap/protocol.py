@@ -11,7 +11,6 @@ import base64
 import binascii
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
@@ -154,12 +153,6 @@ class RenewFinishRequest(QuoteEvidence):
 class RevokeRequest(_Request):
     reason: Annotated[str, Field(min_length=1, max_length=512)]
     revoked: bool = True
-
-
-def rfc3339(when: datetime | float) -> str:
-    if isinstance(when, int | float):
-        when = datetime.fromtimestamp(when, UTC)
-    return when.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def parse_request(model: type[M], body: object) -> M:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bootstrap import config
+from bootstrap import config, names
 from bootstrap.config import (
     ConfigError,
     Settings,
@@ -373,7 +373,7 @@ def test_inventory_node_names_are_kubernetes_names(name: str) -> None:
     "name", ["a", "n1", "0", "gpu-01.rack-7.dc", "a" * 63, ("a" * 63 + ".") * 3 + "a" * 61]
 )
 def test_good_node_names(name: str) -> None:
-    assert config.is_node_name(name)
+    assert names.is_node_name(name)
     s = settings_from_obj({"inventory": [{"ek_sha256": EK, "node_name": name}]})
     assert s.inventory[0].node_name == name
 

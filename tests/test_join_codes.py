@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from attest.errors import ALL_ERRORS
+from bootstrap.problems import JOIN_FAILURES
 from bootstrap.service.sessions import Sealer, load_keys
 from tests.fakes import sign_ecdsa
 from tests.service import EkCa, Running, running, settings_for
@@ -239,9 +240,9 @@ async def test_revoked_node_cannot_join_again(tmp_path: Path, ek_ca: EkCa) -> No
 
 
 def test_every_design_code_is_covered() -> None:
-    """The table above is DESIGN.md's list, every one is an attest error code, and each has a test
-    here or in test_server.py."""
-    ours = {cls.code for cls in ALL_ERRORS}
+    """The table above is DESIGN.md's list, every one is an evidence or join failure code, and each
+    has a test here or in test_server.py."""
+    ours = {cls.code for cls in (*ALL_ERRORS, *JOIN_FAILURES)}
     assert set(DESIGN_CODES) <= ours
     elsewhere = {
         "malformed_request",

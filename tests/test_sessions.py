@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attest.errors import SessionExpired, SessionUnknown
+from bootstrap.problems import SessionExpired, SessionUnknown
 from bootstrap.service import sessions
 from bootstrap.service.sessions import Kind, Sealer, Session, load_keys
 

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from attest.errors import CounterRegressed, NodeNameConflict, NodeRevoked, SessionReused
+from attest.errors import CounterRegressed
 from attest.tpm import Counters
+from bootstrap.problems import NodeNameConflict, NodeRevoked, SessionReused
 from bootstrap.store import (
     MAX_SERIALS,
     Attestation,

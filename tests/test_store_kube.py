@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from kmock._internal import enums
 
-from attest.errors import CounterRegressed, NodeNameConflict, NodeRevoked, SessionReused
+from attest.errors import CounterRegressed
 from attest.tpm import Counters
 from bootstrap.kube import Kube, KubeUnavailable
+from bootstrap.problems import NodeNameConflict, NodeRevoked, SessionReused
 from bootstrap.store import Attestation, NodeRecord, StoreUnavailable, open_store
 from bootstrap.store.kube import (
     ANN_AUDIT,

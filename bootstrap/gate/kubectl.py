@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,8 @@ from typing import Any, ClassVar, NoReturn
 from bootstrap.config import GateSettings
 from bootstrap.gate import holds
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed
-from bootstrap.times import parse_time, rfc3339
+from bootstrap.names import is_node_name
+from bootstrap.times import optional_rfc3339, parse_time
 
 GROUP = "nodegate.io"
 VERSION = "v1alpha1"
@@ -43,7 +43,6 @@ WAITING_LIMIT = 80  # table cell; the JSON carries everything
 _CELL_LIMITS = (253, 48, 16, 32, WAITING_LIMIT, 8, 100)  # per column; names are at most 253
 _TEXT_LIMIT = 4096
 _ITEMS_LIMIT = 1000  # packages per node read from one object; more is malformed
-_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 # Where the upstream completion rule can end (research/nodewright.md §2.3); used only when the
 # gate did not write its own verdict for a package.
 _DONE_STAGES = ("config", "post-interrupt")
@@ -126,10 +125,10 @@ class NodeRow:
             "message": self.message,
             "waitingFor": list(self.waiting),
             "packages": [p.to_json() for p in self.packages],
-            "attestedAt": _rfc3339(self.attested_at),
-            "expiresAt": _rfc3339(self.expires_at),
-            "completeSince": _rfc3339(self.complete_since),
-            "observedAt": _rfc3339(self.observed_at),
+            "attestedAt": optional_rfc3339(self.attested_at),
+            "expiresAt": optional_rfc3339(self.expires_at),
+            "completeSince": optional_rfc3339(self.complete_since),
+            "observedAt": optional_rfc3339(self.observed_at),
             "spiffeId": self.spiffe_id,
             "mismatch": self.mismatch,
         }
@@ -235,7 +234,7 @@ def _attestation_problem(
     if view.attested_at is None or view.expires_at is None:
         return "attestation incomplete: no attestedAt/expiresAt"
     if view.expires_at <= now:
-        return f"attestation expired at {_rfc3339(view.expires_at)}: the node must join again"
+        return f"attestation expired at {optional_rfc3339(view.expires_at)}: the node must join again"
     return None
 
 
@@ -296,10 +295,6 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 def _text(value: object) -> str:
     return value[:_TEXT_LIMIT] if isinstance(value, str) else ""
-
-
-def _rfc3339(dt: datetime | None) -> str | None:
-    return None if dt is None else rfc3339(dt)
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -422,7 +417,7 @@ def kubeconfig_path(flag: str | None, env: Mapping[str, str] | None = None) -> s
 
 async def _run(args: argparse.Namespace) -> tuple[str, str | None]:
     """(stdout text, a note for stderr or None)."""
-    if args.node is not None and not _NODE_NAME.fullmatch(args.node):
+    if args.node is not None and not is_node_name(args.node):
         raise UsageError(f"{args.node!r} is not a valid node name")
     kube = await Kube.from_config(kubeconfig_path(args.kubeconfig))
     if kube is None:

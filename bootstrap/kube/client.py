@@ -30,6 +30,7 @@ from kubernetes_asyncio import watch as kw
 from kubernetes_asyncio.client.rest import ApiException
 
 from admission.rbac import ResourceAttributes, UserInfo
+from bootstrap.times import rfc3339
 
 if TYPE_CHECKING:
     from bootstrap.config import KubernetesSettings
@@ -490,7 +491,7 @@ class Kube:
                             "status": "True",
                             "reason": reason,
                             "message": message,
-                            "lastUpdateTime": _now_rfc3339(),
+                            "lastUpdateTime": rfc3339(datetime.now(UTC)),
                         },
                     ],
                 },
@@ -585,7 +586,7 @@ class Kube:
         obj = {
             k: str(involved[k]) for k in ("kind", "name", "uid", "apiVersion", "namespace") if involved.get(k)
         }
-        now = _now_rfc3339()
+        now = rfc3339(datetime.now(UTC))
         body: Any = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -748,10 +749,6 @@ def _token_user(out: Mapping[str, Any], audiences: Sequence[str]) -> UserInfo | 
             if isinstance(k, str) and isinstance(v, list)
         },
     )
-
-
-def _now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _cap_utf8(text: str, limit: int) -> str:

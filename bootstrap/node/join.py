@@ -28,7 +28,6 @@ import fcntl
 import functools
 import hashlib
 import hmac
-import ipaddress
 import json
 import logging
 import math
@@ -67,6 +66,7 @@ from attest import svid as svidlib
 from attest import wire
 from attest.errors import AttestationError
 from bootstrap.files import ensure_dir, read_limited, write_atomic
+from bootstrap.names import is_loopback, is_node_name
 
 if TYPE_CHECKING:
     from bootstrap.node import tpm as agent
@@ -100,7 +100,6 @@ _STATUS_CODES = {
     503: "server_unavailable",
     504: "server_unavailable",
 }
-_NODE_NAME = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*")
 _MACHINE_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _DETAIL_LIMIT = 300
 
@@ -198,11 +197,7 @@ class JoinOptions:
 
     def __post_init__(self) -> None:
         _base_url(self.server)
-        if (
-            not isinstance(self.node_name, str)
-            or len(self.node_name) > 253
-            or not _NODE_NAME.fullmatch(self.node_name)
-        ):
+        if not is_node_name(self.node_name):
             raise JoinUsageError(
                 f"node name {_one_line(repr(self.node_name), 80)} is not a lowercase RFC 1123 DNS name"
             )
@@ -232,20 +227,11 @@ def _base_url(server: str) -> str:
         raise JoinUsageError(f"server must be https://host[:port], not {_one_line(server, 100)!r}")
     if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
         raise JoinUsageError("server URL must not carry credentials, a query or a fragment")
-    if parts.scheme == "http" and not _is_loopback(host):
+    if parts.scheme == "http" and not is_loopback(host):
         raise JoinUsageError(
             "plain http:// is only allowed to a loopback host (the dev server); use https://"
         )
     return server.rstrip("/")
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _ssl_context(ca_bundle: Path) -> ssl.SSLContext:

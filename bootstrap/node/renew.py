@@ -39,8 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from attest import svid as svidlib
 from bootstrap.config import parse_duration
 from bootstrap.files import read_limited
+from bootstrap.names import is_node_name
 from bootstrap.node.join import (
-    _NODE_NAME,
     BUNDLE_FILE,
     DEFAULT_TCTI,
     EXIT_OK,
@@ -148,7 +148,7 @@ def _read_index(folder: Path) -> str:
     except (OSError, ValueError) as exc:
         raise _local(f"cannot read {path} ({_one_line(exc, 100)})") from None
     name = doc.get("node_name") if isinstance(doc, dict) else None
-    if not isinstance(name, str) or len(name) > 253 or not _NODE_NAME.fullmatch(name):
+    if not is_node_name(name):
         raise _local(f"{path} names no valid node_name")
     return name
 

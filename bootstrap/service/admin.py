@@ -19,7 +19,7 @@ from admission.rbac import ResourceAttributes
 from attest import ca, svid
 from attest.errors import AttestationError
 from bootstrap.kube import Kube, KubeUnavailable
-from bootstrap.service.errors import Forbidden, Unauthenticated, Unavailable
+from bootstrap.problems import Forbidden, Unauthenticated, Unavailable
 
 GROUP = "nodegate.io"
 PERMISSIONS: Mapping[str, tuple[str, str]] = {

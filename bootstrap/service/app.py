@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import signal
@@ -27,10 +26,21 @@ from cryptography import x509
 
 from admission.webhook import MAX_REVIEW_BYTES, Decider, LocalRbac, StaticPolicies, make_handler
 from attest import ca, svid
-from attest.errors import AttestationError, MalformedInput, PayloadTooLarge, RateLimited
-from bootstrap.config import Settings, host_port, is_node_name
+from attest.errors import AttestationError, MalformedInput
+from bootstrap.config import Settings, host_port
 from bootstrap.gate import Gate
 from bootstrap.kube import Kube, KubeUnavailable
+from bootstrap.names import is_loopback, is_node_name
+from bootstrap.problems import (
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    ServiceError,
+    Unavailable,
+    UnsupportedMediaType,
+    attestation_status,
+)
 from bootstrap.protocol import (
     FinishRequest,
     RenewFinishRequest,
@@ -38,23 +48,15 @@ from bootstrap.protocol import (
     RevokeRequest,
     StartRequest,
     parse_request,
-    rfc3339,
 )
 from bootstrap.service import authority, sessions
 from bootstrap.service.admin import AdminAuth
 from bootstrap.service.authz import SarAuthorizer
-from bootstrap.service.errors import (
-    MethodNotAllowed,
-    NotFound,
-    ServiceError,
-    Unavailable,
-    UnsupportedMediaType,
-    attestation_status,
-)
 from bootstrap.service.join import JoinService, load_ek_trust
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.ratelimit import RateLimiter
 from bootstrap.store import NodeRecord, Store, StoreUnavailable, open_store
+from bootstrap.times import rfc3339
 
 log = logging.getLogger("nodegate.server")
 
@@ -650,15 +652,6 @@ def tls_context(service: Service) -> ssl.SSLContext:
     else:
         service.refresh_server_certificate(force=True)
     return ctx
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def serve(

@@ -20,19 +20,21 @@ from cryptography.hazmat.primitives import serialization
 
 from attest import ca, credential, pcr, svid, tpm
 from attest.csr import parse_node_csr
-from attest.errors import (
-    AttestationError,
-    MalformedInput,
+from attest.errors import AttestationError, MalformedInput
+from bootstrap.config import Settings
+from bootstrap.kube import Conflict as KubeConflict
+from bootstrap.kube import CsrDenied, Kube, KubeUnavailable, read_ca_bundle
+from bootstrap.kube import NotFound as KubeNotFound
+from bootstrap.names import is_node_name
+from bootstrap.problems import (
     NodeNameConflict,
     NodeNotEnrolled,
     NodeRevoked,
     SessionReused,
     SessionUnknown,
+    Unauthenticated,
+    Unavailable,
 )
-from bootstrap.config import Settings, is_node_name
-from bootstrap.kube import Conflict as KubeConflict
-from bootstrap.kube import CsrDenied, Kube, KubeUnavailable, read_ca_bundle
-from bootstrap.kube import NotFound as KubeNotFound
 from bootstrap.protocol import (
     FinishRequest,
     FinishResponse,
@@ -41,12 +43,11 @@ from bootstrap.protocol import (
     RenewStartResponse,
     StartRequest,
     StartResponse,
-    rfc3339,
 )
 from bootstrap.service import kubelet
-from bootstrap.service.errors import Unauthenticated, Unavailable
 from bootstrap.service.sessions import Sealer, Session
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
+from bootstrap.times import rfc3339
 
 log = logging.getLogger("nodegate.join")
 _USED_CACHE = 100_000  # session ids this replica committed, kept until they expire

@@ -21,6 +21,7 @@ from admission import rules
 from admission.policy import PackagePolicy
 from admission.rbac import RbacError, RbacEvaluator
 from admission.webhook import Decider, LocalRbac, ReviewError, StaticPolicies, parse_review
+from attest import yamlsafe
 
 DEFAULT_OWNER = "system:serviceaccount:nodegate:nodegate"
 MAX_FILE = 8 * 1024 * 1024
@@ -38,7 +39,7 @@ def _documents(path: Path) -> Iterator[Any]:
     except OSError as exc:
         raise ToolError(f"{path}: {exc.strerror}") from None
     try:
-        for doc in yaml.safe_load_all(text):
+        for doc in yamlsafe.load_all(text):
             if doc is None:
                 continue
             if (

@@ -25,8 +25,8 @@ from typing import Any, Literal
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from attest.errors import SessionExpired, SessionUnknown
 from bootstrap.files import create_exclusive, read_limited
+from bootstrap.problems import SessionExpired, SessionUnknown
 
 PREFIX = "ngs1."
 MAX_TOKEN_CHARS = 8192

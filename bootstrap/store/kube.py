@@ -36,11 +36,11 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from attest.errors import NodeNameConflict, SessionReused
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound
+from bootstrap.problems import NodeNameConflict, SessionReused
 from bootstrap.store.model import (
     Attestation,
     AuditEntry,
@@ -61,7 +61,7 @@ from bootstrap.store.model import (
     record_from,
     utcnow,
 )
-from bootstrap.times import micro_time
+from bootstrap.times import micro_time, parse_time, rfc3339_exact
 
 log = logging.getLogger("nodegate.store")
 T = TypeVar("T")
@@ -90,22 +90,11 @@ class _Corrupt(Exception):
     pass
 
 
-def rfc3339(dt: datetime) -> str:
-    """UTC with a "Z"; microseconds only when there are some."""
-    dt = dt.astimezone(UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if dt.microsecond else "%Y-%m-%dT%H:%M:%SZ")
-
-
 def _time(value: object, what: str) -> datetime:
-    if not isinstance(value, str) or len(value) > 40:
-        raise _Corrupt(f"{what} is not an RFC 3339 time")
-    try:
-        dt = datetime.fromisoformat(value)
-    except ValueError:
-        raise _Corrupt(f"{what} is not an RFC 3339 time") from None
-    if dt.tzinfo is None:
-        raise _Corrupt(f"{what} has no time zone")
-    return dt.astimezone(UTC)
+    when = parse_time(value)
+    if when is None:
+        raise _Corrupt(f"{what} is not an RFC 3339 time with a zone")
+    return when
 
 
 def _opt_claim_time(value: object) -> datetime | None:
@@ -317,7 +306,7 @@ class KubeStore:
 
     def _entry(self, action: str, actor: str, code: str, detail: str) -> dict[str, str]:
         return {
-            "at": rfc3339(self._clock()),
+            "at": rfc3339_exact(self._clock()),
             "action": action,
             "actor": actor,
             "code": code,
@@ -333,7 +322,7 @@ class KubeStore:
         keep = [s for s in (obj.sessions if obj else ()) if s.exp >= now]
         if extra is not None:
             keep.append(extra)
-        return json.dumps([{"id": s.id, "exp": rfc3339(s.exp)} for s in keep], separators=(",", ":"))
+        return json.dumps([{"id": s.id, "exp": rfc3339_exact(s.exp)} for s in keep], separators=(",", ":"))
 
     async def _publish(self, name: str, rv: str, times: tuple[datetime | None, datetime | None]) -> bool:
         """Write status.attestedAt/expiresAt from our annotation copies, guarded by the
@@ -343,8 +332,8 @@ class KubeStore:
             patch = {
                 "metadata": {"resourceVersion": rv},
                 "status": {
-                    "attestedAt": rfc3339(times[0]) if times[0] else None,
-                    "expiresAt": rfc3339(times[1]) if times[1] else None,
+                    "attestedAt": rfc3339_exact(times[0]) if times[0] else None,
+                    "expiresAt": rfc3339_exact(times[1]) if times[1] else None,
                 },
             }
             try:
@@ -541,8 +530,8 @@ class KubeStore:
                 ANN_SERIALS: json.dumps(list(rec.svid_serials), separators=(",", ":")),
                 ANN_SESSIONS: self._sessions_value(obj, session),
                 ANN_AUDIT: self._audit_value(obj, self._entry(action, "node", "", detail)),
-                ANN_ATTESTED: rfc3339(att.attested_at),
-                ANN_EXPIRES: rfc3339(att.expires_at),
+                ANN_ATTESTED: rfc3339_exact(att.attested_at),
+                ANN_EXPIRES: rfc3339_exact(att.expires_at),
             }
             labels = {LABEL_EK: att.ek_sha256[:63]}
             spec = {"ekSha256": rec.ek_sha256, "spiffeId": rec.spiffe_id, "revoked": rec.revoked}
@@ -673,7 +662,7 @@ class KubeStore:
                     if not removed[0]:
                         return None
                     value = json.dumps(
-                        [{"id": s.id, "exp": rfc3339(s.exp)} for s in keep], separators=(",", ":")
+                        [{"id": s.id, "exp": rfc3339_exact(s.exp)} for s in keep], separators=(",", ":")
                     )
                     return {"metadata": {"annotations": {ANN_SESSIONS: value}}}
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Final, Protocol
 
 from attest.tpm import Counters
-from bootstrap.config import is_node_name
+from bootstrap.names import is_node_name
 
 __all__ = [
     "ACTIONS",

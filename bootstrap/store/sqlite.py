@@ -26,9 +26,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from attest.errors import NodeNameConflict, SessionReused
 from attest.tpm import Counters
 from bootstrap.files import ensure_dir
+from bootstrap.problems import NodeNameConflict, SessionReused
 from bootstrap.store.model import (
     Attestation,
     AuditEntry,
