@@ -5,24 +5,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
-from cryptography import x509
 
 os.environ.setdefault("TSS2_LOG", "all+none")
 
 from bootstrap.demo import swtpm as harness
-
-
-@dataclass(frozen=True)
-class TpmInfo:
-    """What a test gets: a TCTI string and the CA certificates that vouch for the EK."""
-
-    tcti: str
-    root: x509.Certificate
-    intermediate: x509.Certificate
-    server: harness.Swtpm
+from tests.support.swtpms import TpmInfo
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ with a shim (see research/spiffe-k8s.md §3.4). It is not a Kubernetes API serve
 authentication, no admission, no RBAC; the demo labels it as emulated wherever it shows it.
 
 kmock is a test extra (`pip install -e '.[test]'`, which `make demo` runs); this module is only
-imported by the demo and the tests, never by the service. tests/kshim.py re-exports it.
+imported by the demo and the tests, never by the service. tests/support/kshim.py re-exports it.
 
 The shim fills the gaps that matter to nodegate's Kubernetes code:
 

@@ -55,8 +55,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import ipaddress
 import json
 import os
 import platform
@@ -75,14 +73,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from tests.bench import admission_data, common
 from tests.bench.admission_data import Request
 from tests.bench.admission_server import BARE_PARSERS
+from tests.support import certs
 
 CONCURRENCY = (8, 64)
 REQUESTS = {8: 1000, 64: 2000}  # per server and round
@@ -105,33 +100,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def make_tls(workdir: Path) -> tuple[Path, Path, ssl.SSLContext]:
     """A self-signed P-256 certificate for 127.0.0.1; its files and a client context trusting it."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nodegate-bench.nodegate.svc")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=1))
-        .not_valid_after(now + dt.timedelta(hours=2))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = workdir / "tls.crt", workdir / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
+    cert_file, key_file, _ = certs.loopback_tls(workdir, "nodegate-bench.nodegate.svc", dns=("localhost",))
     client = ssl.create_default_context(cafile=str(cert_file))
     client.minimum_version = ssl.TLSVersion.TLSv1_2
     return cert_file, key_file, client

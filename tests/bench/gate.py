@@ -2,7 +2,7 @@
 
 What is measured, all in one run:
 
-Double   the API is kmock with tests/kshim.py's ShimEmulator (resourceVersions, 409s, merge patches,
+Double   the API is kmock with tests/support/kshim.py's ShimEmulator (resourceVersions, 409s, merge patches,
          watches), run in a child process pinned to CPU 0 so that the gate's own CPU time can be
          read apart; the gate and this process run on the other CPU(s). Two changes make kmock usable
          at 10,000 objects, both in ``_BenchDouble`` and neither changing an answer: requests for a
@@ -100,7 +100,7 @@ from bootstrap.config import GateSettings
 from bootstrap.gate import Gate, GateReport, holds
 from bootstrap.kube import Kube
 from tests.bench import common
-from tests.kshim import ShimEmulator
+from tests.support.kshim import ShimEmulator
 
 SIZES = (1_000, 2_500, 5_000, 10_000)
 QUICK_SIZES = (1_000, 2_000)
@@ -1099,7 +1099,7 @@ def _num(value: float | None, fmt: str) -> str:
 def render(results: dict[str, Any]) -> str:
     env, config = results["environment"], results["config"]
     lines = [
-        "gate benchmark: bootstrap/gate.py against kmock (tests/kshim.py) in a child process",
+        "gate benchmark: bootstrap/gate.py against kmock (tests/support/kshim.py) in a child process",
         f"  Python {env['python']} ({env['implementation']}, {env['machine']}), {env['cpus']} CPUs; "
         f"double on CPU {env['double_cpus']}, gate on {env['gate_cpus']}",
         "  " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),

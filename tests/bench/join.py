@@ -10,11 +10,12 @@ Server   ``python -m bootstrap.cli serve --config FILE --port-file F`` (what ``n
          (every request comes from 127.0.0.1) never answers 429; ``max_inflight`` is the default.
 Variants two servers, one after the other, each trusting its nodes one way:
   chain      every node sends an EK certificate issued by a software manufacturer CA
-             (``tests.service.EkCa``, ECDSA P-384 root) listed in ``ek_roots``: what a fleet uses
+             (``tests.support.service.EkCa``, ECDSA P-384 root) listed in ``ek_roots``: what a fleet uses
   allowlist  no EK certificate; ``ek_allowlist`` holds the SHA-256 of every soft EK of the run
-Nodes    ``tests.softnode.SoftNode`` on ``tests.softtpm`` TPMs: an ECC P-256 EK (``--ek rsa`` for
-         RSA-2048) and an ECC P-256 AK whose private keys this process holds, producing the TPM
-         structures swtpm produces (pinned byte for byte by tests/test_softtpm.py), and a P-256
+Nodes    ``tests.support.softnode.SoftNode`` on ``tests.support.softtpm`` TPMs: an ECC P-256 EK
+         (``--ek rsa`` for RSA-2048) and an ECC P-256 AK whose private keys this process holds, producing
+         the TPM
+         structures swtpm produces (pinned byte for byte by tests/attest/test_softtpm.py), and a P-256
          node key with its CSR. All are built before anything is timed; every join uses a node
          the server has never seen (a new EK, AK and name).
 Client   this process, pinned to the other CPU(s): one asyncio loop, per concurrency C one
@@ -98,9 +99,9 @@ from bootstrap.config import Settings, settings_from_obj
 from bootstrap.service.authority import CaStore
 from bootstrap.service.join import EkTrust, load_ek_trust
 from tests.bench import common
-from tests.service import EkCa
-from tests.softnode import SoftNode
-from tests.softtpm import EkKind, soft_pool
+from tests.support.service import EkCa
+from tests.support.softnode import SoftNode
+from tests.support.softtpm import EkKind, soft_pool
 
 CONCURRENCY = (1, 8, 32)
 JOINS = {1: 100, 8: 300, 32: 400}  # per round
@@ -883,7 +884,7 @@ def render(results: dict[str, Any]) -> str:
             elif sw["ok"] is None:
                 lines.append(
                     f"  swtpm join: skipped ({sw['note']}); "
-                    "the byte layouts are pinned by tests/test_softtpm.py"
+                    "the byte layouts are pinned by tests/attest/test_softtpm.py"
                 )
             else:
                 lines.append(f"  swtpm join: FAILED ({sw['note']})")

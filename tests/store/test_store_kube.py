@@ -1,0 +1,564 @@
+"""The kubernetes store backend (bootstrap/store_kube.py) against kmock through tests/support/kshim.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kmock._internal import enums
+
+from attest.errors import CounterRegressed
+from attest.tpm import Counters
+from bootstrap.kube import Kube, KubeUnavailable
+from bootstrap.problems import NodeNameConflict, NodeRevoked, SessionReused
+from bootstrap.store import Attestation, NodeRecord, StoreUnavailable, open_store
+from bootstrap.store.kube import (
+    ANN_AUDIT,
+    ANN_COUNTERS,
+    ANN_SESSIONS,
+    LABEL_EK,
+    MAX_AUDIT,
+    KubeStore,
+)
+from tests.support.kshim import ShimEmulator
+
+pytestmark = pytest.mark.kmock(cls=ShimEmulator)
+
+G, V, P = "nodegate.io", "v1alpha1", "nodeattestations"
+RES = f"{G}/{V}/{P}"
+PATH = f"/apis/{G}/{V}/{P}"
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+EK_A = "a" * 64
+EK_B = "b" * 64
+C0 = Counters(1, 0, 100)
+
+
+class Ticker:
+    """Store clock: one second per reading, from T0 (so sessions expiring at T0+60 s stay live)."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        self.now += timedelta(seconds=1)
+        return self.now
+
+
+def make_att(
+    node: str = "gpu-1", ek: str = EK_A, *, serial: str = "01", counters: Counters = C0, at: datetime = T0
+) -> Attestation:
+    return Attestation(
+        node_name=node,
+        ek_sha256=ek,
+        ak_public=b"\x00\x10ak-" + node.encode(),
+        spiffe_id=f"spiffe://example.org/node/{node}",
+        counters=counters,
+        svid_serial=serial,
+        attested_at=at,
+        expires_at=at + timedelta(hours=1),
+    )
+
+
+def allow(_existing: NodeRecord | None) -> None:
+    return None
+
+
+async def commit(
+    store: KubeStore,
+    att: Attestation,
+    session: str,
+    action: str = "join",
+    check: Callable[[NodeRecord | None], None] = allow,
+    exp: datetime = T0 + timedelta(seconds=60),
+) -> NodeRecord:
+    return await store.commit(att, session_id=session, session_expires_at=exp, action=action, check=check)
+
+
+class HookedKube(Kube):
+    """A Kube that runs ``after_get`` once a read has its answer and before the caller sees it:
+    exactly the window in which another replica's write makes the reader's version stale."""
+
+    after_get: Callable[[], Awaitable[None]] | None = None
+
+    async def get_cluster_object(
+        self, group: str, version: str, plural: str, name: str
+    ) -> dict[str, Any] | None:
+        out = await super().get_cluster_object(group, version, plural, name)
+        hook, self.after_get = self.after_get, None
+        if hook is not None:
+            await hook()
+        return out
+
+    after_list: Callable[[], Awaitable[None]] | None = None
+
+    async def list_cluster_objects(
+        self, group: str, version: str, plural: str, *, label_selector: str | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        out = await super().list_cluster_objects(group, version, plural, label_selector=label_selector)
+        hook, self.after_list = self.after_list, None
+        if hook is not None:
+            await hook()
+        return out
+
+
+@pytest.fixture
+async def kubes(kmock: Any) -> AsyncIterator[tuple[HookedKube, HookedKube]]:
+    kmock.resources[RES] = {"kind": "NodeAttestation", "namespaced": False}
+    a = HookedKube.for_host(str(kmock.url), timeout=2.0)
+    b = HookedKube.for_host(str(kmock.url), timeout=2.0)
+    yield a, b
+    await a.close()
+    await b.close()
+
+
+@pytest.fixture
+def stores(kubes: tuple[HookedKube, HookedKube]) -> tuple[KubeStore, KubeStore]:
+    """Two replicas of the service sharing one API server."""
+    return (
+        KubeStore(kubes[0], clock=Ticker(), backoff=0.0),
+        KubeStore(kubes[1], clock=Ticker(), backoff=0.0),
+    )
+
+
+@pytest.fixture
+def store(stores: tuple[KubeStore, KubeStore]) -> KubeStore:
+    return stores[0]
+
+
+def stored(kmock: Any, name: str = "gpu-1") -> dict[str, Any]:
+    raw: dict[str, Any] = kmock.objects[RES, None, name].raw
+    return raw
+
+
+def annotation(kmock: Any, key: str, name: str = "gpu-1") -> Any:
+    return json.loads(stored(kmock, name)["metadata"]["annotations"][key])
+
+
+# -- records ----------------------------------------------------------------------------------
+
+
+async def test_record_round_trip_and_object_layout(kmock: Any, store: KubeStore) -> None:
+    rec = await commit(store, make_att(), "s1")
+    assert rec == NodeRecord(
+        node_name="gpu-1",
+        ek_sha256=EK_A,
+        ak_public=b"\x00\x10ak-gpu-1",
+        spiffe_id="spiffe://example.org/node/gpu-1",
+        counters=C0,
+        attested_at=T0,
+        expires_at=T0 + timedelta(hours=1),
+        revoked=False,
+        svid_serials=("01",),
+    )
+    assert await store.get("gpu-1") == rec
+    obj = stored(kmock)
+    assert obj["apiVersion"] == "nodegate.io/v1alpha1"
+    assert obj["kind"] == "NodeAttestation"
+    assert obj["spec"] == {"ekSha256": EK_A, "spiffeId": "spiffe://example.org/node/gpu-1", "revoked": False}
+    assert obj["status"] == {"attestedAt": "2026-03-01T12:00:00Z", "expiresAt": "2026-03-01T13:00:00Z"}
+    assert obj["metadata"]["labels"] == {LABEL_EK: EK_A[:63]}
+    assert annotation(kmock, ANN_COUNTERS) == {"resetCount": 1, "restartCount": 0, "clock": 100}
+    assert [s["id"] for s in annotation(kmock, ANN_SESSIONS)] == ["s1"]
+    # every write is a merge patch (never the client's JSON-patch default)
+    patches = list(kmock[enums.method.PATCH])
+    assert patches
+    assert all(p.headers["Content-Type"] == "application/merge-patch+json" for p in patches)
+
+
+async def test_renewal_updates_and_keeps_history(kmock: Any, store: KubeStore) -> None:
+    await commit(store, make_att(), "s1")
+    for i in range(2, 40):
+        at = T0 + timedelta(seconds=i)
+        await commit(
+            store, make_att(serial=f"{i:x}", counters=Counters(1, 0, 100 + i), at=at), f"s{i}", "renew"
+        )
+    rec = await store.get("gpu-1")
+    assert rec is not None
+    assert rec.counters == Counters(1, 0, 139)
+    assert rec.svid_serials == tuple(f"{i:x}" for i in range(8, 40))  # the newest 32
+    assert rec.attested_at == T0 + timedelta(seconds=39)
+    assert len(annotation(kmock, ANN_AUDIT)) == MAX_AUDIT
+    assert [e.action for e in await store.audit("gpu-1", limit=3)] == ["renew"] * 3
+
+
+async def test_microseconds_survive(store: KubeStore) -> None:
+    at = T0 + timedelta(microseconds=123456)
+    rec = await commit(store, make_att(at=at), "s1")
+    assert (await store.get("gpu-1")) == rec
+    assert rec.attested_at == at
+
+
+async def test_list_nodes_and_open_store(kubes: tuple[HookedKube, HookedKube], tmp_path: Path) -> None:
+    store = await open_store("kubernetes", state_dir=tmp_path, kube=kubes[0])
+    assert isinstance(store, KubeStore)
+    assert await store.list_nodes() == []
+    exp = T0 + timedelta(days=3650)  # this store uses the real clock
+    for name, ek in (("gpu-2", EK_B), ("gpu-1", EK_A)):
+        await store.commit(
+            make_att(name, ek), session_id=f"s-{name}", session_expires_at=exp, action="join", check=allow
+        )
+    assert [r.node_name for r in await store.list_nodes()] == ["gpu-1", "gpu-2"]
+    await store.close()
+
+
+# -- single use and serialisation across replicas -----------------------------------------------
+
+
+async def test_one_session_on_two_replicas_wins_once(kmock: Any, stores: tuple[KubeStore, KubeStore]) -> None:
+    a, b = stores
+    await commit(a, make_att(), "s0")  # the object exists: both replicas race on a patch
+    results = await asyncio.gather(
+        *(commit(s, make_att(serial=f"{i:02x}"), "shared", "renew") for i, s in enumerate([a, b, a, b])),
+        return_exceptions=True,
+    )
+    wins = [r for r in results if isinstance(r, NodeRecord)]
+    assert len(wins) == 1, results
+    assert all(isinstance(r, SessionReused) for r in results if r not in wins)
+    assert await b.session_used("shared", node_name="gpu-1")
+    assert await a.session_used("shared")
+    rec = await b.get("gpu-1")
+    assert rec is not None
+    assert rec.svid_serials == ("01", wins[0].svid_serials[-1])
+
+
+async def test_first_join_on_two_replicas_wins_once(kmock: Any, stores: tuple[KubeStore, KubeStore]) -> None:
+    a, b = stores
+    results = await asyncio.gather(
+        commit(a, make_att(serial="0a"), "shared"),
+        commit(b, make_att(serial="0b"), "shared"),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(r, NodeRecord) for r in results) == 1, results
+    assert sum(isinstance(r, SessionReused) for r in results) == 1
+    posts = [r for r in kmock[enums.method.POST] if r.resource.plural == "nodeattestations"]
+    assert len(posts) == 2  # both created; one got 409 and re-read
+
+
+async def test_two_names_racing_with_one_ek_bind_one(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], stores: tuple[KubeStore, KubeStore]
+) -> None:
+    """Replica B binds gpu-2 to the EK after replica A's reverse lookup found nothing: the EK
+    claim (a Lease, created atomically) still refuses A's gpu-1."""
+    a, b = stores
+    won: list[NodeRecord] = []
+
+    async def other_replica() -> None:
+        won.append(await commit(b, make_att("gpu-2"), "s-b"))
+
+    kubes[0].after_list = other_replica
+    with pytest.raises(NodeNameConflict, match="gpu-2"):
+        await commit(a, make_att("gpu-1"), "s-a")
+    assert [r.node_name for r in won] == ["gpu-2"]
+    assert await a.get("gpu-1") is None
+    lease = kmock.objects["coordination.k8s.io/v1/leases", "nodegate", f"ek-{EK_A}"].raw
+    assert lease["spec"]["holderIdentity"] == "gpu-2"
+
+
+async def test_a_stale_ek_claim_is_taken_over_a_young_one_is_not(kmock: Any, store: KubeStore) -> None:
+    async def claim(holder: str, at: datetime, ek: str) -> None:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": f"ek-{ek}", "namespace": "nodegate"},
+            "spec": {"holderIdentity": holder, "acquireTime": at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
+        }
+        await store._kube.create_lease("nodegate", body)
+
+    await claim("ghost", T0 - timedelta(hours=1), EK_A)  # a crash between claim and write, long ago
+    assert (await commit(store, make_att("gpu-1"), "s1")).node_name == "gpu-1"
+    lease = kmock.objects["coordination.k8s.io/v1/leases", "nodegate", f"ek-{EK_A}"].raw
+    assert lease["spec"]["holderIdentity"] == "gpu-1"
+    await claim("gpu-9", T0, EK_B)  # another name's join in progress right now
+    with pytest.raises(NodeNameConflict, match="right now"):
+        await commit(store, make_att("gpu-2", EK_B), "s2")
+
+
+async def test_forget_releases_the_ek_claim(kmock: Any, store: KubeStore) -> None:
+    await commit(store, make_att("gpu-1"), "s1")
+    with pytest.raises(NodeNameConflict):
+        await commit(store, make_att("gpu-2"), "s2")
+    assert await store.forget("gpu-1", actor="alice", reason="re-imaged as gpu-2")
+    assert ("coordination.k8s.io/v1/leases", "nodegate", f"ek-{EK_A}") not in kmock.objects
+    assert (await commit(store, make_att("gpu-2"), "s3")).node_name == "gpu-2"
+
+
+async def test_stale_version_rereads_and_rechecks(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], stores: tuple[KubeStore, KubeStore]
+) -> None:
+    a, b = stores
+    await commit(a, make_att(), "s0")
+    seen: list[Counters | None] = []
+
+    def monotonic(existing: NodeRecord | None) -> None:
+        seen.append(existing.counters if existing else None)
+
+    async def other_replica_renews() -> None:
+        await commit(b, make_att(serial="bb", counters=Counters(1, 0, 200)), "s-b", "renew")
+
+    kubes[0].after_get = other_replica_renews
+    rec = await commit(a, make_att(serial="aa", counters=Counters(1, 0, 300)), "s-a", "renew", monotonic)
+    assert seen == [C0, Counters(1, 0, 200)]  # check ran again on the fresh record
+    assert rec.svid_serials == ("01", "bb", "aa")
+    assert [s["id"] for s in annotation(kmock, ANN_SESSIONS)] == ["s0", "s-b", "s-a"]
+
+
+async def test_stale_version_with_the_same_session_is_reused(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], stores: tuple[KubeStore, KubeStore]
+) -> None:
+    a, b = stores
+    await commit(a, make_att(), "s0")
+
+    async def other_replica_finishes_it() -> None:
+        await commit(b, make_att(serial="bb"), "shared", "renew")
+
+    kubes[0].after_get = other_replica_finishes_it
+    with pytest.raises(SessionReused):
+        await commit(a, make_att(serial="aa"), "shared", "renew")
+    rec = await a.get("gpu-1")
+    assert rec is not None
+    assert rec.svid_serials == ("01", "bb")
+
+
+async def test_a_check_that_fails_after_a_conflict_writes_nothing(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], stores: tuple[KubeStore, KubeStore]
+) -> None:
+    a, b = stores
+    await commit(a, make_att(), "s0")
+
+    def no_regression(existing: NodeRecord | None) -> None:
+        if existing and existing.counters and existing.counters > Counters(1, 0, 150):
+            raise CounterRegressed("counters went back")
+
+    async def other_replica_renews() -> None:
+        await commit(b, make_att(serial="bb", counters=Counters(1, 0, 200)), "s-b", "renew")
+
+    kubes[0].after_get = other_replica_renews
+    with pytest.raises(CounterRegressed):
+        await commit(a, make_att(serial="aa", counters=Counters(1, 0, 150)), "s-a", "renew", no_regression)
+    assert not await a.session_used("s-a", node_name="gpu-1")
+
+
+async def test_endless_conflicts_are_unavailable(kmock: Any, kubes: tuple[HookedKube, HookedKube]) -> None:
+    b = KubeStore(kubes[1], clock=Ticker(), backoff=0.0)
+    a = KubeStore(kubes[0], clock=Ticker(), backoff=0.0, attempts=3)
+    await commit(a, make_att(), "s0")
+    n = [0]
+
+    async def again() -> None:
+        n[0] += 1
+        await commit(b, make_att(serial=f"{n[0]:02x}"), f"b{n[0]}", "renew")
+        if n[0] < 5:
+            kubes[0].after_get = again
+
+    kubes[0].after_get = again
+    with pytest.raises(StoreUnavailable, match="conflicting after 3 attempts"):
+        await commit(a, make_att(serial="aa"), "s-a", "renew")
+
+
+async def test_failed_check_writes_nothing(kmock: Any, store: KubeStore) -> None:
+    def refuse(_existing: NodeRecord | None) -> None:
+        raise NodeRevoked("revoked")
+
+    with pytest.raises(NodeRevoked):
+        await commit(store, make_att(), "s1", check=refuse)
+    assert (RES, None, "gpu-1") not in kmock.objects
+    assert not await store.session_used("s1")
+
+
+async def test_ek_bound_to_another_name_conflicts(kmock: Any, store: KubeStore) -> None:
+    await commit(store, make_att("gpu-1", EK_A), "s1")
+    with pytest.raises(NodeNameConflict, match="gpu-1"):
+        await commit(store, make_att("gpu-2", EK_A), "s2")
+    assert (RES, None, "gpu-2") not in kmock.objects
+    assert kmock[enums.action.LIST][-1].params["labelSelector"] == f"{LABEL_EK}={EK_A[:63]}"
+    # a label match alone (first 63 hex digits) is not a binding
+    other = EK_A[:63] + "f"
+    assert (await commit(store, make_att("gpu-3", other), "s3")).ek_sha256 == other
+
+
+# -- status: the gate's fields, crash repair ----------------------------------------------------
+
+
+async def test_gate_status_fields_are_preserved(kmock: Any, store: KubeStore) -> None:
+    await commit(store, make_att(), "s1")
+    kmock.objects[RES, None, "gpu-1"].patch(
+        {"status": {"phase": "Held", "reason": "packages-pending", "packages": [{"cr": "x"}]}}
+    )
+    later = T0 + timedelta(minutes=30)
+    await commit(store, make_att(serial="02", at=later), "s2", "renew")
+    await store.revoke("gpu-1", actor="alice", reason="r")
+    status = stored(kmock)["status"]
+    assert status == {
+        "phase": "Held",
+        "reason": "packages-pending",
+        "packages": [{"cr": "x"}],
+        "attestedAt": "2026-03-01T12:30:00Z",
+        "expiresAt": "2026-03-01T13:30:00Z",
+    }
+
+
+async def test_status_lost_in_a_crash_is_repaired_on_read(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], store: KubeStore
+) -> None:
+    await commit(store, make_att(), "s1")
+    calls: list[bool] = []
+    real = Kube.patch_cluster_object
+
+    async def no_status(self: Kube, *args: Any, status: bool = False) -> dict[str, Any]:
+        calls.append(status)
+        if status:
+            raise KubeUnavailable("crash")
+        return await real(self, *args, status=status)
+
+    later = T0 + timedelta(minutes=30)
+    kubes[0].patch_cluster_object = no_status.__get__(kubes[0])  # type: ignore[method-assign]
+    rec = await commit(store, make_att(serial="02", at=later), "s2", "renew")
+    assert calls == [False, True]
+    assert stored(kmock)["status"]["attestedAt"] == "2026-03-01T12:00:00Z"  # behind
+    del kubes[0].patch_cluster_object
+    assert await store.get("gpu-1") == rec  # the annotation copies win over a stale status
+    assert stored(kmock)["status"]["attestedAt"] == "2026-03-01T12:30:00Z"  # and it was re-published
+
+
+async def test_status_edited_by_an_admin_wins(kmock: Any, store: KubeStore) -> None:
+    await commit(store, make_att(), "s1")
+    kmock.objects[RES, None, "gpu-1"].patch({"status": {"expiresAt": "2026-03-01T12:05:00Z"}})
+    rec = await store.get("gpu-1")
+    assert rec is not None
+    assert rec.expires_at == T0 + timedelta(minutes=5)
+
+
+# -- admin operations, audit, prune ---------------------------------------------------------------
+
+
+async def test_revoke_forget_and_audit(kmock: Any, store: KubeStore) -> None:
+    await commit(store, make_att("gpu-1"), "s1")
+    await commit(store, make_att("gpu-2", EK_B), "s2")
+    await store.record_refusal("gpu-1", "node_name_conflict", "another EK asked for this name")
+    await store.record_refusal("ghost", "proof_invalid", "no object for this one")
+    assert (RES, None, "ghost") not in kmock.objects  # refusals never create objects
+    assert (await store.revoke("gpu-1", actor="alice", reason="lost")).revoked
+    assert stored(kmock)["spec"]["revoked"] is True
+    assert not (await store.revoke("gpu-1", actor="bob", reason="found", revoked=False)).revoked
+    with pytest.raises(KeyError):
+        await store.revoke("ghost", actor="alice", reason="?")
+
+    kmock.objects[RES, None, "gpu-1"].patch({"status": {"phase": "Ready"}})
+    assert await store.forget("gpu-1", actor="alice", reason="re-imaged")
+    assert not await store.forget("gpu-1", actor="alice", reason="again")
+    assert await store.get("gpu-1") is None
+    assert [r.node_name for r in await store.list_nodes()] == ["gpu-2"]
+    with pytest.raises(KeyError):
+        await store.revoke("gpu-1", actor="alice", reason="gone")
+    obj = stored(kmock)  # the object stays as a tombstone: audit and used sessions kept
+    assert "ekSha256" not in obj["spec"]
+    assert LABEL_EK not in obj["metadata"].get("labels", {})
+    assert obj["status"] == {"phase": "Ready"}  # not attested any more, the gate's field kept
+    assert await store.session_used("s1", node_name="gpu-1")
+
+    entries = await store.audit()
+    assert [(e.node_name, e.action, e.actor) for e in entries] == [
+        ("gpu-1", "forget", "alice"),
+        ("gpu-1", "unrevoke", "bob"),
+        ("gpu-1", "revoke", "alice"),
+        ("gpu-1", "refused", "node"),
+        ("gpu-2", "join", "node"),
+        ("gpu-1", "join", "node"),
+    ]
+    assert entries[3].code == "node_name_conflict"
+    assert [e.action for e in await store.audit("gpu-1", limit=2)] == ["forget", "unrevoke"]
+    assert await store.audit("ghost") == []
+
+    # the name and the EK are free again; a replay of an old session is still refused
+    with pytest.raises(SessionReused):
+        await commit(store, make_att("gpu-1", EK_A), "s1")
+    rec = await commit(store, make_att("gpu-1", "c" * 64, serial="09"), "s9")
+    assert rec.svid_serials == ("09",)
+    assert not rec.revoked
+    assert stored(kmock)["status"]["phase"] == "Ready"
+    assert len(await store.audit("gpu-1")) == 6
+
+
+async def test_prune_drops_expired_sessions(kmock: Any, store: KubeStore) -> None:
+    for i, exp in enumerate(
+        [T0 + timedelta(seconds=30), T0 + timedelta(seconds=40), T0 + timedelta(hours=1)]
+    ):
+        await commit(store, make_att(serial=f"{i + 1:02x}"), f"s{i}", "renew", exp=exp)
+    await commit(store, make_att("gpu-2", EK_B), "t0", exp=T0 + timedelta(seconds=10))
+    assert await store.prune(T0 + timedelta(minutes=1)) == 3
+    assert [s["id"] for s in annotation(kmock, ANN_SESSIONS)] == ["s2"]
+    assert annotation(kmock, ANN_SESSIONS, "gpu-2") == []
+    assert await store.prune(T0 + timedelta(minutes=1)) == 0
+    assert not await store.session_used("s0")
+    assert await store.session_used("s2")
+
+
+async def test_writes_drop_expired_sessions(kmock: Any, kubes: tuple[HookedKube, HookedKube]) -> None:
+    clock = Ticker()
+    store = KubeStore(kubes[0], clock=clock, backoff=0.0)
+    await commit(store, make_att(), "s1", exp=T0 + timedelta(seconds=30))
+    clock.now = T0 + timedelta(minutes=5)
+    await commit(store, make_att(serial="02"), "s2", "renew", exp=T0 + timedelta(minutes=6))
+    assert [s["id"] for s in annotation(kmock, ANN_SESSIONS)] == ["s2"]
+
+
+# -- failures -------------------------------------------------------------------------------------
+
+
+async def test_unreachable_api_is_unavailable() -> None:
+    dead = Kube.for_host("http://127.0.0.1:9", timeout=1.0)
+    store = KubeStore(dead, backoff=0.0)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.get("gpu-1")
+        with pytest.raises(StoreUnavailable):
+            await commit(store, make_att(), "s1")
+        with pytest.raises(StoreUnavailable):
+            await store.list_nodes()
+    finally:
+        await dead.close()
+
+
+async def test_api_errors_are_unavailable(kmock: Any, store: KubeStore) -> None:
+    kmock[f"get {PATH}/gpu-1"] << 503 << {"kind": "Status", "code": 503, "message": "etcd"}
+    with pytest.raises(StoreUnavailable, match="503"):
+        await commit(store, make_att(), "s1")
+
+
+async def test_damaged_objects_are_refused_not_trusted(kmock: Any, store: KubeStore) -> None:
+    await commit(store, make_att("gpu-1"), "s1")
+    await commit(store, make_att("gpu-2", EK_B), "s2")
+    kmock.objects[RES, None, "gpu-1"].patch({"metadata": {"annotations": {ANN_SESSIONS: "{not json"}}})
+    with pytest.raises(StoreUnavailable, match="gpu-1"):
+        await store.get("gpu-1")
+    with pytest.raises(StoreUnavailable, match="gpu-1"):
+        await commit(store, make_att("gpu-1", serial="02"), "s3", "renew")
+    assert [r.node_name for r in await store.list_nodes()] == ["gpu-2"]  # one bad object hides no other
+    kmock.objects[RES, None, "gpu-2"].patch({"metadata": {"annotations": {ANN_AUDIT: "[1, 2"}}})
+    assert (await store.get("gpu-2")) is not None  # a damaged audit trail is only dropped
+    kmock.objects[RES, None, "gpu-2"].patch({"spec": {"ekSha256": "XYZ"}})
+    with pytest.raises(StoreUnavailable, match="ekSha256"):
+        await store.get("gpu-2")
+
+
+async def test_objects_made_elsewhere_read_without_bookkeeping(kmock: Any, store: KubeStore) -> None:
+    kmock.objects[RES, None, "gpu-7"] = {
+        "apiVersion": f"{G}/{V}",
+        "kind": "NodeAttestation",
+        "metadata": {"name": "gpu-7", "resourceVersion": "7"},
+        "spec": {"ekSha256": EK_B, "spiffeId": "spiffe://example.org/node/gpu-7"},
+    }
+    rec = await store.get("gpu-7")
+    assert rec is not None
+    assert (rec.ak_public, rec.counters, rec.attested_at, rec.revoked, rec.svid_serials) == (
+        b"",
+        None,
+        None,
+        False,
+        (),
+    )
