@@ -1,17 +1,17 @@
 # nodegate: one Makefile for a fresh Debian machine (root, or a user with sudo).
-#   make deps   Debian packages: swtpm, swtpm-tools, libtss2-dev, pkg-config, build tools
+#   make deps   Debian packages: swtpm, swtpm-tools, tpm2-tools (tpm2_eventlog), libtss2-dev, build tools
 #   make venv   .venv with nodegate (editable) and the test extras
 #   make helm   .venv/bin/helm for the chart tests (scripts/get-helm.sh)
 #   make test   the test suite (what CI runs)
 #   make bench  benchmarks in tests/bench/
 #   make demo   local demo on the embedded defaults
-#   make lint   ruff + mypy --strict
+#   make lint   ruff + mypy --strict + import contracts (lint-imports, pyproject.toml)
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-DEBS   := swtpm swtpm-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
+DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
           python3-venv python3-dev openssl ca-certificates
 
 .PHONY: deps venv helm test bench demo lint clean
@@ -50,13 +50,20 @@ test: $(VENV)/.venv-done $(VENV)/bin/helm
 bench: $(VENV)/.venv-done
 	$(PY) -m tests.bench
 
-demo: $(VENV)/.venv-done
+# The demo's emulated Kubernetes API (kmock) is the extra nodegate[demo]; `pip install .` alone
+# gives a working `nodegate serve` and `nodegate join`.
+$(VENV)/.demo-done: $(VENV)/.venv-done
+	$(PY) -m pip install -q -e '.[demo]'
+	@touch $@
+
+demo: $(VENV)/.demo-done
 	$(VENV)/bin/nodegate demo
 
 lint: $(VENV)/.venv-done
 	$(VENV)/bin/ruff check attest admission bootstrap tests
 	$(VENV)/bin/ruff format --check attest admission bootstrap tests
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -102,6 +102,26 @@ class CounterRegressed(AttestationError):
     code = "counter_regressed"
 
 
+class EventLogInvalid(AttestationError):
+    """The measured-boot event log does not parse: truncated, oversized, trailing bytes, an
+    impossible PCR index, bank or digest size."""
+
+    code = "event_log_invalid"
+
+
+class EventLogMismatch(AttestationError):
+    """The event log does not replay to the PCR values the TPM quoted."""
+
+    code = "event_log_mismatch"
+
+
+class MeasuredBootViolation(AttestationError):
+    """The replayed event log breaks the measured-boot policy; the detail names the event (number,
+    PCR, type) and the rule."""
+
+    code = "measured_boot_violation"
+
+
 class CsrInvalid(AttestationError):
     """The PKCS#10 CSR does not parse, is not self-signed correctly, uses a weak key, or does not
     name ``CN=system:node:<node_name>, O=system:nodes`` exactly (and nothing else)."""
@@ -123,5 +143,8 @@ ALL_ERRORS: tuple[type[AttestationError], ...] = (
     PcrPolicyViolation,
     ClockUnsafe,
     CounterRegressed,
+    EventLogInvalid,
+    EventLogMismatch,
+    MeasuredBootViolation,
     CsrInvalid,
 )

@@ -1,0 +1,152 @@
+"""UEFI structures that measured-boot events carry (UEFI 2.x; TCG PC Client PFP section 10.2).
+
+Pure and bounded: every parser takes the bytes of one event and raises ``ValueError`` for
+anything that does not fit; callers turn that into "this event's data cannot be used".
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import Final
+
+GLOBAL_VARIABLE: Final = uuid.UUID("8be4df61-93ca-11d2-aa0d-00e098032b8c")
+IMAGE_SECURITY_DATABASE: Final = uuid.UUID("d719b2cb-3d3a-4596-a3bc-dad00e67656f")
+SHIM_LOCK: Final = uuid.UUID("605dab50-e046-4300-abb6-3dd810dd8b23")
+CERT_X509: Final = uuid.UUID("a5c059a1-94e4-4aa7-87b5-ab155c2bf072")
+CERT_SHA256: Final = uuid.UUID("c1c41626-504c-4092-aca9-41f936934328")
+
+MAX_NAME_CHARS: Final = 1024
+MAX_SIGNATURES: Final = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class Variable:
+    """UEFI_VARIABLE_DATA: which variable, and its value as measured."""
+
+    guid: uuid.UUID
+    name: str
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """One EFI_SIGNATURE_DATA of an EFI_SIGNATURE_LIST: its type, owner and data (a DER
+    certificate for CERT_X509, a 32-byte image digest for CERT_SHA256, other types kept raw)."""
+
+    type: uuid.UUID
+    owner: uuid.UUID
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ImageLoad:
+    """UEFI_IMAGE_LOAD_EVENT: where the image was, and its device path (raw)."""
+
+    location: int
+    length: int
+    link_time_address: int
+    device_path: bytes
+
+
+def variable(data: bytes, *, value_to_end: bool = False) -> Variable:
+    """Parse UEFI_VARIABLE_DATA; the name and value lengths must account for every byte, unless
+    ``value_to_end``: then the value is every byte after the name (the shim quirk below)."""
+    if len(data) < 32:
+        raise ValueError("UEFI_VARIABLE_DATA is shorter than its header")
+    guid = uuid.UUID(bytes_le=data[:16])
+    name_chars, value_len = struct.unpack_from("<QQ", data, 16)
+    if name_chars > MAX_NAME_CHARS:
+        raise ValueError(f"variable name of {name_chars} characters")
+    end = 32 + 2 * name_chars + value_len
+    if value_to_end and 32 + 2 * name_chars <= len(data):
+        end = len(data)
+    if end != len(data):
+        raise ValueError(f"UEFI_VARIABLE_DATA sizes add up to {end} bytes, the event holds {len(data)}")
+    raw_name = data[32 : 32 + 2 * name_chars]
+    try:
+        name = raw_name.decode("utf-16-le")
+    except UnicodeDecodeError:
+        raise ValueError("variable name is not UTF-16") from None
+    return Variable(guid, name.rstrip("\x00"), data[32 + 2 * name_chars :])
+
+
+def signature_lists(value: bytes) -> list[Signature]:
+    """Every signature of a sequence of EFI_SIGNATURE_LISTs (the value of PK, KEK, db, dbx)."""
+    out: list[Signature] = []
+    pos = 0
+    while pos < len(value):
+        if len(value) - pos < 28:
+            raise ValueError("EFI_SIGNATURE_LIST shorter than its header")
+        stype = uuid.UUID(bytes_le=value[pos : pos + 16])
+        list_size, header_size, sig_size = struct.unpack_from("<III", value, pos + 16)
+        if list_size < 28 or pos + list_size > len(value):
+            raise ValueError(f"EFI_SIGNATURE_LIST of {list_size} bytes at offset {pos}")
+        if sig_size < 16:
+            raise ValueError(f"EFI_SIGNATURE_DATA of {sig_size} bytes")
+        body = list_size - 28 - header_size
+        if body < 0 or body % sig_size:
+            raise ValueError("EFI_SIGNATURE_LIST size is not a whole number of signatures")
+        start = pos + 28 + header_size
+        for at in range(start, start + body, sig_size):
+            if len(out) >= MAX_SIGNATURES:
+                raise ValueError(f"more than {MAX_SIGNATURES} signatures")
+            owner = uuid.UUID(bytes_le=value[at : at + 16])
+            out.append(Signature(stype, owner, value[at + 16 : at + sig_size]))
+        pos += list_size
+    return out
+
+
+def der_length(data: bytes) -> int | None:
+    """The length of the DER SEQUENCE at the start of ``data`` (header included), or None."""
+    if len(data) < 2 or data[0] != 0x30:
+        return None
+    first = data[1]
+    if first < 0x80:
+        total = 2 + first
+    elif 0x81 <= first <= 0x83 and len(data) >= 2 + (first & 0x7F):
+        n = first & 0x7F
+        total = 2 + n + int.from_bytes(data[2 : 2 + n], "big")
+    else:
+        return None
+    return total if total <= len(data) else None
+
+
+def signature_data(value: bytes) -> Signature | None:
+    """The certificate an EV_EFI_VARIABLE_AUTHORITY value carries: one EFI_SIGNATURE_DATA (owner +
+    certificate) when it comes from db, a bare certificate from shim (vendor certificate,
+    MokList); bytes after the certificate (old shim) are not part of it. None otherwise."""
+    for start in (16, 0):
+        size = der_length(value[start:])
+        if size is not None:
+            owner = uuid.UUID(bytes_le=value[:16]) if start else uuid.UUID(int=0)
+            return Signature(CERT_X509, owner, value[start : start + size])
+    return None
+
+
+def image_load(data: bytes) -> ImageLoad:
+    if len(data) < 32:
+        raise ValueError("UEFI_IMAGE_LOAD_EVENT shorter than its header")
+    location, length, link, path_len = struct.unpack_from("<QQQQ", data, 0)
+    if 32 + path_len != len(data):
+        raise ValueError("UEFI_IMAGE_LOAD_EVENT device path length does not match the event size")
+    return ImageLoad(location, length, link, data[32:])
+
+
+def device_path_text(path: bytes) -> str:
+    """The file path nodes of a device path ("\\EFI\\BOOT\\BOOTX64.EFI"); other nodes are
+    summarised by their type. Best effort for display; never raises."""
+    parts: list[str] = []
+    pos = 0
+    while pos + 4 <= len(path):
+        ntype, subtype, length = path[pos], path[pos + 1], int.from_bytes(path[pos + 2 : pos + 4], "little")
+        if length < 4 or pos + length > len(path):
+            break
+        if ntype == 0x7F:  # end of the device path
+            break
+        if ntype == 0x04 and subtype == 0x04:  # media: file path, UTF-16
+            text = path[pos + 4 : pos + length].decode("utf-16-le", errors="replace").rstrip("\x00")
+            parts.append(text)
+        pos += length
+    return "".join(parts)

@@ -1,0 +1,236 @@
+"""TCG PC Client firmware event log records: the two wire formats, bounded and strict. Pure.
+
+The log is what the firmware left in ``/sys/kernel/security/tpm0/binary_bios_measurements``
+(TCG PC Client Platform Firmware Profile, section 10). Two formats exist:
+
+- crypto-agile: a first event in the SHA-1 format (EV_NO_ACTION, "Spec ID Event03") that lists
+  the banks and their digest sizes, then TCG_PCR_EVENT2 records with one digest per bank;
+- SHA-1 only: TCG_PCClientPCREvent records throughout (older firmware).
+
+``attest.eventlog`` builds the log from these records; every failure here is
+:class:`~attest.errors.EventLogInvalid` (``event_log_invalid``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from attest.errors import EventLogInvalid
+
+MAX_LOG_BYTES: Final = 1024 * 1024  # the protocol's limit for the raw log
+MAX_EVENTS: Final = 16384  # real firmware logs hold tens to a few thousand events
+MAX_PCR: Final = 23
+MAX_BANKS: Final = 8
+
+EV_NO_ACTION: Final = 0x00000003
+EV_SEPARATOR: Final = 0x00000004
+
+# TPM_ALG_ID -> (bank name, hashlib name); SM3 only where the local OpenSSL offers it.
+HASHES: Final[dict[int, tuple[str, str]]] = {
+    0x0004: ("sha1", "sha1"),
+    0x000B: ("sha256", "sha256"),
+    0x000C: ("sha384", "sha384"),
+    0x000D: ("sha512", "sha512"),
+    0x0012: ("sm3_256", "sm3"),
+}
+DIGEST_SIZES: Final = {0x0004: 20, 0x000B: 32, 0x000C: 48, 0x000D: 64, 0x0012: 32}
+
+EVENT_TYPES: Final[dict[int, str]] = {
+    0x00000000: "EV_PREBOOT_CERT",
+    0x00000001: "EV_POST_CODE",
+    0x00000002: "EV_UNUSED",
+    0x00000003: "EV_NO_ACTION",
+    0x00000004: "EV_SEPARATOR",
+    0x00000005: "EV_ACTION",
+    0x00000006: "EV_EVENT_TAG",
+    0x00000007: "EV_S_CRTM_CONTENTS",
+    0x00000008: "EV_S_CRTM_VERSION",
+    0x00000009: "EV_CPU_MICROCODE",
+    0x0000000A: "EV_PLATFORM_CONFIG_FLAGS",
+    0x0000000B: "EV_TABLE_OF_DEVICES",
+    0x0000000C: "EV_COMPACT_HASH",
+    0x0000000D: "EV_IPL",
+    0x0000000E: "EV_IPL_PARTITION_DATA",
+    0x0000000F: "EV_NONHOST_CODE",
+    0x00000010: "EV_NONHOST_CONFIG",
+    0x00000011: "EV_NONHOST_INFO",
+    0x00000012: "EV_OMIT_BOOT_DEVICE_EVENTS",
+    0x00000013: "EV_POST_CODE2",
+    0x80000001: "EV_EFI_VARIABLE_DRIVER_CONFIG",
+    0x80000002: "EV_EFI_VARIABLE_BOOT",
+    0x80000003: "EV_EFI_BOOT_SERVICES_APPLICATION",
+    0x80000004: "EV_EFI_BOOT_SERVICES_DRIVER",
+    0x80000005: "EV_EFI_RUNTIME_SERVICES_DRIVER",
+    0x80000006: "EV_EFI_GPT_EVENT",
+    0x80000007: "EV_EFI_ACTION",
+    0x80000008: "EV_EFI_PLATFORM_FIRMWARE_BLOB",
+    0x80000009: "EV_EFI_HANDOFF_TABLES",
+    0x8000000A: "EV_EFI_PLATFORM_FIRMWARE_BLOB2",
+    0x8000000B: "EV_EFI_HANDOFF_TABLES2",
+    0x8000000C: "EV_EFI_VARIABLE_BOOT2",
+    0x8000000D: "EV_EFI_GPT_EVENT2",
+    0x80000010: "EV_EFI_HCRTM_EVENT",
+    0x800000E0: "EV_EFI_VARIABLE_AUTHORITY",
+    0x800000E1: "EV_EFI_SPDM_FIRMWARE_BLOB",
+    0x800000E2: "EV_EFI_SPDM_FIRMWARE_CONFIG",
+    0x800000E3: "EV_EFI_SPDM_DEVICE_POLICY",
+    0x800000E4: "EV_EFI_SPDM_DEVICE_AUTHORITY",
+}
+
+SPEC_ID_03: Final = b"Spec ID Event03\x00"
+SPEC_ID_LEGACY: Final = (b"Spec ID Event00\x00", b"Spec ID Event02\x00")
+_STARTUP_LOCALITY: Final = b"StartupLocality\x00"
+
+
+def event_type_name(event_type: int) -> str:
+    return EVENT_TYPES.get(event_type, f"EV_UNKNOWN_0x{event_type:08x}")
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One record. ``number`` counts from 0 in log order, the Spec ID event included (as
+    ``tpm2_eventlog`` numbers them). ``digests`` maps bank name to digest."""
+
+    number: int
+    pcr: int
+    type: int
+    digests: Mapping[str, bytes]
+    data: bytes
+
+    @property
+    def type_name(self) -> str:
+        return event_type_name(self.type)
+
+    def where(self) -> str:
+        """How a message names this event: number, PCR and type."""
+        return f"event {self.number} (PCR {self.pcr}, {self.type_name})"
+
+
+@dataclass(frozen=True, slots=True)
+class SpecId:
+    """The Spec ID event of a crypto-agile log: which banks every later event may carry."""
+
+    platform_class: int
+    version: tuple[int, int, int]  # major, minor, errata
+    uintn_size: int
+    algorithms: tuple[tuple[int, int], ...]  # (TPM_ALG_ID, digest size) in log order
+    vendor_info: bytes
+
+
+def hashlib_name(bank: str) -> str:
+    for name, lib in HASHES.values():
+        if name == bank:
+            return lib
+    raise EventLogInvalid(f"bank {bank} cannot be replayed")
+
+
+class Reader:
+    __slots__ = ("data", "pos")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int, what: str) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise EventLogInvalid(f"event log ends inside {what} at offset {self.pos}")
+        out = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def u8(self, what: str) -> int:
+        return self.take(1, what)[0]
+
+    def u16(self, what: str) -> int:
+        return int(struct.unpack("<H", self.take(2, what))[0])
+
+    def u32(self, what: str) -> int:
+        return int(struct.unpack("<I", self.take(4, what))[0])
+
+    @property
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+
+def _pcr(value: int, event_type: int, number: int) -> int:
+    # EV_NO_ACTION records are never extended; firmware files some under PCR 0xFFFFFFFF.
+    if value > MAX_PCR and event_type != EV_NO_ACTION:
+        raise EventLogInvalid(f"event {number} names PCR {value} (at most {MAX_PCR})")
+    return value
+
+
+def _data(r: Reader, number: int) -> bytes:
+    size = r.u32(f"event {number}'s data size")
+    if size > r.left:
+        raise EventLogInvalid(f"event {number} claims {size} bytes of data; {r.left} are left")
+    return r.take(size, f"event {number}'s data")
+
+
+def sha1_event(r: Reader, number: int) -> Event:
+    raw_pcr = r.u32(f"event {number}'s PCR index")
+    etype = r.u32(f"event {number}'s type")
+    pcr = _pcr(raw_pcr, etype, number)
+    digest = r.take(20, f"event {number}'s SHA-1 digest")
+    return Event(number, pcr, etype, {"sha1": digest}, _data(r, number))
+
+
+def spec_id(data: bytes) -> SpecId:
+    r = Reader(data)
+    r.take(16, "the Spec ID signature")
+    platform_class = r.u32("the Spec ID platform class")
+    minor, major, errata, uintn = r.u8("spec"), r.u8("spec"), r.u8("spec"), r.u8("spec")
+    count = r.u32("the Spec ID algorithm count")
+    if not 1 <= count <= MAX_BANKS:
+        raise EventLogInvalid(f"the Spec ID event lists {count} algorithms (1 to {MAX_BANKS})")
+    algs: list[tuple[int, int]] = []
+    for _ in range(count):
+        alg, size = r.u16("an algorithm id"), r.u16("a digest size")
+        if any(a == alg for a, _ in algs):
+            raise EventLogInvalid(f"the Spec ID event lists algorithm 0x{alg:04x} twice")
+        known = DIGEST_SIZES.get(alg)
+        if known is not None and known != size:
+            raise EventLogInvalid(f"the Spec ID event gives algorithm 0x{alg:04x} a {size}-byte digest")
+        if not 1 <= size <= 64:
+            raise EventLogInvalid(f"the Spec ID event gives algorithm 0x{alg:04x} a {size}-byte digest")
+        algs.append((alg, size))
+    vendor = r.take(r.u8("the vendor info size"), "the vendor info")
+    if r.left:
+        raise EventLogInvalid(f"the Spec ID event has {r.left} trailing bytes")
+    return SpecId(platform_class, (major, minor, errata), uintn, tuple(algs), vendor)
+
+
+def agile_event(r: Reader, number: int, sizes: Mapping[int, int]) -> Event:
+    raw_pcr = r.u32(f"event {number}'s PCR index")
+    etype = r.u32(f"event {number}'s type")
+    pcr = _pcr(raw_pcr, etype, number)
+    count = r.u32(f"event {number}'s digest count")
+    if count > len(sizes):
+        raise EventLogInvalid(f"event {number} carries {count} digests; the log has {len(sizes)} banks")
+    digests: dict[str, bytes] = {}
+    seen: set[int] = set()
+    for _ in range(count):
+        alg = r.u16(f"event {number}'s digest algorithm")
+        size = sizes.get(alg)
+        if size is None:
+            raise EventLogInvalid(f"event {number} carries a digest for 0x{alg:04x}, not a bank of this log")
+        if alg in seen:
+            raise EventLogInvalid(f"event {number} carries two digests for 0x{alg:04x}")
+        seen.add(alg)
+        value = r.take(size, f"event {number}'s digest")
+        if alg in HASHES:
+            digests[HASHES[alg][0]] = value
+    return Event(number, pcr, etype, digests, _data(r, number))
+
+
+def startup_locality(ev: Event) -> int | None:
+    if ev.type != EV_NO_ACTION or ev.pcr != 0 or not ev.data.startswith(_STARTUP_LOCALITY):
+        return None
+    if len(ev.data) != len(_STARTUP_LOCALITY) + 1:
+        raise EventLogInvalid(f"{ev.where()}: a StartupLocality event holds one byte after its signature")
+    locality = ev.data[-1]
+    if locality not in (0, 3, 4):
+        raise EventLogInvalid(f"{ev.where()}: StartupLocality {locality} (0, 3 or 4)")
+    return locality

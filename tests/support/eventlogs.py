@@ -1,0 +1,159 @@
+"""Build TCG PC Client event logs for tests: swtpm has no firmware, so the tests write the log a
+firmware would have written, byte for byte per the PFP specification (section 10)."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+ALGS = {"sha1": (0x0004, 20), "sha256": (0x000B, 32), "sha384": (0x000C, 48)}
+GLOBAL_VARIABLE = uuid.UUID("8be4df61-93ca-11d2-aa0d-00e098032b8c")
+IMAGE_SECURITY_DATABASE = uuid.UUID("d719b2cb-3d3a-4596-a3bc-dad00e67656f")
+CERT_SHA256 = uuid.UUID("c1c41626-504c-4092-aca9-41f936934328")
+
+EV_NO_ACTION = 0x3
+EV_SEPARATOR = 0x4
+EV_POST_CODE = 0x1
+EV_S_CRTM_VERSION = 0x8
+EV_IPL = 0xD
+EV_EFI_VARIABLE_DRIVER_CONFIG = 0x80000001
+EV_EFI_VARIABLE_BOOT = 0x80000002
+EV_EFI_BOOT_SERVICES_APPLICATION = 0x80000003
+EV_EFI_ACTION = 0x80000007
+EV_EFI_VARIABLE_AUTHORITY = 0x800000E0
+
+
+@dataclass
+class Ev:
+    pcr: int
+    type: int
+    data: bytes
+    measured: bytes | None = None  # what the digest is over (default: data)
+    digests: dict[str, bytes] = field(default_factory=dict)  # overrides, per bank
+
+    def digest(self, bank: str) -> bytes:
+        if bank in self.digests:
+            return self.digests[bank]
+        return hashlib.new(bank, self.data if self.measured is None else self.measured).digest()
+
+
+def variable_data(guid: uuid.UUID, name: str, value: bytes) -> bytes:
+    encoded = name.encode("utf-16-le")
+    return guid.bytes_le + struct.pack("<QQ", len(name), len(value)) + encoded + value
+
+
+def secure_boot(on: bool) -> Ev:
+    return Ev(
+        7,
+        EV_EFI_VARIABLE_DRIVER_CONFIG,
+        variable_data(GLOBAL_VARIABLE, "SecureBoot", b"\x01" if on else b"\x00"),
+    )
+
+
+def dbx(*digests: bytes) -> Ev:
+    owner = uuid.UUID(int=7).bytes_le
+    body = b"".join(owner + d for d in digests)
+    esl = CERT_SHA256.bytes_le + struct.pack("<III", 28 + len(body), 0, 16 + 32) + body
+    return Ev(7, EV_EFI_VARIABLE_DRIVER_CONFIG, variable_data(IMAGE_SECURITY_DATABASE, "dbx", esl))
+
+
+def authority(cert_der: bytes) -> Ev:
+    value = uuid.UUID(int=9).bytes_le + cert_der
+    return Ev(7, EV_EFI_VARIABLE_AUTHORITY, variable_data(IMAGE_SECURITY_DATABASE, "db", value))
+
+
+def application(image_digest_sha256: bytes, path: str = "\\EFI\\BOOT\\BOOTX64.EFI") -> Ev:
+    text = (path + "\x00").encode("utf-16-le")
+    node = bytes([4, 4]) + struct.pack("<H", 4 + len(text)) + text
+    device_path = node + bytes([0x7F, 0xFF, 4, 0])
+    data = struct.pack("<QQQQ", 0x1000, 0x2000, 0, len(device_path)) + device_path
+    return Ev(
+        4,
+        EV_EFI_BOOT_SERVICES_APPLICATION,
+        data,
+        digests={
+            "sha256": image_digest_sha256,
+            "sha1": hashlib.sha1(image_digest_sha256, usedforsecurity=False).digest(),
+        },
+    )
+
+
+def grub(prefix: str, text: str, pcr: int = 8) -> Ev:
+    return Ev(pcr, EV_IPL, f"{prefix}: {text}".encode() + b"\x00", measured=text.encode())
+
+
+def separator(pcr: int) -> Ev:
+    return Ev(pcr, EV_SEPARATOR, b"\x00\x00\x00\x00")
+
+
+def spec_id(banks: Sequence[str]) -> bytes:
+    body = b"Spec ID Event03\x00" + struct.pack("<IBBBB", 0, 0, 2, 0, 2) + struct.pack("<I", len(banks))
+    for bank in banks:
+        alg, size = ALGS[bank]
+        body += struct.pack("<HH", alg, size)
+    return body + b"\x00"
+
+
+def build(
+    events: Sequence[Ev], banks: Sequence[str] = ("sha1", "sha256"), *, locality: int | None = None
+) -> bytes:
+    """A crypto-agile log: the Spec ID event, an optional StartupLocality event, then ``events``."""
+    sid = spec_id(banks)
+    out = struct.pack("<II", 0, EV_NO_ACTION) + bytes(20) + struct.pack("<I", len(sid)) + sid
+    agile = list(events)
+    if locality is not None:
+        agile.insert(
+            0,
+            Ev(
+                0,
+                EV_NO_ACTION,
+                b"StartupLocality\x00" + bytes([locality]),
+                digests={b: bytes(ALGS[b][1]) for b in banks},
+            ),
+        )
+    for ev in agile:
+        out += struct.pack("<III", ev.pcr, ev.type, len(banks))
+        for bank in banks:
+            out += struct.pack("<H", ALGS[bank][0]) + ev.digest(bank)
+        out += struct.pack("<I", len(ev.data)) + ev.data
+    return out
+
+
+def replay(events: Sequence[Ev], bank: str, *, locality: int | None = None) -> dict[int, bytes]:
+    """What a TPM holds after the firmware extended ``events`` (independent of attest/)."""
+    size = ALGS[bank][1]
+    pcrs: dict[int, bytes] = {}
+    for ev in events:
+        if ev.type == EV_NO_ACTION:
+            continue
+        start = bytes(size - 1) + bytes([locality]) if ev.pcr == 0 and locality is not None else bytes(size)
+        pcrs[ev.pcr] = hashlib.new(bank, pcrs.get(ev.pcr, start) + ev.digest(bank)).digest()
+    return pcrs
+
+
+def boot(
+    *,
+    secure: bool = True,
+    kernel: str = "/vmlinuz-6.8 root=/dev/sda1 ro",
+    shim: bytes = b"\x11" * 32,
+    cert_der: bytes = b"",
+) -> list[Ev]:
+    """A plausible Linux boot: CRTM, Secure Boot variables, separators, shim + grub + kernel."""
+    events = [
+        Ev(0, EV_S_CRTM_VERSION, "1.0".encode("utf-16-le") + b"\x00\x00"),
+        Ev(0, EV_POST_CODE, b"firmware", measured=b"firmware volume bytes"),
+        secure_boot(secure),
+        dbx(b"\xaa" * 32, b"\xbb" * 32),
+        *(separator(pcr) for pcr in range(8)),
+        application(shim, "\\EFI\\ubuntu\\shimx64.efi"),
+        application(b"\x22" * 32, "\\EFI\\ubuntu\\grubx64.efi"),
+        grub("grub_cmd", "linux /vmlinuz-6.8 root=/dev/sda1 ro"),
+        grub("kernel_cmdline", kernel),
+        application(b"\x33" * 32, "\\vmlinuz-6.8"),
+    ]
+    if cert_der:
+        events.insert(8, authority(cert_der))
+    return events
