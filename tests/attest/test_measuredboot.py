@@ -1,0 +1,143 @@
+"""attest.measuredboot: the measured-boot policy judges proven facts, names the event and the rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+
+from attest import bootevents, eventlog, measuredboot
+from attest.errors import MeasuredBootViolation
+from tests.support import eventlogs as el
+from tests.support.certs import self_signed
+
+DATA = Path(__file__).parent / "data" / "eventlogs"
+SHIM = b"\x11" * 32
+_, CERT = self_signed("Fleet Secure Boot CA")
+CERT_DER = CERT.public_bytes(serialization.Encoding.DER)
+
+
+def _facts(events: list[el.Ev], pcrs: range = range(10)) -> bootevents.BootFacts:
+    log = eventlog.parse(el.build(events))
+    return bootevents.facts(log.events, bank="sha256", pcrs=pcrs)
+
+
+def _policy(**cls: object) -> measuredboot.MeasuredBootPolicy:
+    return measuredboot.policy_from_obj({"classes": [{"name": "gpu", **cls}]})
+
+
+GOOD = _policy(
+    secure_boot="required",
+    authorities=["CN=Fleet Secure Boot CA"],
+    dbx_required=["aa" * 32],
+    boot_applications=[SHIM.hex(), "22" * 32, "33" * 32],
+    kernel_cmdlines=["/vmlinuz-6.8 root=/dev/sda1 ro"],
+)
+
+
+def test_a_good_boot_matches_its_class() -> None:
+    result = measuredboot.enforce(GOOD, _facts(el.boot(cert_der=CERT_DER)))
+    assert (result.ok, result.matched_class) == (True, "gpu")
+
+
+def test_secure_boot_off_is_refused_with_the_event_named() -> None:
+    with pytest.raises(
+        MeasuredBootViolation,
+        match=r"event 3 \(PCR 7, EV_EFI_VARIABLE_DRIVER_CONFIG\): Secure "
+        r"Boot is off \(rule secure_boot\)",
+    ) as info:
+        measuredboot.enforce(GOOD, _facts(el.boot(secure=False, cert_der=CERT_DER)))
+    assert info.value.code == "measured_boot_violation"
+
+
+def test_an_unknown_kernel_is_refused_with_the_event_named() -> None:
+    events = el.boot(cert_der=CERT_DER)
+    events[-1] = el.application(b"\x44" * 32, "\\vmlinuz-evil")
+    facts = _facts(events)
+    with pytest.raises(
+        MeasuredBootViolation,
+        match=r"PCR 4, EV_EFI_BOOT_SERVICES_APPLICATION\): boot application "
+        r"4444.*is not allowed \(rule boot_applications\)",
+    ):
+        measuredboot.enforce(GOOD, facts)
+
+
+def test_an_unknown_authority_and_command_line_are_refused() -> None:
+    _, other = self_signed("Somebody Else")
+    facts = _facts(el.boot(cert_der=other.public_bytes(serialization.Encoding.DER), kernel="init=/bin/sh"))
+    result = measuredboot.evaluate(GOOD, facts)
+    assert not result.ok
+    assert {f.rule for f in result.violations} == {"authorities", "kernel_cmdlines"}
+    assert "authority CN=Somebody Else (db) is not allowed" in result.reason
+
+
+def test_a_missing_dbx_entry_is_refused() -> None:
+    result = measuredboot.evaluate(_policy(dbx_required=["cc" * 32]), _facts(el.boot()))
+    assert [f.rule for f in result.violations] == ["dbx_required"]
+
+
+def test_kernel_command_line_rules_need_pcr8_in_the_quote() -> None:
+    result = measuredboot.evaluate(
+        _policy(kernel_cmdlines=["/vmlinuz-6.8 root=/dev/sda1 ro"]), _facts(el.boot(), pcrs=range(8))
+    )
+    assert not result.ok
+    assert "no proven kernel command line in PCR 8" in result.reason
+
+
+def test_unproven_secure_boot_is_not_on() -> None:
+    events = el.boot(secure=False)
+    forged = el.secure_boot(True)
+    forged.digests = {b: events[2].digest(b) for b in ("sha1", "sha256")}
+    events[2] = forged
+    result = measuredboot.evaluate(measuredboot.policy_from_obj({"secure_boot": "required"}), _facts(events))
+    assert not result.ok
+    assert "does not hash to its digest" in result.reason
+
+
+def test_warn_classes_report_and_admit() -> None:
+    policy = measuredboot.policy_from_obj(
+        {"classes": [{"name": "w", "mode": "warn", "secure_boot": "required"}]}
+    )
+    result = measuredboot.enforce(policy, _facts(el.boot(secure=False)))
+    assert result.ok
+    assert [f.rule for f in result.warnings] == ["secure_boot"]
+
+
+def test_the_top_level_secure_boot_applies_without_classes() -> None:
+    policy = measuredboot.policy_from_obj({"secure_boot": "required"})
+    assert measuredboot.evaluate(policy, _facts(el.boot())).ok
+    assert not measuredboot.evaluate(policy, _facts(el.boot(secure=False))).ok
+    assert measuredboot.evaluate(measuredboot.policy_from_obj({}), _facts(el.boot(secure=False))).ok
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        ({"classes": [{"name": "x"}]}, "has no rule"),
+        ({"classes": [{"name": "x", "boot_applications": ["zz"]}]}, "not a SHA-256"),
+        ({"classes": [{"name": "x", "secure_boot": "required"}] * 2}, "unique"),
+        ({"secure_boot": "maybe"}, "secure_boot"),
+        ({"extra": 1}, "extra"),
+    ],
+)
+def test_bad_policies_are_refused_at_load(doc: object, reason: str) -> None:
+    with pytest.raises(measuredboot.MeasuredBootPolicyError, match=reason):
+        measuredboot.policy_from_obj(doc)
+
+
+@pytest.mark.parametrize("name", ["event-moklisttrusted.bin", "rhel8-uefi.bin", "cos-101-amd-sev.bin"])
+def test_a_class_learned_from_a_real_log_admits_it_and_refuses_secure_boot_off(name: str) -> None:
+    log = eventlog.parse((DATA / name).read_bytes())
+    facts = bootevents.facts(log.events, bank="sha256", pcrs=range(10))
+    learned = measuredboot.learn([facts], name="fleet", cmdlines=True)
+    assert learned.secure_boot == "required"
+    policy = measuredboot.MeasuredBootPolicy(classes=(learned,))
+    assert measuredboot.enforce(policy, facts).matched_class == "fleet"
+    off = bootevents.facts(
+        eventlog.parse((DATA / "ubuntu_2104_shielded_vm_no_secure_boot_eventlog").read_bytes()).events,
+        bank="sha256",
+        pcrs=range(10),
+    )
+    with pytest.raises(MeasuredBootViolation, match="rule secure_boot"):
+        measuredboot.enforce(policy, off)
