@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bootstrap.cli import eventlog
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -79,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
         "--policy", action="append", default=[], type=Path, metavar="FILE", help="PackagePolicy YAML"
     )
     audit.add_argument("objects", nargs="+", type=Path, metavar="FILE")
+    eventlog.add_learn_arguments(
+        psub.add_parser("learn", help="write a measured_boot class from known-good nodes' event logs")
+    )
+    elog = sub.add_parser("eventlog", help="measured-boot event logs")
+    esub = elog.add_subparsers(dest="eventlog_command", metavar="ACTION", required=True)
+    eventlog.add_inspect_arguments(esub.add_parser("inspect", help="parse and replay an event log"))
     from bootstrap.store import backup  # noqa: PLC0415  (argument definitions; no TPM or HTTP import)
 
     backup.add_backup_arguments(
@@ -94,6 +102,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "eventlog":
+        return eventlog.inspect(args)
+    if args.command == "policy" and args.policy_command == "learn":
+        return eventlog.learn(args)
     if args.command == "policy":
         from bootstrap.service import policyfiles as policytool  # noqa: PLC0415
 
