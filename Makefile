@@ -47,7 +47,10 @@ helm: $(VENV)/bin/helm
 test: $(VENV)/.venv-done $(VENV)/bin/helm
 	$(PY) -m pytest -q
 
+# keylime's measured-boot parser (the eventlog benchmark's baseline) loads libefivar.
 bench: $(VENV)/.venv-done
+	@dpkg -s libefivar1 >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends libefivar1; }
 	$(PY) -m tests.bench
 
 # The demo's emulated Kubernetes API (kmock) is the extra nodegate[demo]; `pip install .` alone

@@ -19,7 +19,7 @@ from typing import ClassVar, Final
 from cryptography import x509
 
 from attest import efi
-from attest.tcglog import EV_NO_ACTION, EV_SEPARATOR, Event, hashlib_name
+from attest.tcglog import EV_NO_ACTION, EV_SEPARATOR, Event, hasher
 
 EV_ACTION: Final = 0x00000005
 EV_IPL: Final = 0x0000000D
@@ -81,7 +81,7 @@ class BootFacts:
 
 
 def _hash(bank: str, data: bytes) -> bytes:
-    return hashlib.new(hashlib_name(bank), data).digest()
+    return bytes(hasher(bank)(data).digest())
 
 
 def data_matches(ev: Event, bank: str, data: bytes) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 GLOBAL_VARIABLE: Final = uuid.UUID("8be4df61-93ca-11d2-aa0d-00e098032b8c")
 IMAGE_SECURITY_DATABASE: Final = uuid.UUID("d719b2cb-3d3a-4596-a3bc-dad00e67656f")
@@ -30,13 +30,12 @@ class Variable:
     value: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class Signature:
+class Signature(NamedTuple):
     """One EFI_SIGNATURE_DATA of an EFI_SIGNATURE_LIST: its type, owner and data (a DER
     certificate for CERT_X509, a 32-byte image digest for CERT_SHA256, other types kept raw)."""
 
     type: uuid.UUID
-    owner: uuid.UUID
+    owner: bytes  # the owner GUID as stored (16 bytes, little-endian fields); uuid.UUID(bytes_le=...)
     data: bytes
 
 
@@ -92,8 +91,7 @@ def signature_lists(value: bytes) -> list[Signature]:
         for at in range(start, start + body, sig_size):
             if len(out) >= MAX_SIGNATURES:
                 raise ValueError(f"more than {MAX_SIGNATURES} signatures")
-            owner = uuid.UUID(bytes_le=value[at : at + 16])
-            out.append(Signature(stype, owner, value[at + 16 : at + sig_size]))
+            out.append(Signature(stype, value[at : at + 16], value[at + 16 : at + sig_size]))
         pos += list_size
     return out
 
@@ -120,7 +118,7 @@ def signature_data(value: bytes) -> Signature | None:
     for start in (16, 0):
         size = der_length(value[start:])
         if size is not None:
-            owner = uuid.UUID(bytes_le=value[:16]) if start else uuid.UUID(int=0)
+            owner = value[:16] if start else bytes(16)
             return Signature(CERT_X509, owner, value[start : start + size])
     return None
 

@@ -12,7 +12,7 @@ to hash to their digests. Every failure is :class:`~attest.errors.EventLogInvali
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from attest import bootevents
@@ -23,13 +23,12 @@ from attest.tcglog import (
     MAX_EVENTS,
     MAX_LOG_BYTES,
     SPEC_ID_03,
-    SPEC_ID_LEGACY,
     Event,
-    Reader,
     SpecId,
-    agile_event,
+    agile_records,
+    hasher,
     hashlib_name,
-    sha1_event,
+    sha1_records,
     spec_id,
     startup_locality,
 )
@@ -45,23 +44,25 @@ class EventLog:
     startup_locality: int | None = None
     unknown_algorithms: tuple[int, ...] = field(default=())  # listed in the Spec ID, not replayable
 
-    def replay(self) -> dict[str, dict[int, bytes]]:
-        """Every PCR that any event extends, per bank, from the reset value (PCR 0 starts at the
-        StartupLocality value when the log records one)."""
+    def replay(self, banks: Collection[str] | None = None) -> dict[str, dict[int, bytes]]:
+        """Every PCR that any event extends, per bank (all of the log's, or ``banks``), from the
+        reset value (PCR 0 starts at the StartupLocality value when the log records one)."""
         out: dict[str, dict[int, bytes]] = {}
         for bank in self.banks:
-            name = hashlib_name(bank)
-            size = hashlib.new(name).digest_size
+            if banks is not None and bank not in banks:
+                continue
+            new = hasher(bank)
+            size = new(b"").digest_size
             pcrs: dict[int, bytes] = {}
             for ev in self.events:
-                if ev.type == EV_NO_ACTION:
-                    continue
                 digest = ev.digests.get(bank)
-                if digest is None:
+                if digest is None or ev.type == EV_NO_ACTION:
                     continue
-                if ev.pcr not in pcrs:
-                    pcrs[ev.pcr] = self.reset_value(ev.pcr, size)
-                pcrs[ev.pcr] = hashlib.new(name, pcrs[ev.pcr] + digest).digest()
+                pcr = ev.pcr
+                current = pcrs.get(pcr)
+                if current is None:
+                    current = self.reset_value(pcr, size)
+                pcrs[pcr] = new(current + digest).digest()
             out[bank] = pcrs
         return out
 
@@ -88,22 +89,16 @@ def parse(data: bytes) -> EventLog:
         raise EventLogInvalid("the event log is empty")
     if len(data) > MAX_LOG_BYTES:
         raise EventLogInvalid(f"the event log is larger than {MAX_LOG_BYTES} bytes")
-    r = Reader(data)
-    first = sha1_event(r, 0)
+    (first,), pos = sha1_records(data, 0, 0, 1)
     spec: SpecId | None = None
-    events = [first]
     if first.type == EV_NO_ACTION and first.data.startswith(SPEC_ID_03):
         if first.pcr != 0 or any(first.digests["sha1"]):
             raise EventLogInvalid("the Spec ID event must be for PCR 0 with a zero digest")
         spec = spec_id(first.data)
-    elif first.type == EV_NO_ACTION and first.data.startswith(SPEC_ID_LEGACY):
-        pass  # a TPM 1.2-era log: SHA-1 records throughout
-    sizes = dict(spec.algorithms) if spec else {}
-    while r.left:
-        number = len(events)
-        if number >= MAX_EVENTS:
-            raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
-        events.append(agile_event(r, number, sizes) if spec else sha1_event(r, number))
+        rest = agile_records(data, pos, 1, MAX_EVENTS - 1, dict(spec.algorithms))
+    else:  # SHA-1 records throughout (a TPM 1.2-era "Spec ID Event00/02" log, or none at all)
+        rest, _ = sha1_records(data, pos, 1, MAX_EVENTS - 1)
+    events = [first, *rest]
     locality = None
     for ev in events[1:] if spec else events:
         found = startup_locality(ev)
@@ -131,7 +126,7 @@ def _available(bank: str) -> bool:
 def verify_replay(log: EventLog, quoted: Mapping[str, Mapping[int, bytes]]) -> dict[str, dict[int, bytes]]:
     """Require the replay of every quoted PCR to equal the quoted (signed) value; returns the
     replay. A quoted bank the log has no digests for cannot be shown and is a mismatch."""
-    replayed = log.replay()
+    replayed = log.replay(banks=[b for b, v in quoted.items() if v])
     for bank, values in quoted.items():
         if not values:
             continue

@@ -13,10 +13,11 @@ The log is what the firmware left in ``/sys/kernel/security/tpm0/binary_bios_mea
 
 from __future__ import annotations
 
+import hashlib
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, NamedTuple
 
 from attest.errors import EventLogInvalid
 
@@ -85,14 +86,22 @@ SPEC_ID_LEGACY: Final = (b"Spec ID Event00\x00", b"Spec ID Event02\x00")
 _STARTUP_LOCALITY: Final = b"StartupLocality\x00"
 
 
+_CONSTRUCTORS: Final[dict[str, Callable[[bytes], Any]]] = {
+    "sha1": hashlib.sha1,
+    "sha256": hashlib.sha256,
+    "sha384": hashlib.sha384,
+    "sha512": hashlib.sha512,
+}
+
+
 def event_type_name(event_type: int) -> str:
     return EVENT_TYPES.get(event_type, f"EV_UNKNOWN_0x{event_type:08x}")
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
     """One record. ``number`` counts from 0 in log order, the Spec ID event included (as
-    ``tpm2_eventlog`` numbers them). ``digests`` maps bank name to digest."""
+    ``tpm2_eventlog`` numbers them). ``digests`` maps bank name to digest. A named tuple: logs
+    hold thousands of these and a tuple is the cheapest immutable record to build."""
 
     number: int
     pcr: int
@@ -118,6 +127,15 @@ class SpecId:
     uintn_size: int
     algorithms: tuple[tuple[int, int], ...]  # (TPM_ALG_ID, digest size) in log order
     vendor_info: bytes
+
+
+def hasher(bank: str) -> Callable[[bytes], Any]:
+    """The hashlib constructor of a bank (faster than ``hashlib.new`` per extend)."""
+    fn = _CONSTRUCTORS.get(bank)
+    if fn is None:
+        name = hashlib_name(bank)
+        return lambda data: hashlib.new(name, data)
+    return fn
 
 
 def hashlib_name(bank: str) -> str:
@@ -162,19 +180,93 @@ def _pcr(value: int, event_type: int, number: int) -> int:
     return value
 
 
-def _data(r: Reader, number: int) -> bytes:
-    size = r.u32(f"event {number}'s data size")
-    if size > r.left:
-        raise EventLogInvalid(f"event {number} claims {size} bytes of data; {r.left} are left")
-    return r.take(size, f"event {number}'s data")
+_HEAD = struct.Struct("<II")
+_AGILE_HEAD = struct.Struct("<III")
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
 
 
-def sha1_event(r: Reader, number: int) -> Event:
-    raw_pcr = r.u32(f"event {number}'s PCR index")
-    etype = r.u32(f"event {number}'s type")
-    pcr = _pcr(raw_pcr, etype, number)
-    digest = r.take(20, f"event {number}'s SHA-1 digest")
-    return Event(number, pcr, etype, {"sha1": digest}, _data(r, number))
+def _short(number: int, what: str, pos: int) -> EventLogInvalid:
+    return EventLogInvalid(f"event log ends inside event {number}'s {what} at offset {pos}")
+
+
+def _event_data(data: bytes, pos: int, number: int) -> tuple[bytes, int]:
+    """The event's data (u32 size, then the bytes) at ``pos``, and the offset after it."""
+    if pos + 4 > len(data):
+        raise _short(number, "data size", pos)
+    (size,) = _U32.unpack_from(data, pos)
+    pos += 4
+    if size > len(data) - pos:
+        raise EventLogInvalid(f"event {number} claims {size} bytes of data; {len(data) - pos} are left")
+    return data[pos : pos + size], pos + size
+
+
+def sha1_records(data: bytes, pos: int, first: int, limit: int) -> tuple[list[Event], int]:
+    """TCG_PCClientPCREvent records from ``pos`` to the end (at most ``limit`` of them, or
+    exactly one when ``limit`` is 1): the events and the offset after the last one."""
+    out: list[Event] = []
+    end = len(data)
+    number = first
+    while pos < end:
+        if len(out) >= limit:
+            if limit == 1:
+                break
+            raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
+        if pos + 28 > end:
+            raise _short(number, "header", pos)
+        raw_pcr, etype = _HEAD.unpack_from(data, pos)
+        pcr = _pcr(raw_pcr, etype, number)
+        digest = data[pos + 8 : pos + 28]
+        body, pos = _event_data(data, pos + 28, number)
+        out.append(Event(number, pcr, etype, {"sha1": digest}, body))
+        number += 1
+    return out, pos
+
+
+def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[int, int]) -> list[Event]:
+    """TCG_PCR_EVENT2 records from ``pos`` to the end of ``data``; ``sizes`` maps each bank the
+    Spec ID event lists to its digest size."""
+    out: list[Event] = []
+    end = len(data)
+    number = first
+    names = {alg: HASHES[alg][0] for alg in sizes if alg in HASHES}
+    banks = len(sizes)
+    while pos < end:
+        if len(out) >= limit:
+            raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
+        if pos + 12 > end:
+            raise _short(number, "header", pos)
+        raw_pcr, etype, count = _AGILE_HEAD.unpack_from(data, pos)
+        pcr = _pcr(raw_pcr, etype, number)
+        if count > banks:
+            raise EventLogInvalid(f"event {number} carries {count} digests; the log has {banks} banks")
+        pos += 12
+        digests: dict[str, bytes] = {}
+        other: list[int] = []  # algorithms listed in the Spec ID that cannot be replayed (rare)
+        for _ in range(count):
+            if pos + 2 > end:
+                raise _short(number, "digest algorithm", pos)
+            (alg,) = _U16.unpack_from(data, pos)
+            size = sizes.get(alg)
+            if size is None:
+                raise EventLogInvalid(
+                    f"event {number} carries a digest for 0x{alg:04x}, not a bank of this log"
+                )
+            name = names.get(alg)
+            if (name in digests) if name is not None else (alg in other):
+                raise EventLogInvalid(f"event {number} carries two digests for 0x{alg:04x}")
+            pos += 2
+            if pos + size > end:
+                raise _short(number, "digest", pos)
+            if name is not None:
+                digests[name] = data[pos : pos + size]
+            else:
+                other.append(alg)
+            pos += size
+        body, pos = _event_data(data, pos, number)
+        out.append(Event(number, pcr, etype, digests, body))
+        number += 1
+    return out
 
 
 def spec_id(data: bytes) -> SpecId:
@@ -200,29 +292,6 @@ def spec_id(data: bytes) -> SpecId:
     if r.left:
         raise EventLogInvalid(f"the Spec ID event has {r.left} trailing bytes")
     return SpecId(platform_class, (major, minor, errata), uintn, tuple(algs), vendor)
-
-
-def agile_event(r: Reader, number: int, sizes: Mapping[int, int]) -> Event:
-    raw_pcr = r.u32(f"event {number}'s PCR index")
-    etype = r.u32(f"event {number}'s type")
-    pcr = _pcr(raw_pcr, etype, number)
-    count = r.u32(f"event {number}'s digest count")
-    if count > len(sizes):
-        raise EventLogInvalid(f"event {number} carries {count} digests; the log has {len(sizes)} banks")
-    digests: dict[str, bytes] = {}
-    seen: set[int] = set()
-    for _ in range(count):
-        alg = r.u16(f"event {number}'s digest algorithm")
-        size = sizes.get(alg)
-        if size is None:
-            raise EventLogInvalid(f"event {number} carries a digest for 0x{alg:04x}, not a bank of this log")
-        if alg in seen:
-            raise EventLogInvalid(f"event {number} carries two digests for 0x{alg:04x}")
-        seen.add(alg)
-        value = r.take(size, f"event {number}'s digest")
-        if alg in HASHES:
-            digests[HASHES[alg][0]] = value
-    return Event(number, pcr, etype, digests, _data(r, number))
 
 
 def startup_locality(ev: Event) -> int | None:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import admission, attest, gate, join
+from tests.bench import admission, attest, eventlog, gate, join
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
     "admission": admission.main,
     "join": join.main,
     "gate": gate.main,
+    "eventlog": eventlog.main,
 }
 
 
