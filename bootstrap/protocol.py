@@ -1,8 +1,11 @@
-"""Wire models of the join protocol (DESIGN.md, "Join protocol"); pydantic, strict, size-capped.
+"""Wire models of the join protocol (docs/protocol.md); pydantic, strict, size-capped.
 
-Requests refuse unknown fields and non-canonical base64, so one request has one meaning; responses
-are built by the server from checked values. Sizes are the largest a real TPM structure can be,
-well under the 64 KiB body limit, so a parse never allocates much for a hostile body.
+Requests refuse unknown fields and non-canonical base64, so one request has one meaning. Responses
+are built by the server from checked values and parsed by the node (bootstrap.node) with the same
+models: unknown fields are ignored there (a newer server may add some), and what the node is about
+to hand its TPM (the nonce, the PCR selection) is checked before it does. Sizes are the largest a
+real TPM structure can be, well under the 64 KiB body limit, so a parse never allocates much for a
+hostile body.
 """
 
 from __future__ import annotations
@@ -13,13 +16,27 @@ import re
 from collections.abc import Callable
 from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+)
 
-from attest.errors import MalformedInput
+from attest import wire
+from attest.errors import AttestationError, MalformedInput
+from attest.svid import MAX_ID_BYTES
+from bootstrap.times import MAX_TIME_TEXT
 
 _PCR_INDEX = re.compile(r"(?:[0-9]|1[0-9]|2[0-3])")
 _HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
 _MAX_PCR_HEX = 128  # sha512
+_MACHINE_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+NONCE_BYTES = 32
 
 
 def _b64(limit: int) -> Callable[[object], bytes]:
@@ -40,6 +57,20 @@ def _b64(limit: int) -> Callable[[object], bytes]:
 
 
 _B64 = PlainSerializer(lambda b: base64.b64encode(b).decode(), return_type=str)
+
+
+def _nonce(value: bytes) -> bytes:
+    if len(value) != NONCE_BYTES:
+        raise ValueError(f"must be {NONCE_BYTES} bytes, not {len(value)}")
+    return value
+
+
+def _selection(value: str) -> str:
+    try:
+        wire.parse_selection_string(value)
+    except AttestationError as exc:
+        raise ValueError(exc.detail) from None
+    return value
 
 
 def _pcrs(value: object) -> dict[str, dict[int, bytes]]:
@@ -84,6 +115,10 @@ Pcrs = Annotated[
 Token = Annotated[str, Field(min_length=1, max_length=8192)]
 NodeName = Annotated[str, Field(min_length=1, max_length=253)]
 Pem = Annotated[str, Field(min_length=1, max_length=16 * 1024)]
+B64Nonce = Annotated[bytes, BeforeValidator(_b64(NONCE_BYTES)), AfterValidator(_nonce), _B64]
+PcrSelection = Annotated[str, AfterValidator(_selection)]  # what wire.parse_selection_string reads
+SpiffeIdText = Annotated[str, Field(max_length=MAX_ID_BYTES)]
+TimeText = Annotated[str, Field(max_length=MAX_TIME_TEXT)]  # RFC 3339: bootstrap.times.parse_time
 
 
 class _Request(BaseModel):
@@ -91,7 +126,7 @@ class _Request(BaseModel):
 
 
 class _Response(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 M = TypeVar("M", bound=_Request)
@@ -106,11 +141,11 @@ class StartRequest(_Request):
 
 
 class StartResponse(_Response):
-    session: str
+    session: Token
     credential_blob: B64Public
     encrypted_secret: B64Public
-    nonce: B64Proof
-    pcr_selection: str
+    nonce: B64Nonce
+    pcr_selection: PcrSelection
     expires_at: str
 
 
@@ -128,11 +163,11 @@ class FinishRequest(QuoteEvidence):
 
 class FinishResponse(_Response):
     node_name: str
-    spiffe_id: str
+    spiffe_id: SpiffeIdText
     svid: str
     bundle: str
-    svid_expires_at: str
-    kubeconfig: str | None
+    svid_expires_at: TimeText
+    kubeconfig: str | None = None  # only when the service talks to a cluster
 
 
 class RenewStartRequest(_Request):
@@ -140,14 +175,30 @@ class RenewStartRequest(_Request):
 
 
 class RenewStartResponse(_Response):
-    session: str
-    nonce: B64Proof
-    pcr_selection: str
+    session: Token
+    nonce: B64Nonce
+    pcr_selection: PcrSelection
     expires_at: str
 
 
 class RenewFinishRequest(QuoteEvidence):
     pass
+
+
+class Problem(_Response):
+    """The parts of an ``application/problem+json`` refusal the node reads (docs/protocol.md,
+    "Machine codes and HTTP status")."""
+
+    code: str
+    detail: str | None = None
+    title: str | None = None
+
+    @field_validator("code")
+    @classmethod
+    def _machine_code(cls, v: str) -> str:
+        if not _MACHINE_CODE.fullmatch(v):
+            raise ValueError("not a machine code")
+        return v
 
 
 class RevokeRequest(_Request):

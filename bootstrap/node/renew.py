@@ -34,47 +34,40 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from pydantic import BaseModel, ConfigDict, Field
 
 from attest import svid as svidlib
 from bootstrap.config import parse_duration
 from bootstrap.files import read_limited
 from bootstrap.names import is_node_name
-from bootstrap.node.join import (
+from bootstrap.node.client import (
+    ServiceClient,
+    base_url,
+    check_retry_options,
+    http_session,
+    post_finish,
+    tls_context,
+    with_retries,
+)
+from bootstrap.node.credentials import (
     BUNDLE_FILE,
-    DEFAULT_TCTI,
-    EXIT_OK,
     INDEX_FILE,
     KEY_FILE,
     SVID_FILE,
-    JoinFailed,
-    JoinOptions,
-    JoinUsageError,
-    Nonce,
-    Selection,
-    _bad,
-    _base_url,
-    _checked_credentials,
-    _csr,
-    _finish,
-    _FinishResponse,
-    _Http,
-    _http_session,
-    _index,
-    _key_pem,
-    _locked,
-    _one_line,
-    _quote_evidence,
-    _read_node_key,
-    _same_key,
-    _ssl_context,
-    _Tpm,
-    _with_retries,
-    _write_files,
-    add_common_arguments,
-    check_retry_options,
-    report_failure,
+    bad_response,
+    checked_credentials,
+    folder_lock,
+    index_json,
+    key_pem,
+    node_csr,
+    read_node_key,
+    same_key,
+    write_files,
 )
+from bootstrap.node.errors import EXIT_OK, JoinFailed, JoinUsageError, one_line, report_failure
+from bootstrap.node.evidence import AsyncTpm, quote_evidence
+from bootstrap.node.join import JoinOptions, add_common_arguments
+from bootstrap.node.tpm import DEFAULT_TCTI
+from bootstrap.protocol import FinishResponse, RenewStartResponse
 
 __all__ = ["PENDING_KEY_FILE", "RenewOptions", "RenewResult", "add_renew_arguments", "renew", "renew_main"]
 
@@ -98,7 +91,7 @@ class RenewOptions:
     timeout: float = JoinOptions.timeout
 
     def __post_init__(self) -> None:
-        if not _base_url(self.server).startswith("https:"):
+        if not base_url(self.server).startswith("https:"):
             raise JoinUsageError("renewal authenticates with the SVID over TLS: the server must be https://")
         if self.before is not None and (
             not isinstance(self.before, timedelta) or self.before <= timedelta(0)
@@ -114,15 +107,6 @@ class RenewResult:
     svid_expires_at: datetime  # of the SVID now in place
     before: timedelta  # the threshold that was applied
     files: dict[str, Path] = field(default_factory=dict)  # what was written
-
-
-class _RenewStartResponse(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    session: str = Field(min_length=1, max_length=8192)
-    nonce: Nonce
-    pcr_selection: Selection
-    expires_at: str
 
 
 # -- what join left --------------------------------------------------------------------------------
@@ -146,7 +130,7 @@ def _read_index(folder: Path) -> str:
     except FileNotFoundError:
         raise JoinFailed("not_joined", f"{path} does not exist: run nodegate join first") from None
     except (OSError, ValueError) as exc:
-        raise _local(f"cannot read {path} ({_one_line(exc, 100)})") from None
+        raise _local(f"cannot read {path} ({one_line(exc, 100)})") from None
     name = doc.get("node_name") if isinstance(doc, dict) else None
     if not is_node_name(name):
         raise _local(f"{path} names no valid node_name")
@@ -161,7 +145,7 @@ def _spiffe_id_of(leaf: x509.Certificate, path: Path) -> svidlib.SpiffeId:
             raise _local(f"{path} has {len(uris)} URI SANs, not one SPIFFE ID")
         return svidlib.parse_spiffe_id(uris[0])
     except (x509.ExtensionNotFound, ValueError) as exc:  # SpiffeIdError is a ValueError
-        raise _local(f"{path} is not an X.509-SVID ({_one_line(exc, 100)})") from None
+        raise _local(f"{path} is not an X.509-SVID ({one_line(exc, 100)})") from None
 
 
 def _load_current(folder: Path) -> _Current:
@@ -174,15 +158,15 @@ def _load_current(folder: Path) -> _Current:
     except FileNotFoundError:
         raise _local(f"{svid_path} does not exist") from None
     except (OSError, ValueError) as exc:
-        raise _local(f"cannot read {svid_path} as PEM certificates ({_one_line(exc, 100)})") from None
+        raise _local(f"cannot read {svid_path} as PEM certificates ({one_line(exc, 100)})") from None
     sid = _spiffe_id_of(leaf, svid_path)
-    key = _read_node_key(key_path, "it cannot authenticate a renewal")
-    if key is None or not _same_key(leaf, key):
-        pending = _read_node_key(pending_path, "ignoring it")
-        if pending is None or not _same_key(leaf, pending):
+    key = read_node_key(key_path, "it cannot authenticate a renewal")
+    if key is None or not same_key(leaf, key):
+        pending = read_node_key(pending_path, "ignoring it")
+        if pending is None or not same_key(leaf, pending):
             raise _local(f"{svid_path} does not certify the key in {key_path}")
         log.warning("completing an interrupted renewal: %s becomes %s", pending_path, key_path)
-        _write_files(folder, {KEY_FILE: _key_pem(pending)})
+        write_files(folder, {KEY_FILE: key_pem(pending)})
     # Left by a renewal interrupted before svid.pem or after node.key: its key certifies nothing.
     with contextlib.suppress(FileNotFoundError):
         pending_path.unlink()
@@ -199,7 +183,7 @@ def _threshold(leaf: x509.Certificate, before: timedelta | None) -> timedelta:
 
 
 def _mtls_context(ca_bundle: Path, folder: Path) -> ssl.SSLContext:
-    ctx = _ssl_context(ca_bundle)
+    ctx = tls_context(ca_bundle)
     # Also the bundle the service handed out at the last join/renewal: after a CA rotation it
     # carries the new root, which a ca-bundle baked into the image does not. It came over a TLS
     # connection verified against ca_bundle, so trusting it widens nothing an attacker controls.
@@ -216,11 +200,11 @@ def _mtls_context(ca_bundle: Path, folder: Path) -> ssl.SSLContext:
     return ctx
 
 
-async def _attempt(http: _Http, tpm: _Tpm, csr_pem: str, csr_der: bytes) -> _FinishResponse:
+async def _attempt(client: ServiceClient, device: AsyncTpm, csr_pem: str, csr_der: bytes) -> FinishResponse:
     """One pass: start (CSR) -> quote over the nonce -> finish."""
-    start = await http.post(RENEW_PATH, {"csr": csr_pem}, _RenewStartResponse)
-    body = await _quote_evidence(tpm, start.session, start.nonce, start.pcr_selection, csr_der)
-    return await _finish(http, RENEW_PATH, body)
+    start = await client.post(RENEW_PATH, {"csr": csr_pem}, RenewStartResponse)
+    body = await quote_evidence(device, start.session, start.nonce, start.pcr_selection, csr_der)
+    return await post_finish(client, RENEW_PATH, body)
 
 
 async def renew(
@@ -232,11 +216,11 @@ async def renew(
 ) -> RenewResult:
     """Renew the SVID in ``opts.dir`` if it expires within ``opts.before``."""
     rng = rng if rng is not None else random.SystemRandom()
-    base = _base_url(opts.server)
+    base = base_url(opts.server)
     folder = opts.dir
     if not folder.is_dir():
         raise JoinFailed("not_joined", f"{folder} does not exist: run nodegate join first")
-    async with _locked(folder):
+    async with folder_lock(folder):
         current = _load_current(folder)
         leaf = current.leaf
         before = _threshold(leaf, opts.before)
@@ -252,13 +236,16 @@ async def renew(
             )
         ssl_ctx = _mtls_context(opts.ca_bundle, folder)
         key = ec.generate_private_key(ec.SECP256R1())  # a fresh key: a leaked old key ages out
-        csr = _csr(key, current.node_name)
+        csr = node_csr(key, current.node_name)
         csr_pem = csr.public_bytes(serialization.Encoding.PEM).decode("ascii")
         csr_der = csr.public_bytes(serialization.Encoding.DER)
-        async with _Tpm(opts.tcti, None) as tpm, _http_session(ssl_ctx, opts.timeout, "nodegate-renew") as s:
-            http = _Http(s, base, opts.ca_bundle)
-            fin = await _with_retries(
-                lambda: _attempt(http, tpm, csr_pem, csr_der),
+        async with (
+            AsyncTpm(opts.tcti, None) as device,
+            http_session(ssl_ctx, opts.timeout, "nodegate-renew") as s,
+        ):
+            client = ServiceClient(s, base, opts.ca_bundle)
+            fin = await with_retries(
+                lambda: _attempt(client, device, csr_pem, csr_der),
                 what="renew",
                 attempts=opts.attempts,
                 backoff=opts.backoff,
@@ -266,24 +253,24 @@ async def renew(
                 rng=rng,
                 logger=log,
             )
-        files = _checked_credentials(fin, key, current.node_name, RENEW_PATH)
+        files = checked_credentials(fin, key, current.node_name, RENEW_PATH)
         if fin.spiffe_id != str(current.spiffe_id):
-            raise _bad(
-                f"the new SVID is for {_one_line(fin.spiffe_id, 120)}, not {current.spiffe_id}", RENEW_PATH
+            raise bad_response(
+                f"the new SVID is for {one_line(fin.spiffe_id, 120)}, not {current.spiffe_id}", RENEW_PATH
             )
         new_leaf = x509.load_pem_x509_certificates(files[SVID_FILE])[0]
         # Order matters (see the module docstring): the pending key, then the set, index last.
-        written = _write_files(
+        written = write_files(
             folder,
-            {PENDING_KEY_FILE: _key_pem(key), BUNDLE_FILE: files[BUNDLE_FILE], SVID_FILE: files[SVID_FILE]},
+            {PENDING_KEY_FILE: key_pem(key), BUNDLE_FILE: files[BUNDLE_FILE], SVID_FILE: files[SVID_FILE]},
         )
-        written |= _write_files(folder, {KEY_FILE: _key_pem(key)})
+        written |= write_files(folder, {KEY_FILE: key_pem(key)})
         del written[PENDING_KEY_FILE]
         try:
             (folder / PENDING_KEY_FILE).unlink()
         except OSError as exc:  # harmless: the next run removes it
             log.warning("cannot remove %s: %s", folder / PENDING_KEY_FILE, exc)
-        written |= _write_files(folder, {INDEX_FILE: _index(fin)})
+        written |= write_files(folder, {INDEX_FILE: index_json(fin)})
     return RenewResult(True, fin.spiffe_id, new_leaf.not_valid_after_utc, before, written)
 
 

@@ -41,10 +41,13 @@ from tpm2_pytss import (
     TPM2B_PUBLIC,
     TPM2B_SENSITIVE_CREATE,
     TPMA_OBJECT,
+    TPML_DIGEST_VALUES,
     TPML_PCR_SELECTION,
+    TPMT_HA,
     TPMT_PUBLIC,
     TPMT_SIG_SCHEME,
     TPMT_SYM_DEF,
+    TPMU_HA,
     TSS2_Exception,
 )
 from tpm2_pytss.utils import NoSuchIndex, NVReadEK, create_ek_template
@@ -335,8 +338,6 @@ class Agent:
 
     def extend_pcr(self, index: int, data_digest: bytes, bank: str = "sha256") -> None:
         """PCR_Extend (boot scripts and tests measure things with it)."""
-        from tpm2_pytss import TPML_DIGEST_VALUES, TPMT_HA, TPMU_HA  # noqa: PLC0415
-
         alg = getattr(TPM2_ALG, bank.upper())
         ha = TPMU_HA(**{bank: data_digest})
         digests = TPML_DIGEST_VALUES([TPMT_HA(hashAlg=alg, digest=ha)])

@@ -269,7 +269,7 @@ async def test_crash_between_svid_and_key_is_completed_by_the_next_run(
             raise OSError(28, "No space left on device")
         real(path, data, mode)
 
-    monkeypatch.setattr("bootstrap.node.join.write_atomic", fail_on_key)
+    monkeypatch.setattr("bootstrap.node.credentials.write_atomic", fail_on_key)
     with pytest.raises(JoinFailed) as exc:
         await renew(ropts(svc, swtpm, tmp_path, before=timedelta(hours=2)), sleep=Sleeps())
     monkeypatch.undo()
@@ -303,7 +303,7 @@ async def test_failure_before_the_svid_leaves_the_old_pair(
             raise OSError(30, "Read-only file system")
         real(path, data, mode)
 
-    monkeypatch.setattr("bootstrap.node.join.write_atomic", fail_on_svid)
+    monkeypatch.setattr("bootstrap.node.credentials.write_atomic", fail_on_svid)
     with pytest.raises(JoinFailed):
         await renew(ropts(svc, swtpm, tmp_path, before=timedelta(hours=2)), sleep=Sleeps())
     monkeypatch.undo()
