@@ -53,6 +53,9 @@ class GateReport:
 
 
 class Gate:
+    """One gate replica: the caches, the Lease, the writer and the work queue, and the passes
+    that decide nodes with them (``reconcile``, ``reconcile_all``, ``once``, ``run``)."""
+
     def __init__(
         self,
         kube: Kube,
