@@ -1,7 +1,7 @@
 """Why a node is held: pure decisions over a Node, its NodeAttestation and the package CRs.
 
-No I/O and no clock: the gate controller passes objects and ``now``. The rules are DESIGN.md's
-"Hold taint and NodeAttestation" and the upstream completion rule (research/nodewright.md §2.3):
+No I/O and no clock: the gate controller passes objects and ``now``. The rules are those of
+docs/gate.md ("What decides"), with NodeWright's own completion rule for packages:
 a package is complete on a node when the node's state for the CR holds its *spec* version in state
 ``complete`` at stage ``post-interrupt`` (when an interrupt applies) or ``config``. Per-CR
 ``status.status`` is not trusted (it flips complete <-> in_progress between reboots).

@@ -26,13 +26,12 @@ from typing import Any, ClassVar, NoReturn
 
 from bootstrap.config import GateSettings
 from bootstrap.gate import holds
+from bootstrap.gate.cache import ATTESTATIONS
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed
 from bootstrap.names import is_node_name
 from bootstrap.times import optional_rfc3339, parse_time
 
-GROUP = "nodegate.io"
-VERSION = "v1alpha1"
-PLURAL = "nodeattestations"
+GROUP, VERSION, PLURAL = ATTESTATIONS
 DEFAULT_TAINT_KEY = GateSettings().taint_key
 PROG = "kubectl nodegate"
 NOT_SERVED_NOTE = (
@@ -43,7 +42,7 @@ WAITING_LIMIT = 80  # table cell; the JSON carries everything
 _CELL_LIMITS = (253, 48, 16, 32, WAITING_LIMIT, 8, 100)  # per column; names are at most 253
 _TEXT_LIMIT = 4096
 _ITEMS_LIMIT = 1000  # packages per node read from one object; more is malformed
-# Where the upstream completion rule can end (research/nodewright.md §2.3); used only when the
+# Where NodeWright's completion rule can end (docs/gate.md, "What decides"); used only when the
 # gate did not write its own verdict for a package.
 _DONE_STAGES = ("config", "post-interrupt")
 

@@ -1,4 +1,4 @@
-"""bootstrap/gate.py (and the Kube calls it added) against kmock through tests/support/kshim.py. Time is
+"""bootstrap/gate/ (and the Kube calls it added) against kmock through tests/support/kshim.py. Time is
 a fake clock the tests advance; reconcile()/reconcile_all() are driven directly, except for the
 run() tests (election, informers, timers), which wait for outcomes with bounded polling."""
 

@@ -234,7 +234,7 @@ class World:
     # -- the oracle ----------------------------------------------------------------------------
 
     def expected(self, name: str) -> str | None:
-        """The hold reason an exact reading of DESIGN.md gives, from the world as it is."""
+        """The hold reason an exact reading of docs/gate.md gives, from the world as it is."""
         att = self.attestations.get(name)
         if att is not None and att["spec"].get("revoked"):
             return "quarantined"
