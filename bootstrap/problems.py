@@ -1,7 +1,7 @@
 """The failures of the service and its store, and the HTTP status of every machine code.
 
 Evidence failures (``attest.errors``) and these share one base, ``AttestationError``, so one
-middleware (``bootstrap.service.app``) turns every one into ``application/problem+json`` with its
+middleware (``bootstrap.service.middleware``) turns every one into ``application/problem+json`` with its
 code; the table below decides the status. The codes are listed in docs/protocol.md.
 """
 
@@ -129,5 +129,5 @@ STATUS_BY_CODE: dict[str, int] = {
 
 
 def attestation_status(exc: AttestationError) -> int:
-    """DESIGN.md: 400 malformed, 413, 429, 409 conflict, 410 expired, 403 for every other failure."""
+    """docs/protocol.md: 400 malformed, 413, 429, 409 conflict, 410 expired, 403 for every other failure."""
     return STATUS_BY_CODE.get(exc.code, 403)

@@ -1,9 +1,9 @@
-"""The join protocol (DESIGN.md "Join protocol"): start, finish, and the two-step renewal.
+"""The join protocol (docs/protocol.md): start, finish, and the two-step renewal.
 
 Each step is a sequence of separate, named checks from ``attest`` (the SPIRE attestor habit: one
 check, one failure code). State lives in three places only: the sealed session token the node
 carries between steps, the store (bindings, counters, used sessions) and the CA. Nothing here
-speaks HTTP; ``bootstrap.service.app`` maps the exceptions to statuses.
+speaks HTTP; ``bootstrap.service.middleware`` maps the exceptions to statuses.
 """
 
 from __future__ import annotations

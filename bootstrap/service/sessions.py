@@ -53,7 +53,7 @@ class Session:
 
     @property
     def qualifying_data(self) -> bytes:
-        """What the quote must sign: SHA256(nonce || SHA256(csr_der)) (DESIGN.md)."""
+        """What the quote must sign: SHA256(nonce || SHA256(csr_der)) (docs/protocol.md)."""
         return hashlib.sha256(self.nonce + hashlib.sha256(self.csr_der).digest()).digest()
 
 

@@ -21,6 +21,7 @@ from admission.rbac import RbacEvaluator
 from admission.violations import Violation
 from admission.webhook import AuthorizerUnavailable, Decider, LocalRbac, StaticPolicies
 from bootstrap import cli
+from bootstrap.service import webhookapp
 from tests.admission.test_admission_rules import SAMPLE, policy
 from tests.support import certs
 
@@ -293,7 +294,7 @@ def _tls(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 async def endpoint(tmp_path: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
     server_ctx, client_ctx = _tls(tmp_path)
     # A short lingering close: after a 413 the server would otherwise read the unread body for 10 s.
-    runner = web.AppRunner(webhook.make_app(decider()), lingering_time=0.2)
+    runner = web.AppRunner(webhookapp.make_app(decider()), lingering_time=0.2)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
     await site.start()
@@ -437,7 +438,7 @@ async def test_readyz_follows_the_policy_source() -> None:
             return self.items
 
     flag = Flag()
-    app = webhook.make_app(Decider(flag, LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE))
+    app = webhookapp.make_app(Decider(flag, LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE))
     async with TestClient(TestServer(app)) as client:
         assert (await client.get("/readyz")).status == 503
         flag.items = POLICIES

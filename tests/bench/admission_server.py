@@ -57,7 +57,7 @@ def bare_app(parser: str = "json") -> web.Application:
 
 
 def webhook_app() -> web.Application:
-    from admission import webhook
+    from bootstrap.service import webhookapp as webhook
     from tests.bench import admission_data
 
     return webhook.make_app(admission_data.decider())

@@ -1,4 +1,4 @@
-"""The serve config: DESIGN.md defaults, YAML loading, and every refusal names what is wrong."""
+"""The serve config: the documented defaults, YAML loading, and every refusal names what is wrong."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _refused(data: object) -> str:
 # -- defaults -------------------------------------------------------------------------------------
 
 
-def test_defaults_match_design() -> None:
+def test_defaults_match_the_documentation() -> None:
     s = Settings()
     assert s.trust_domain == "example.org"
     assert s.listen == "0.0.0.0:8443"

@@ -1,4 +1,4 @@
-"""Every machine code of DESIGN.md, provoked over HTTPS against the running service, with its status.
+"""Every machine code of docs/protocol.md, provoked over HTTPS against the running service, with its status.
 
 (malformed_request, payload_too_large, csr_invalid, ek_untrusted, node_name_conflict, proof_invalid,
 pcr_digest_mismatch, quote_signature_invalid, session_unknown and session_reused also have their
@@ -25,7 +25,7 @@ from tests.support.fakes import sign_ecdsa
 from tests.support.service import EkCa, Running, running, settings_for
 from tests.support.softnode import SoftNode, b64, join, post
 
-DESIGN_CODES = {
+PROTOCOL_CODES = {
     "malformed_request": 400,
     "payload_too_large": 413,
     "rate_limited": 429,
@@ -177,7 +177,7 @@ async def svc(tmp_path: Path, ek_ca: EkCa) -> AsyncIterator[Running]:
 async def test_code_over_http(svc: Running, ek_ca: EkCa, code: str) -> None:
     async with svc.http() as http:
         status, out = await SCENARIOS[code](svc, http, ek_ca)
-    assert (status, out.get("code")) == (DESIGN_CODES[code], code), out
+    assert (status, out.get("code")) == (PROTOCOL_CODES[code], code), out
 
 
 async def test_pcr_policy_violation(tmp_path: Path, ek_ca: EkCa) -> None:
@@ -239,11 +239,11 @@ async def test_revoked_node_cannot_join_again(tmp_path: Path, ek_ca: EkCa) -> No
     assert (status, out["code"]) == (403, "node_revoked")
 
 
-def test_every_design_code_is_covered() -> None:
-    """The table above is DESIGN.md's list, every one is an evidence or join failure code, and each
+def test_every_protocol_code_is_covered() -> None:
+    """The table above is docs/protocol.md's list, every one is an evidence or join failure code, and each
     has a test here or in test_server.py."""
     ours = {cls.code for cls in (*ALL_ERRORS, *JOIN_FAILURES)}
-    assert set(DESIGN_CODES) <= ours
+    assert set(PROTOCOL_CODES) <= ours
     elsewhere = {
         "malformed_request",
         "payload_too_large",
@@ -257,4 +257,4 @@ def test_every_design_code_is_covered() -> None:
         "session_reused",
     }
     here = set(SCENARIOS) | {"pcr_policy_violation", "node_not_enrolled", "rate_limited"}
-    assert set(DESIGN_CODES) == here | elsewhere
+    assert set(PROTOCOL_CODES) == here | elsewhere

@@ -31,6 +31,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+# From the nodegate image (its python3 is the venv the package is installed in).
+from attest import ca
+from bootstrap.service import sessions
+from bootstrap.service.authority import CaStore, CaUnavailable
+
 INDEX = "index.json"
 SESSION_KEY = "session.key"
 ATTEMPTS = 8
@@ -95,8 +100,6 @@ class Api:
 
 def missing_parts(data: dict[str, Any], trust_domain: str) -> dict[str, bytes]:
     """The files to add to the Secret: a new CA when it has no index, a session key when it has none."""
-    from attest import ca  # noqa: PLC0415  (from the nodegate image; imported only when generating)
-
     add: dict[str, bytes] = {}
     if INDEX not in data:
         add.update(ca.initial(trust_domain, now=datetime.now(UTC)).dump())
@@ -161,9 +164,6 @@ def wait_for(folder: Path, seconds: float) -> None:
 
 def check(folder: Path, trust_domain: str) -> str:
     """Load the files the way `nodegate serve` will, so a bad Secret fails here with its reason."""
-    from bootstrap.service import sessions  # noqa: PLC0415
-    from bootstrap.service.authority import CaStore, CaUnavailable  # noqa: PLC0415
-
     try:
         cas = CaStore(folder, trust_domain).load()
     except CaUnavailable as exc:

@@ -1,0 +1,251 @@
+"""The admission decision: a review's request, the PackagePolicies and an authorizer in, a
+:class:`~admission.response.Decision` out. Decisions fail closed: no policies loaded, or an
+authorizer that cannot answer, is a denial that says so.
+
+The decision for a NodeWright / Skyhook CREATE or UPDATE:
+1. the CR parses and passes every structural rule;
+2. an UPDATE that changes nothing the operator acts on (spec, pause/disable) is allowed;
+3. among the PackagePolicies whose pool contains the CR's selector (name order), the first for
+   which the requester holds ``deploy`` on ``packagepolicies/<name>`` (group nodegate.io), plus
+   ``reboot`` when the change fires a reboot interrupt, and whose limits all hold, admits it;
+4. otherwise the denial lists, per candidate policy, the missing verb or the violated limits.
+
+Per-review work that does not change the answer is avoided: the CR is read and checked in one pass
+(:mod:`admission.structural`), policies are compiled when the source hands out new ones, and texts
+of candidates that do not admit are only built for a denial.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from admission import deploymentpolicy, nodes, rules
+from admission.crs import PACKAGE_GROUPS, CrView
+from admission.policy import PackagePolicy
+from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
+from admission.response import Decision
+from admission.review import Request, RequestUser
+from admission.rules import CompiledPolicy
+from admission.structural import read_package_cr
+from admission.violations import Violation
+
+POLICY_GROUP = "nodegate.io"
+POLICY_RESOURCE = "packagepolicies"
+
+
+class AuthorizerUnavailable(Exception):
+    """The authorizer could not answer (API down, timeout): the webhook denies and says so."""
+
+
+class Authorizer(Protocol):
+    async def allowed(self, user: UserInfo, attrs: ResourceAttributes) -> bool: ...
+
+
+class PolicySource(Protocol):
+    def policies(self) -> list[PackagePolicy] | None:
+        """The current PackagePolicies, or None while they are not loaded (not ready)."""
+
+
+@dataclass
+class StaticPolicies:
+    items: list[PackagePolicy]
+
+    def policies(self) -> list[PackagePolicy] | None:
+        return self.items
+
+
+@dataclass
+class LocalRbac:
+    """Authorizer over RBAC manifests (``admission.rbac_files``, ``nodegate policy test``)."""
+
+    evaluator: RbacEvaluator
+
+    async def allowed(self, user: UserInfo, attrs: ResourceAttributes) -> bool:
+        return self.evaluator.allowed(user, attrs)
+
+
+def rbac_authorizer(objects: list[Mapping[str, Any]]) -> LocalRbac:
+    return LocalRbac(RbacEvaluator.from_objects(objects))
+
+
+def _deny(message: str, violations: list[Violation] | None = None, rule: str = "") -> Decision:
+    return Decision(
+        False, message, violations or [], audit={"decision": "deny", **({"rule": rule} if rule else {})}
+    )
+
+
+def _user(info: RequestUser) -> UserInfo:
+    extra = info.extra
+    values = dict(zip(extra, map(tuple, extra.values()), strict=True)) if extra else {}
+    return UserInfo(info.username, info.uid, tuple(info.groups), values)
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    """A policy compiled for decisions, with the access checks it needs built once."""
+
+    rules: CompiledPolicy
+    deploy: ResourceAttributes
+    reboot: ResourceAttributes
+
+    @property
+    def name(self) -> str:
+        return self.rules.name
+
+
+def _compile(policy: PackagePolicy) -> _Candidate:
+    return _Candidate(
+        rules.compile_policy(policy), _attrs("deploy", policy.name), _attrs("reboot", policy.name)
+    )
+
+
+_NOT_LOADED = "PackagePolicies are not loaded yet; nodegate denies until they are (fail closed)"
+
+
+@dataclass
+class Decider:
+    policy_source: PolicySource
+    authorizer: Authorizer
+    owner: str  # nodegate's service account username: the only one that may lift the hold taint
+    hold_taint_key: str = rules.HOLD_TAINT_KEY
+    # The policies last seen (by identity) and their compiled forms in name order: a source hands
+    # out the same objects until a policy changes, so compiling happens when policies load.
+    _seen: tuple[PackagePolicy, ...] = field(default=(), init=False, repr=False, compare=False)
+    _compiled: tuple[_Candidate, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    async def decide(self, req: Request) -> Decision:
+        kind, group = req.kind.kind, req.kind.group
+        if group == "" and kind == "Node":
+            return self._node(req)
+        if PACKAGE_GROUPS.get(group) == kind:
+            return await self._package(req)
+        if kind == "DeploymentPolicy" and group in PACKAGE_GROUPS:
+            return self._deployment_policy(req)
+        return _deny(f"nodegate's webhook does not judge {group or 'core'}/{kind}; fix the webhook rules")
+
+    def compiled_policies(self) -> tuple[_Candidate, ...] | None:
+        """The source's policies compiled, in name order; None while they are not loaded."""
+        policies = self.policy_source.policies()
+        if policies is None:
+            return None
+        seen = self._seen
+        if len(seen) != len(policies) or not all(map(operator.is_, seen, policies)):
+            self._compiled = tuple(sorted(map(_compile, policies), key=lambda c: c.name))
+            self._seen = tuple(policies)
+        return self._compiled
+
+    def _node(self, req: Request) -> Decision:
+        found = nodes.node_violations(
+            req.operation,
+            req.object,
+            req.old_object,
+            username=req.user_info.username,
+            owner=self.owner,
+            hold_taint_key=self.hold_taint_key,
+        )
+        if found:
+            return _deny("Node refused by nodegate", found, "node-hold-taint")
+        return Decision(True)
+
+    def _deployment_policy(self, req: Request) -> Decision:
+        if req.operation not in ("CREATE", "UPDATE") or req.object is None:
+            return Decision(True)
+        policies = self.policy_source.policies()
+        if policies is None:
+            return _deny(_NOT_LOADED)
+        found = deploymentpolicy.deployment_policy_violations(req.object, policies)
+        return _deny("DeploymentPolicy refused by nodegate", found) if found else Decision(True)
+
+    async def _package(self, req: Request) -> Decision:
+        if req.operation == "DELETE":
+            found = rules.delete_violations(req.old_object or {})
+            return _deny("delete refused by nodegate", found, found[0].rule) if found else Decision(True)
+        if req.operation == "CONNECT" or req.object is None:
+            return Decision(True)
+        cr = read_package_cr(req.object)
+        if isinstance(cr, list):
+            return _deny("package CR refused by nodegate: malformed", cr, "schema")
+        structural = rules.structural_violations(cr, self.hold_taint_key)
+        if structural:
+            return _deny("package CR refused by nodegate", structural, structural[0].rule)
+        old = read_package_cr(req.old_object) if req.operation == "UPDATE" and req.old_object else None
+        old_cr = old if isinstance(old, CrView) else None
+        if old_cr is not None and not rules.spec_changed(old_cr, cr):
+            return Decision(True, audit={"decision": "allow", "reason": "spec unchanged"})
+        compiled = self.compiled_policies()
+        if compiled is None:
+            return _deny(_NOT_LOADED)
+        try:
+            return await self._authorize(req, cr, old_cr, compiled)
+        except AuthorizerUnavailable as exc:
+            return _deny(
+                f"authorization is unavailable ({exc}); nodegate denies until it answers (fail closed)"
+            )
+
+    async def _authorize(
+        self, req: Request, cr: CrView, old: CrView | None, compiled: tuple[_Candidate, ...]
+    ) -> Decision:
+        labels = cr.match_labels if not cr.match_expressions else rules.required_labels_of(cr)
+        candidates = [c for c in compiled if c.rules.contains(cr, labels)]
+        if not candidates:
+            return _deny("package CR refused by nodegate", [rules.no_pool_violation(cr)], "pool")
+        user = _user(req.user_info)
+        reboots = rules.new_reboots(old, cr) if cr.reboot else []
+        allowed = self.authorizer.allowed
+        # Why each candidate before the admitting one fails; their texts are only built for a denial.
+        refused: list[tuple[_Candidate, list[str], list[Violation]]] = []
+        for candidate in candidates:
+            # Rights first: the limits of a policy the requester may not use are not worth computing.
+            missing = [] if await allowed(user, candidate.deploy) else ["deploy"]
+            if reboots and not await allowed(user, candidate.reboot):
+                missing.append("reboot")
+            if missing:
+                refused.append((candidate, missing, []))
+                continue
+            violations = rules.compiled_violations(cr, candidate.rules)
+            if violations:
+                refused.append((candidate, [], violations))
+                continue
+            audit = {"decision": "allow", "policy": candidate.name}
+            if reboots:
+                audit["reboot"] = ",".join(reboots)
+            return Decision(True, warnings=_soft_warnings(cr), audit=audit)
+        reasons: list[Violation] = []
+        for candidate, missing, violations in refused:
+            if missing:
+                reasons.append(_missing_verbs(user, candidate.name, missing, reboots))
+            else:
+                reasons += [
+                    Violation(v.rule, v.path, f"[{candidate.name}] {v.message}", v.fix) for v in violations
+                ]
+        return _deny(
+            "package CR refused by nodegate: no PackagePolicy admits it for this requester",
+            reasons,
+            reasons[0].rule,
+        )
+
+
+def _missing_verbs(user: UserInfo, policy: str, missing: list[str], reboots: list[str]) -> Violation:
+    because = f" (reboots: {', '.join(reboots)})" if "reboot" in missing else ""
+    return Violation(
+        "rbac",
+        f"PackagePolicy {policy}",
+        f"{user.username or '<anonymous>'} lacks verb {' and '.join(missing)} on "
+        f"{POLICY_RESOURCE}/{policy} in {POLICY_GROUP}{because}",
+        "ask for a (Cluster)RoleBinding that grants it, or target another pool",
+    )
+
+
+def _attrs(verb: str, policy: str) -> ResourceAttributes:
+    return ResourceAttributes(verb=verb, group=POLICY_GROUP, resource=POLICY_RESOURCE, name=policy)
+
+
+def _soft_warnings(cr: CrView) -> list[str]:
+    return [
+        f"package {pkg.key} is not pinned by digest (containerSHA); tags are mutable"
+        for pkg in cr.packages
+        if not pkg.container_sha
+    ]

@@ -1,0 +1,107 @@
+"""The admin API's routes (admin SVID or bearer token, see ``bootstrap.service.admin``): list and
+revoke nodes, rotate the CA, and the Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from attest.errors import MalformedInput
+from bootstrap.names import is_node_name
+from bootstrap.problems import NotFound, Unavailable
+from bootstrap.protocol import RevokeRequest, parse_request
+from bootstrap.service import authority
+from bootstrap.service.inputs import peer_certificate, read_json
+from bootstrap.service.state import SERVICE, Service
+from bootstrap.store import NodeRecord, StoreUnavailable
+from bootstrap.times import rfc3339
+
+log = logging.getLogger("nodegate.server")
+
+
+async def metrics(request: web.Request) -> web.StreamResponse:
+    await _admin(request, "metrics")
+    return web.Response(
+        body=request.app[SERVICE].metrics.render(), content_type="text/plain", charset="utf-8"
+    )
+
+
+async def admin_list(request: web.Request) -> web.StreamResponse:
+    await _admin(request, "list")
+    try:
+        nodes = await request.app[SERVICE].store.list_nodes()
+    except StoreUnavailable as exc:
+        raise Unavailable(f"store: {exc}", retry_after=2) from None
+    return web.json_response({"nodes": [_record_json(r) for r in sorted(nodes, key=lambda r: r.node_name)]})
+
+
+async def admin_revoke(request: web.Request) -> web.StreamResponse:
+    name = request.match_info["name"]
+    if not is_node_name(name):
+        raise MalformedInput("not a node name")
+    actor = await _admin(request, "revoke", name)
+    req = parse_request(RevokeRequest, await read_json(request))
+    try:
+        record = await request.app[SERVICE].store.revoke(
+            name, actor=actor, reason=req.reason, revoked=req.revoked
+        )
+    except KeyError:
+        raise NotFound(f"no node {name}") from None
+    except StoreUnavailable as exc:
+        raise Unavailable(f"store: {exc}", retry_after=2) from None
+    return web.json_response(_record_json(record))
+
+
+async def admin_rotate(request: web.Request) -> web.StreamResponse:
+    actor = await _admin(request, "rotate")
+    service: Service = request.app[SERVICE]
+    now = datetime.now(UTC)
+    try:
+        rotated = await asyncio.to_thread(service.cas_store.rotate, now, service.settings.ca_grace)
+    except authority.CaUnavailable as exc:
+        raise Unavailable(str(exc), retry_after=5) from None
+    except OSError as exc:  # e.g. ca/ is a read-only Secret mount (the Helm chart): rotate offline
+        raise Unavailable(
+            f"the CA folder cannot be written ({exc.strerror}); rotate where the CA is stored "
+            "(the Helm chart: see its README) and the replicas pick it up",
+            retry_after=60,
+        ) from None
+    service.reload_ca(force=True)
+    log.warning("CA rotated", extra={"actor": actor})
+    return web.json_response(
+        {
+            "sequence": rotated.bundle_sequence(now),
+            "roots": len(rotated.roots(now)),
+            "signer": rotated.signer.stem,
+        }
+    )
+
+
+async def _admin(request: web.Request, permission: str, name: str = "") -> str:
+    service: Service = request.app[SERVICE]
+    caller = await service.admin.authorize(
+        permission,
+        peer=peer_certificate(request),
+        authorization=request.headers.get("Authorization"),
+        name=name,
+    )
+    if permission != "metrics":  # scrapes every few seconds would drown the audit-worthy lines
+        log.info("admin %s", permission, extra={"actor": caller.actor, "node": name or None})
+    return caller.actor
+
+
+def _record_json(r: NodeRecord) -> dict[str, Any]:
+    return {
+        "node_name": r.node_name,
+        "ek_sha256": r.ek_sha256,
+        "spiffe_id": r.spiffe_id,
+        "attested_at": rfc3339(r.attested_at) if r.attested_at else None,
+        "expires_at": rfc3339(r.expires_at) if r.expires_at else None,
+        "revoked": r.revoked,
+        "counters": list(r.counters) if r.counters else None,
+        "svid_serials": list(r.svid_serials),
+    }

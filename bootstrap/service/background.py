@@ -1,0 +1,66 @@
+"""The service's background tasks, started and stopped with the aiohttp app: reload the CA and
+the TLS certificate, prune expired sessions, run the hold gate and the PackagePolicy watch."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from bootstrap.service import authority
+from bootstrap.service.state import SERVICE, Service
+from bootstrap.store import StoreUnavailable
+
+log = logging.getLogger("nodegate.server")
+
+RELOAD_SECONDS = 2.0
+PRUNE_SECONDS = 60.0
+
+_TASKS = web.AppKey("tasks", list)
+
+
+async def start(app: web.Application) -> None:
+    service = app[SERVICE]
+    tasks: list[asyncio.Task[None]] = [
+        asyncio.get_running_loop().create_task(_every(RELOAD_SECONDS, lambda: _reload(service))),
+        asyncio.get_running_loop().create_task(_every(PRUNE_SECONDS, lambda: _prune(service))),
+    ]
+    if service.gate is not None:
+        # gate.run() never ends on API errors; only the leader of its Lease writes.
+        tasks.append(asyncio.get_running_loop().create_task(service.gate.run(), name="gate"))
+    source = service.decider.policy_source
+    run = getattr(source, "run", None)
+    if callable(run):
+        tasks.append(asyncio.get_running_loop().create_task(run()))
+    app[_TASKS] = tasks
+
+
+async def stop(app: web.Application) -> None:
+    for task in app.get(_TASKS, []):
+        task.cancel()
+    for task in app.get(_TASKS, []):
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _every(seconds: float, step: Callable[[], Awaitable[None]]) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            await step()
+        except (StoreUnavailable, authority.CaUnavailable, OSError) as exc:
+            log.warning("background step failed", extra={"error": str(exc)[:300]})
+
+
+async def _reload(service: Service) -> None:
+    service.reload_ca()
+    service.reload_tls_files()
+    service.refresh_server_certificate()
+
+
+async def _prune(service: Service) -> None:
+    await service.store.prune(datetime.now(UTC))

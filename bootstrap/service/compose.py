@@ -1,0 +1,165 @@
+"""The composition root: ``build_service`` wires the parts from the config, ``make_app`` puts the
+routes and the middleware around them, ``tls_context`` gives the listener its TLS."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+
+from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.webhook import MAX_REVIEW_BYTES, make_handler
+from attest import ca
+from bootstrap.config import Settings
+from bootstrap.gate import Gate
+from bootstrap.kube import Kube
+from bootstrap.service import adminroutes, authority, background, joinroutes, publicroutes, sessions, tls
+from bootstrap.service.admin import AdminAuth
+from bootstrap.service.authz import SarAuthorizer
+from bootstrap.service.join import JoinService, load_ek_trust
+from bootstrap.service.metrics import Metrics
+from bootstrap.service.middleware import problems
+from bootstrap.service.policyload import load_policies, load_rbac
+from bootstrap.service.policywatch import PolicyWatcher
+from bootstrap.service.ratelimit import RateLimiter
+from bootstrap.service.state import SERVICE, Service
+from bootstrap.store import open_store
+
+log = logging.getLogger("nodegate.server")
+
+
+class _NoPolicies:
+    """No PackagePolicy source: the webhook denies every package CR and says why (fail closed)."""
+
+    def policies(self) -> None:
+        return None
+
+
+async def build_service(settings: Settings, *, kube: Kube | bool | None = True) -> Service:
+    """``kube=True``: from the config (kubeconfig, else in-cluster, else none); a Kube or None
+    overrides (tests)."""
+    if kube is True:
+        kube = await Kube.from_settings(settings.kubernetes)
+    elif kube is False:
+        kube = None
+    if kube is not None and not isinstance(kube, Kube):
+        raise TypeError("kube must be a Kube, None, True or False")
+    state = settings.state_dir
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    now = datetime.now(UTC)
+    cas_store = authority.CaStore(state / "ca", settings.trust_domain)
+    cas = cas_store.load_or_create(now)
+    store = await open_store(
+        settings.store, state_dir=state, kube=kube, namespace=settings.kubernetes.namespace
+    )
+    sealer = sessions.Sealer(sessions.load_keys(state))
+    metrics = Metrics()
+    holder: dict[str, Service] = {}
+
+    def current() -> ca.CaSet:
+        return holder["s"].cas
+
+    async def refused(node: str, code: str, detail: str) -> None:
+        await holder["s"].refused(node, code, detail)
+
+    join = JoinService(
+        settings,
+        store=store,
+        sealer=sealer,
+        authorities=current,
+        ek_trust=load_ek_trust(settings),
+        kube=kube,
+        on_refusal=refused,
+    )
+    admin = AdminAuth(
+        trust_domain=settings.trust_domain,
+        spiffe_ids=settings.admin.spiffe_ids,
+        authorities=current,
+        kube=kube,
+    )
+    decider, ready = _decider(settings, kube)
+    service = Service(
+        settings=settings,
+        store=store,
+        cas_store=cas_store,
+        join=join,
+        admin=admin,
+        metrics=metrics,
+        limiter=RateLimiter(settings.limits.join_rate, settings.limits.join_burst),
+        kube=kube,
+        decider=decider,
+        cas=cas,
+        stamp=cas_store.stamp(),
+        ready_checks=ready,
+    )
+    if kube is not None and settings.gate.enabled:
+        if settings.store != "kubernetes":
+            log.warning(
+                "gate: store is sqlite, so no NodeAttestation is published and the gate holds every "
+                "node as unattested; use store: kubernetes with a cluster (docs/gate.md)"
+            )
+        service.gate = Gate.for_settings(kube, settings)
+    holder["s"] = service
+    metrics.bundle_sequence.set(cas.bundle_sequence(now))
+    return service
+
+
+def _decider(settings: Settings, kube: Kube | None) -> tuple[Decider, list[Callable[[], bool]]]:
+    adm = settings.admission
+    owner = adm.owner
+    source: Any
+    authorizer: Any
+    ready: list[Callable[[], bool]] = []
+    if adm.policy_files is not None:
+        source = StaticPolicies(load_policies(adm.policy_files))
+    elif kube is not None:
+        source = PolicyWatcher(kube)
+        ready.append(lambda: source.ready)
+    else:
+        source = _NoPolicies()
+    if adm.rbac_files is not None:
+        authorizer = LocalRbac(load_rbac(adm.rbac_files))
+    elif kube is not None:
+        authorizer = SarAuthorizer(kube)
+    else:
+        authorizer = LocalRbac(load_rbac([]))
+    return Decider(source, authorizer, owner, settings.gate.taint_key), ready
+
+
+def make_app(service: Service) -> web.Application:
+    app = web.Application(client_max_size=MAX_REVIEW_BYTES, middlewares=[problems], handler_args={})
+    app[SERVICE] = service
+    r = app.router
+    r.add_post("/v1/join/start", joinroutes.join_start, name="join_start")
+    r.add_post("/v1/join/finish", joinroutes.join_finish, name="join_finish")
+    r.add_post("/v1/nodes/self/renew", joinroutes.renew, name="renew")
+    r.add_get("/v1/bundle", publicroutes.bundle, name="bundle")
+    r.add_get("/v1/admin/nodes", adminroutes.admin_list, name="admin_list")
+    r.add_post("/v1/admin/nodes/{name}/revoke", adminroutes.admin_revoke, name="admin_revoke")
+    r.add_post("/v1/admin/ca/rotate", adminroutes.admin_rotate, name="admin_rotate")
+    r.add_get("/healthz", publicroutes.healthz, name="healthz")
+    r.add_get("/readyz", publicroutes.readyz, name="readyz")
+    r.add_get("/metrics", adminroutes.metrics, name="metrics")
+    r.add_post("/admission/validate", make_handler(service.decider), name="admission")
+    app.on_startup.append(background.start)
+    app.on_cleanup.append(background.stop)
+    return app
+
+
+def tls_context(service: Service) -> ssl.SSLContext:
+    """TLS 1.2+, the configured or self-issued certificate, and optional client certificates
+    checked against the trust bundle (node SVIDs for renewal, admin SVIDs). The service keeps it
+    to reload the trust bundle and the certificate."""
+    files = service.settings.tls
+    ctx = tls.listener_context(service.cas, datetime.now(UTC))
+    service.tls = ctx
+    if files.cert_file is not None and files.key_file is not None:
+        ctx.load_cert_chain(files.cert_file, files.key_file)  # raises: a bad pair stops the start
+        service.tls_stamp = tls.pair_stamp(files.cert_file, files.key_file)
+    else:
+        service.refresh_server_certificate(force=True)
+    return ctx

@@ -1,0 +1,46 @@
+"""The join API's routes: ``POST /v1/join/start``, ``/v1/join/finish`` and
+``/v1/nodes/self/renew`` (docs/protocol.md), each within the rate and concurrency limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from bootstrap.protocol import (
+    FinishRequest,
+    RenewFinishRequest,
+    RenewStartRequest,
+    StartRequest,
+    parse_request,
+)
+from bootstrap.service.inputs import client_address, peer_certificate, read_json
+from bootstrap.service.state import SERVICE
+
+
+async def join_start(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    async with service.join_slot(client_address(request)):
+        req = parse_request(StartRequest, await read_json(request))
+        return _json(await service.join.start(req))
+
+
+async def join_finish(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    async with service.join_slot(client_address(request)):
+        req = parse_request(FinishRequest, await read_json(request))
+        return _json(await service.join.finish(req))
+
+
+async def renew(request: web.Request) -> web.StreamResponse:
+    service = request.app[SERVICE]
+    async with service.join_slot(client_address(request)):
+        body = await read_json(request)
+        peer = peer_certificate(request)
+        if isinstance(body, dict) and "session" in body:
+            return _json(await service.join.renew_finish(peer, parse_request(RenewFinishRequest, body)))
+        return _json(await service.join.renew_start(peer, parse_request(RenewStartRequest, body)))
+
+
+def _json(model: Any, status: int = 200) -> web.Response:
+    return web.Response(body=model.model_dump_json().encode(), status=status, content_type="application/json")

@@ -1,0 +1,96 @@
+"""`nodegate policy test` and `nodegate policy audit`: offline judgements with the server's code.
+
+    nodegate policy test --policy policies.yaml --rbac rbac.yaml review1.json review2.yaml
+
+Prints one AdmissionReview response (JSON, one line) per input, in order; exits 0 when every
+review was allowed, 1 when any was denied, 2 for unusable inputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from admission import rules
+from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.policy import PackagePolicy
+from admission.review import ReviewError, parse_review
+from bootstrap.service.policyload import ToolError, documents, load_policies, load_rbac
+
+DEFAULT_OWNER = "system:serviceaccount:nodegate:nodegate"
+
+
+async def _run(decider: Decider, reviews: Sequence[Path], out: TextIO) -> int:
+    denied = False
+    for path in reviews:
+        docs = list(documents(path))
+        if len(docs) != 1:
+            raise ToolError(f"{path}: expected exactly one AdmissionReview")
+        try:
+            review = parse_review(json.dumps(docs[0]).encode())
+        except ReviewError as exc:
+            raise ToolError(f"{path}: {exc}") from None
+        decision = await decider.decide(review.request)
+        denied |= not decision.allowed
+        body = {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": decision.response(review.request.uid),
+        }
+        print(json.dumps(body, sort_keys=True), file=out)
+    return 1 if denied else 0
+
+
+def audit_objects(policies: list[PackagePolicy], objects: Sequence[Any]) -> list[dict[str, Any]]:
+    """Judge existing package CRs against today's policies, without identity: the structural
+    rules and every candidate policy's limits. Who may use a policy cannot be audited after the
+    fact (the requester is gone), so a CR passes when *some* policy's limits hold."""
+    out = []
+    for obj in objects:
+        if not isinstance(obj, dict) or obj.get("kind") not in ("NodeWright", "Skyhook"):
+            continue
+        name = str(obj.get("metadata", {}).get("name", ""))
+        parsed = rules.parse_package_cr(obj)
+        if isinstance(parsed, list):
+            out.append({"kind": obj["kind"], "name": name, "violations": [str(v) for v in parsed]})
+            continue
+        found = [str(v) for v in rules.structural_violations(parsed)]
+        if not found:
+            verdicts = rules.policy_verdicts(parsed, policies)
+            if not verdicts:
+                found = [str(rules.no_pool_violation(parsed))]
+            elif not any(v.ok for v in verdicts):
+                found = [f"[{v.policy}] {x}" for v in verdicts for x in v.violations]
+        if found:
+            out.append({"kind": obj["kind"], "name": name, "violations": found})
+    return out
+
+
+def audit(policies: Sequence[Path], objects: Sequence[Path]) -> int:
+    """`nodegate policy audit`: print one JSON line per CR that today's policies would refuse."""
+    try:
+        refused = audit_objects(load_policies(policies), [doc for p in objects for doc in documents(p)])
+    except ToolError as exc:
+        print(f"nodegate policy audit: {exc}", file=sys.stderr)
+        return 2
+    for entry in refused:
+        print(json.dumps(entry, sort_keys=True))
+    print(
+        f"{len(refused)} CR(s) would be refused (identity-dependent rules are not audited)", file=sys.stderr
+    )
+    return 1 if refused else 0
+
+
+def run(
+    policies: Sequence[Path], rbac: Sequence[Path], reviews: Sequence[Path], owner: str = DEFAULT_OWNER
+) -> int:
+    try:
+        decider = Decider(StaticPolicies(load_policies(policies)), LocalRbac(load_rbac(rbac)), owner)
+        return asyncio.run(_run(decider, reviews, sys.stdout))
+    except ToolError as exc:
+        print(f"nodegate policy test: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,147 @@
+"""The running service: its parts (built by ``bootstrap.service.compose``) and the state the
+handlers and background tasks share: the current CAs, the listener's TLS, the join concurrency,
+and the Kubernetes Events for refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from admission.decider import Decider
+from attest import ca
+from bootstrap.config import Settings
+from bootstrap.gate import Gate
+from bootstrap.kube import Kube, KubeUnavailable
+from bootstrap.problems import RateLimited, Unavailable
+from bootstrap.service import authority, tls
+from bootstrap.service.admin import AdminAuth
+from bootstrap.service.join import JoinService
+from bootstrap.service.metrics import Metrics
+from bootstrap.service.ratelimit import RateLimiter
+from bootstrap.store import Store
+
+log = logging.getLogger("nodegate.server")
+
+MAX_PENDING_EVENTS = 64
+
+
+@dataclass
+class Service:
+    settings: Settings
+    store: Store
+    cas_store: authority.CaStore
+    join: JoinService
+    admin: AdminAuth
+    metrics: Metrics
+    limiter: RateLimiter
+    kube: Kube | None
+    decider: Decider
+    cas: ca.CaSet
+    stamp: int = 0
+    ready_checks: list[Callable[[], bool]] = field(default_factory=list)
+    tls: ssl.SSLContext | None = None
+    gate: Gate | None = None  # the hold gate, when a cluster is configured and gate.enabled
+    tls_stamp: tuple[int, ...] = ()  # of tls.cert_file + tls.key_file as last loaded
+    server_refresh_at: datetime | None = None
+    _events: set[asyncio.Task[None]] = field(default_factory=set)
+    _inflight: int = 0
+
+    def authorities(self) -> ca.CaSet:
+        return self.cas
+
+    def reload_ca(self, *, force: bool = False) -> bool:
+        """Pick up a rotation made by another replica or ``nodegate ca rotate``."""
+        stamp = self.cas_store.stamp()
+        if stamp == self.stamp and not force:
+            return False
+        self.cas = self.cas_store.load()
+        self.stamp = stamp
+        self.metrics.bundle_sequence.set(self.cas.bundle_sequence(datetime.now(UTC)))
+        if self.tls is not None:
+            tls.trust(self.tls, self.cas, datetime.now(UTC))
+            self.refresh_server_certificate(force=True)
+        log.info("CA reloaded", extra={"code": f"sequence {self.cas.sequence}"})
+        return True
+
+    def refresh_server_certificate(self, *, force: bool = False) -> bool:
+        """The self-issued TLS certificate (no ``tls.cert_file``): reissued when it nears expiry
+        or its issuer nears retirement, checked on every reload tick, not only at start."""
+        if self.tls is None or self.settings.tls.cert_file is not None:
+            return False
+        now = datetime.now(UTC)
+        if not force and self.server_refresh_at is not None and now < self.server_refresh_at:
+            return False
+        self.server_refresh_at = tls.load_self_issued(self.tls, self.settings, self.cas, now)
+        return True
+
+    def reload_tls_files(self) -> bool:
+        """Pick up a renewed ``tls.cert_file`` / ``tls.key_file`` (cert-manager rewrites the
+        mounted Secret): new handshakes use it, open connections keep theirs."""
+        cert, key = self.settings.tls.cert_file, self.settings.tls.key_file
+        if self.tls is None or cert is None or key is None:
+            return False
+        stamp = tls.reload_pair(self.tls, cert, key, self.tls_stamp)
+        if stamp is None:
+            return False
+        self.tls_stamp = stamp
+        log.info("TLS certificate reloaded", extra={"listen": self.settings.listen})
+        return True
+
+    @contextlib.asynccontextmanager
+    async def join_slot(self, client: str) -> AsyncIterator[None]:
+        """One join request in flight from ``client``, within the rate and concurrency limits."""
+        wait = self.limiter.acquire(client)
+        if wait > 0:
+            err = RateLimited(f"too many join requests from {client}; retry in {wait:.1f} s")
+            err.retry_after = wait  # type: ignore[attr-defined]
+            raise err
+        if self._inflight >= self.settings.limits.max_inflight:
+            raise Unavailable("the service is at its concurrency limit", retry_after=1)
+        self._inflight += 1
+        self.metrics.inflight.inc()
+        try:
+            yield
+        finally:
+            self._inflight -= 1
+            self.metrics.inflight.dec()
+
+    async def refused(self, node_name: str, code: str, detail: str) -> None:
+        await self.store.record_refusal(node_name, code, detail[:500])
+        if self.kube is None:
+            return
+        if len(self._events) >= MAX_PENDING_EVENTS:
+            self.metrics.events_dropped.inc()
+            return
+        task = asyncio.get_running_loop().create_task(self._event(node_name, code, detail))
+        self._events.add(task)
+        task.add_done_callback(self._events.discard)
+
+    async def _event(self, node_name: str, code: str, detail: str) -> None:
+        if self.kube is None:
+            return
+        try:
+            await self.kube.create_event(
+                involved={"apiVersion": "nodegate.io/v1alpha1", "kind": "NodeAttestation", "name": node_name},
+                reason="AttestationFailed",
+                message=f"{code}: {detail}"[:1024],
+                namespace=self.settings.kubernetes.events_namespace,
+            )
+        except KubeUnavailable:
+            self.metrics.events_dropped.inc()
+
+    async def close(self) -> None:
+        for task in list(self._events):
+            task.cancel()
+        await self.store.close()
+        if self.kube is not None:
+            await self.kube.close()
+
+
+SERVICE = web.AppKey("service", Service)
