@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from admission.budgets import budget_cap_text, budget_within
+from admission.budgetcaps import budget_cap_text, budget_within
 from admission.crs import LaxModel, Metadata, Selector, loc_path
 from admission.policy import PackagePolicy
 from admission.pools import required_labels

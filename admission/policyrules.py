@@ -9,7 +9,7 @@ for a violation, negated, in one pass over the CR) and runs the rules only when 
 
 from __future__ import annotations
 
-from admission.budgets import budget_cap_text, budget_within
+from admission.budgetcaps import budget_cap_text, budget_within
 from admission.checks.interrupts import INTERRUPT_TYPE_SET
 from admission.compiled import CompiledPolicy, PolicyRule, registry_ok
 from admission.crs import CrView, PackageView

@@ -8,7 +8,7 @@ Two layers of small named rules:
   :mod:`admission.checks` per part of the spec), in one pass;
 * policy rules hold for one PackagePolicy (pool containment, registries, digest pinning,
   interrupts, budget caps, runtime-required, secret env, agent image override, priority):
-  :mod:`admission.pools`, :mod:`admission.budgets`, :mod:`admission.policyrules` on a
+  :mod:`admission.pools`, :mod:`admission.budgetcaps`, :mod:`admission.policyrules` on a
   :class:`~admission.compiled.CompiledPolicy` (a PackagePolicy with its allowlist parsed and its
   texts built once, when it loads), and :mod:`admission.verdicts` over all the policies.
 
@@ -24,7 +24,7 @@ straight from the review) or the pydantic models.
 
 from __future__ import annotations
 
-from admission.budgets import budget_cap_text, budget_within
+from admission.budgetcaps import budget_cap_text, budget_within
 from admission.changes import delete_violations, new_reboots, spec_changed
 from admission.compiled import CompiledPolicy, PolicyRule
 from admission.crs import PACKAGE_GROUPS, CrView, PackageCR, Selector, parse_package_cr
