@@ -7,9 +7,10 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from admission.budgetcaps import budget_cap_text, budget_within
 from admission.crs import LaxModel, Metadata, Selector, loc_path
 from admission.policy import PackagePolicy
-from admission.rules import budget_cap_text, budget_within, required_labels
+from admission.pools import required_labels
 from admission.violations import Violation
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from admission.rules import HOLD_TAINT_KEY
 from admission.violations import Violation
+
+HOLD_TAINT_KEY = "nodegate.io/hold"
 
 
 def _hold_taints(node: Mapping[str, Any] | None, key: str) -> list[dict[str, Any]]:

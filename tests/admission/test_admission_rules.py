@@ -19,7 +19,7 @@ from admission.quantity import parse_quantity
 
 DIGEST = "sha256:" + "ab" * 32
 
-# research/nodewright.md §5 (a), (b), (c), (d)
+# Example CRs from upstream NodeWright / Skyhook
 UPSTREAM = yaml.safe_load_all(
     """
 apiVersion: skyhook.nvidia.com/v1alpha1
@@ -469,7 +469,8 @@ _STR, _BOOL, _INT = "<class 'str'>", "<class 'bool'>", "<class 'int'>"
 
 
 def test_the_reader_knows_every_field_of_the_models() -> None:
-    """admission/structural.py reads these fields by hand, with these types: change both."""
+    """admission/structural.py and admission/checks/ read these fields by hand, with these types:
+    change both."""
     models: list[type[Any]] = [crs.PackageCR, crs.Metadata, crs.PackageSpec, crs.Package, crs.Selector]
     models += [crs.Requirement, crs.BudgetSpec, crs.Interrupt, crs.EnvVar, crs.Resources, crs.Uninstall]
     models.append(crs.Toleration)

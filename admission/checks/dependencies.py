@@ -1,0 +1,71 @@
+"""dependsOn: each names a package of this CR at its version, and there are no cycles (rule
+"depends-on")."""
+
+from __future__ import annotations
+
+from admission.checks.ranks import DEPENDS_ON, Found
+from admission.crs import PackageView
+from admission.violations import Violation
+
+
+def dependency_rules(packages: list[PackageView], by_key: dict[str, PackageView], found: Found) -> None:
+    chained = False
+    for pkg in packages:
+        for dep, version in pkg.depends_on.items():
+            target = by_key.get(dep)
+            if target is None or not version or target.version != version:
+                found.append(
+                    (
+                        DEPENDS_ON,
+                        Violation(
+                            "depends-on",
+                            f"{pkg.path}.dependsOn.{dep}",
+                            f"no package {dep}|{version} in this CR",
+                            "depend on a package of this CR at its current version",
+                        ),
+                    )
+                )
+            # A cycle needs a package depending on one that depends on another; without such a
+            # chain (the usual case) there is nothing to search.
+            chained = chained or (target is not None and bool(target.depends_on))
+    cycle = find_cycle({p.key: list(p.depends_on) for p in packages}) if chained else []
+    if cycle:
+        found.append(
+            (
+                DEPENDS_ON,
+                Violation(
+                    "depends-on",
+                    "spec.packages",
+                    "dependency cycle " + " -> ".join(cycle),
+                    "remove one dependsOn edge of the cycle",
+                ),
+            )
+        )
+
+
+def find_cycle(graph: dict[str, list[str]]) -> list[str]:
+    """The first cycle of a depth-first search from the nodes in sorted order, edges in order.
+    Iterative: a CR may hold more packages than Python's recursion limit."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    for root in sorted(graph):
+        if root in state:
+            continue
+        state[root] = 1
+        path = [root]
+        pending = [iter(graph[root])]
+        while pending:
+            for nxt in pending[-1]:
+                if nxt not in graph:
+                    continue
+                seen = state.get(nxt)
+                if seen == 1:
+                    return [*path[path.index(nxt) :], nxt]
+                if seen is None:
+                    state[nxt] = 1
+                    path.append(nxt)
+                    pending.append(iter(graph[nxt]))
+                    break
+            else:
+                state[path.pop()] = 2
+                pending.pop()
+    return []

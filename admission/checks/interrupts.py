@@ -1,0 +1,95 @@
+"""A package's interrupts: known types (rule "interrupt-type"), and each configInterrupts glob
+matching a configMap key (rule "config-interrupt")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from admission.checks.ranks import INTERRUPTS, Found
+from admission.checks.values import ABSENT, NotCanonical, str_list
+from admission.policy import INTERRUPT_TYPES
+from admission.violations import Violation
+
+INTERRUPT_TYPE_SET = frozenset(INTERRUPT_TYPES)
+
+
+def read_interrupt_type(value: Any) -> str:
+    """The type of an interrupt (its services are only checked for their shape)."""
+    if type(value) is not dict:
+        raise NotCanonical
+    kind = value.get("type")
+    if type(kind) is not str:
+        raise NotCanonical
+    services = value.get("services", ABSENT)
+    if services is not ABSENT:
+        str_list(services)
+    return kind
+
+
+def read_config_interrupts(value: Any) -> tuple[tuple[str, str], ...]:
+    """configInterrupts as (configMap glob, interrupt type)."""
+    if value is ABSENT:
+        return ()
+    if type(value) is not dict:
+        raise NotCanonical
+    config_interrupts = tuple([(glob, read_interrupt_type(v)) for glob, v in value.items()])
+    for glob, _kind in config_interrupts:
+        if type(glob) is not str:
+            raise NotCanonical
+    return config_interrupts
+
+
+def interrupt_rules(
+    path: str,
+    interrupt: str | None,
+    config_interrupts: tuple[tuple[str, str], ...],
+    config_map: Mapping[str, str],
+    kinds: set[str],
+    found: Found,
+) -> bool:
+    """The interrupts of the package at ``path``. Adds their types to ``kinds``; whether one
+    reboots."""
+    reboot = False
+    if interrupt is not None:
+        kinds.add(interrupt)
+        reboot = interrupt == "reboot"
+        if interrupt not in INTERRUPT_TYPE_SET:
+            found.append((INTERRUPTS, _unknown_interrupt(f"{path}.interrupt", interrupt)))
+    for glob, kind in config_interrupts:
+        kinds.add(kind)
+        reboot = reboot or kind == "reboot"
+        if kind not in INTERRUPT_TYPE_SET:
+            found.append((INTERRUPTS, _unknown_interrupt(f"{path}.configInterrupts.{glob}", kind)))
+    for glob, _kind in config_interrupts:
+        # A glob equal to a key matches it; only the others need the pattern.
+        if glob in config_map or any(_glob(glob).match(k) for k in config_map):
+            continue
+        found.append(
+            (
+                INTERRUPTS,
+                Violation(
+                    "config-interrupt",
+                    f"{path}.configInterrupts.{glob}",
+                    "matches no configMap key",
+                    "name an existing configMap key (or a * glob matching one)",
+                ),
+            )
+        )
+    return reboot
+
+
+def _unknown_interrupt(where: str, kind: str) -> Violation:
+    return Violation(
+        "interrupt-type",
+        f"{where}.type",
+        f"unknown interrupt type {kind!r}",
+        f"use one of {', '.join(INTERRUPT_TYPES)}",
+    )
+
+
+@lru_cache(maxsize=1024)  # CRs repeat the same few globs
+def _glob(glob: str) -> re.Pattern[str]:
+    return re.compile("^" + ".*".join(map(re.escape, glob.split("*"))) + "$")
