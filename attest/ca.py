@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from attest.svid import CLOCK_SKEW, SCHEME, SpiffeIdError, parse_spiffe_id, validate_trust_domain
+from attest.spiffeid import SCHEME, SpiffeIdError, parse_spiffe_id, validate_trust_domain
+from attest.x509svid import CLOCK_SKEW
 
 DEFAULT_CA_TTL = timedelta(days=3650)
 MAX_KEY_FILE = 16 * 1024

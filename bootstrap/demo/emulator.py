@@ -1,6 +1,6 @@
-"""The emulated Kubernetes API for `nodegate demo` and the tests: kmock's KubernetesEmulator
-with a shim (see research/spiffe-k8s.md §3.4). It is not a Kubernetes API server: no TLS, no
-authentication, no admission, no RBAC; the demo labels it as emulated wherever it shows it.
+"""The emulated Kubernetes API for `nodegate demo` and the tests: kmock's KubernetesEmulator with a
+shim. It is not a Kubernetes API server: no TLS, no authentication, no admission, no RBAC; the
+demo labels it as emulated wherever it shows it.
 
 kmock is a test extra (`pip install -e '.[test]'`, which `make demo` runs); this module is only
 imported by the demo and the tests, never by the service. tests/support/kshim.py re-exports it.

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from tpm2_pytss import ESAPI, TPM2_CAP, TPM2_HC
 
-from bootstrap.node.tpm import transient_handles
+from bootstrap.node.tpm import flush_raw, transient_handles
 
 
 class SwtpmMissing(RuntimeError):
@@ -115,10 +116,6 @@ class Swtpm:
 
     def flush_transients(self) -> int:
         """Flush every transient object and session left in the TPM; return how many."""
-        from tpm2_pytss import ESAPI, TPM2_CAP, TPM2_HC  # noqa: PLC0415
-
-        from bootstrap.node.tpm import flush_raw  # noqa: PLC0415
-
         ctx = ESAPI(self.tcti)
         try:
             handles = transient_handles(ctx)

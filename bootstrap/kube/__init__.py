@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from bootstrap.kube.client import (
-    AccessDecision,
+from bootstrap.kube.client import Kube
+from bootstrap.kube.configuration import read_ca_bundle
+from bootstrap.kube.errors import (
     Conflict,
     CsrDenied,
-    Kube,
     KubeConfigError,
     KubeUnavailable,
     NotFound,
     NotServed,
-    WatchEvent,
     WatchExpired,
-    read_ca_bundle,
 )
+from bootstrap.kube.reviews import AccessDecision
+from bootstrap.kube.watch import WatchEvent
 
 __all__ = [
     "AccessDecision",

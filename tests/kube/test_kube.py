@@ -1,4 +1,4 @@
-"""bootstrap/kube.py against kmock (through tests/support/kshim.py): custom objects, nodes, CSRs, events,
+"""bootstrap/kube/ against kmock (through tests/support/kshim.py): custom objects, nodes, CSRs, events,
 TokenReview, errors, timeouts and kubeconfig loading."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kmock._internal import enums
 
 from admission.rbac import UserInfo
 from bootstrap.kube import Conflict, CsrDenied, Kube, KubeConfigError, KubeUnavailable, NotFound
-from bootstrap.kube import client as kube_mod
+from bootstrap.kube import configuration as kube_mod
 from tests.support import certs
 from tests.support.kshim import ShimEmulator
 

@@ -1,0 +1,268 @@
+"""Who the TPM is: the EK (a standard endorsement key vouched for by its maker's chain or an
+allowlist), the AK (a restricted signing key in that TPM), and MakeCredential binding the two.
+
+Parsed keys are cached, keyed by their exact bytes: the same AK is checked at join start and
+finish, and key objects are the costly part of a check. Exceptions are not cached, so bad input is
+re-judged every time.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import struct
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import NamedTuple
+
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from attest import credential, ekcert, wire
+from attest.errors import AkInvalid, EkMismatch, EkUntrusted, MalformedInput
+from attest.keys import CURVE_BYTES, PublicKey, hashlib_name, object_name, public_key, spki_der
+from attest.templates import EkTemplate, match_ek_template
+from attest.wire import Alg, ObjectAttr, Public
+
+_CACHE_SIZE = 4096
+TPM_RH_ENDORSEMENT = 0x4000000B
+
+
+@dataclass(frozen=True, slots=True)
+class EkIdentity:
+    sha256: str  # hex SHA-256 of the EK SubjectPublicKeyInfo DER; the TPM's stable identity
+    template: str  # TCG template the EK follows, e.g. "L-1 RSA-2048"
+    trusted_by: str  # "allowlist" or "chain:<root subject>"
+    certificate: x509.Certificate | None
+    chain: tuple[x509.Certificate, ...]  # leaf first, anchor last; empty when allowlisted
+    public: Public = field(repr=False)
+    key: PublicKey = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AkIdentity:
+    name: bytes  # TPM name: nameAlg || H(TPMT_PUBLIC), the buffer of a TPM2B_NAME; what
+    # MakeCredential binds to (34 bytes for SHA-256)
+    scheme: int  # Alg.RSASSA or Alg.ECDSA
+    hash_alg: int  # Alg.SHA256
+    public: Public = field(repr=False)
+    key: PublicKey = field(repr=False)
+
+    @property
+    def tpm2b_name(self) -> bytes:
+        """The name marshalled as a TPM2B_NAME (with its 2-byte size)."""
+        return wire.tpm2b(self.name)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _load(buf: bytes, what: str) -> tuple[Public, PublicKey]:
+    pub = wire.parse_public(buf, what)
+    return pub, public_key(pub)
+
+
+class AkVerifier(NamedTuple):
+    """A checked AK with everything a signature check needs, prepared once."""
+
+    identity: AkIdentity
+    header: bytes  # TPMT_SIGNATURE sigAlg || hashAlg this AK must produce
+    rsa: rsa.RSAPublicKey | None
+    ecc: ec.EllipticCurvePublicKey | None
+    size: int  # RSA signature bytes, or ECC coordinate bytes
+    endorsement_qn: bytes  # qualified name as a primary of the endorsement hierarchy
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def ak_verifier(buf: bytes) -> AkVerifier:
+    """The checked AK of ``buf`` (a marshalled TPMT_PUBLIC), cached; AkInvalid when it is not one."""
+    pub, key = _load(buf, "ak_public")
+    _check_ak(pub, key)
+    name = object_name(pub)
+    ident = AkIdentity(name, pub.scheme, pub.scheme_hash, pub, key)
+    header = struct.pack(">HH", pub.scheme, pub.scheme_hash)
+    qn = qualified_name(TPM_RH_ENDORSEMENT.to_bytes(4, "big"), name)
+    if isinstance(key, rsa.RSAPublicKey):
+        return AkVerifier(ident, header, key, None, key.key_size // 8, qn)
+    return AkVerifier(ident, header, None, key, CURVE_BYTES[pub.curve], qn)
+
+
+def qualified_name(parent_qualified_name: bytes, name: bytes) -> bytes:
+    """TPM qualified name: nameAlg || H(parent QN || name). A hierarchy's QN is its 4-byte handle,
+    so an AK under the EK has ``qualified_name(qualified_name(RH_ENDORSEMENT, ek_name), ak_name)``
+    with ``RH_ENDORSEMENT = TPM_RH_ENDORSEMENT.to_bytes(4, "big")``."""
+    alg = int.from_bytes(name[:2], "big")
+    return name[:2] + hashlib.new(hashlib_name(alg), parent_qualified_name + name).digest()
+
+
+def clear_caches() -> None:
+    """Drop cached parsed keys (benchmarks use this to measure cold verification)."""
+    _load.cache_clear()
+    ak_verifier.cache_clear()
+    _sealer.cache_clear()
+
+
+def require_bytes(value: object, what: str) -> None:
+    """Checked before any cache lookup: the caches hash their argument."""
+    if type(value) is not bytes:
+        raise MalformedInput(f"{what} must be bytes, not {type(value).__name__}")
+
+
+# ------------------------------------------------------------------------------------------
+# EK
+
+
+def verify_ek(
+    ek_public: bytes,
+    ek_certificate: bytes | None,
+    *,
+    roots: Sequence[x509.Certificate],
+    allowlist: Collection[str] = frozenset(),
+    denylist: Collection[str] = frozenset(),
+    intermediates: Sequence[x509.Certificate] = (),
+    now: datetime | None = None,
+) -> EkIdentity:
+    """Check that ``ek_public`` is a standard EK vouched for by a trusted chain or the allowlist.
+
+    ``roots`` are trust anchors (each one trusted as configured; a vendor intermediate may be
+    one). ``intermediates`` only help to build a path. Allow- and denylist entries are hex
+    SHA-256 digests of the EK SubjectPublicKeyInfo DER; the denylist wins.
+    """
+    require_bytes(ek_public, "ek_public")
+    if ek_certificate is not None:
+        require_bytes(ek_certificate, "ek_certificate")
+    pub, key = _load(ek_public, "ek_public")
+    template: EkTemplate = match_ek_template(pub)
+    spki = spki_der(key)
+    digest = hashlib.sha256(spki).hexdigest()
+    if digest in _hex_set(denylist, "denylist"):
+        raise EkUntrusted(f"EK {digest} is on the denylist")
+    cert = None
+    if ek_certificate is not None:
+        cert = ekcert.parse_certificate_der(ek_certificate)
+        if spki_der(_cert_key(cert)) != spki:
+            raise EkMismatch("EK certificate certifies a different key than ek_public")
+    if digest in _hex_set(allowlist, "allowlist"):
+        return EkIdentity(digest, template.name, "allowlist", cert, (), pub, key)
+    if cert is None:
+        raise EkUntrusted("no EK certificate, and the EK is not on the allowlist")
+    if now is not None and now.tzinfo is None:
+        raise TypeError("now must be timezone-aware")  # a caller bug, not bad evidence
+    when = now if now is not None else datetime.now(UTC)
+    chain = ekcert.verify_chain(cert, roots, intermediates, when)
+    trusted_by = "chain:" + (chain[-1].subject.rfc4514_string() or "<empty subject>")
+    return EkIdentity(digest, template.name, trusted_by, cert, tuple(chain), pub, key)
+
+
+def _hex_set(entries: Collection[str], what: str) -> frozenset[str]:
+    if type(entries) is frozenset:
+        # A service passes the same configured frozenset on every join: normalise it once, not
+        # per call (a fleet's allowlist has thousands of entries). frozenset hashes are cached.
+        return _hex_frozen(entries, what)
+    return _hex_normalise(entries, what)
+
+
+@functools.lru_cache(maxsize=16)
+def _hex_frozen(entries: frozenset[str], what: str) -> frozenset[str]:
+    return _hex_normalise(entries, what)
+
+
+def _hex_normalise(entries: Collection[str], what: str) -> frozenset[str]:
+    out = set()
+    for entry in entries:
+        if not isinstance(entry, str):
+            raise MalformedInput(f"{what} entries must be hex strings")
+        out.add(entry.lower())
+    return frozenset(out)
+
+
+def _cert_key(cert: x509.Certificate) -> PublicKey:
+    try:
+        key = cert.public_key()
+    except ValueError as exc:
+        raise MalformedInput(f"EK certificate: unreadable public key ({exc})") from exc
+    if not isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
+        raise EkMismatch("EK certificate holds neither an RSA nor an ECC key")
+    return key
+
+
+# ------------------------------------------------------------------------------------------
+# AK
+
+_AK_REQUIRED = int(
+    ObjectAttr.RESTRICTED
+    | ObjectAttr.SIGN
+    | ObjectAttr.FIXED_TPM
+    | ObjectAttr.FIXED_PARENT
+    | ObjectAttr.SENSITIVE_DATA_ORIGIN
+    | ObjectAttr.USER_WITH_AUTH
+)
+_AK_ATTR_NAMES = (  # plain ints: IntFlag arithmetic is slow
+    (int(ObjectAttr.RESTRICTED), "restricted"),
+    (int(ObjectAttr.SIGN), "sign"),
+    (int(ObjectAttr.FIXED_TPM), "fixedTPM"),
+    (int(ObjectAttr.FIXED_PARENT), "fixedParent"),
+    (int(ObjectAttr.SENSITIVE_DATA_ORIGIN), "sensitiveDataOrigin"),
+    (int(ObjectAttr.USER_WITH_AUTH), "userWithAuth"),
+)
+_DECRYPT = int(ObjectAttr.DECRYPT)
+
+
+def verify_ak(ak_public: bytes) -> AkIdentity:
+    """Check that ``ak_public`` is a restricted, TPM-bound SHA-256 signing key; return its name."""
+    require_bytes(ak_public, "ak_public")
+    return ak_verifier(ak_public).identity
+
+
+def _check_ak(pub: Public, key: PublicKey) -> None:
+    attrs = pub.attributes
+    if attrs & _AK_REQUIRED != _AK_REQUIRED:
+        missing = [n for bit, n in _AK_ATTR_NAMES if not attrs & bit]
+        raise AkInvalid("AK lacks required attributes: " + ", ".join(missing))
+    if attrs & _DECRYPT:
+        raise AkInvalid("AK has the decrypt attribute; an AK must be a signing-only key")
+    if pub.name_alg != Alg.SHA256:
+        raise AkInvalid(f"AK name algorithm 0x{pub.name_alg:04x} is not SHA-256")
+    if pub.sym_alg != Alg.NULL:
+        raise AkInvalid("AK has a symmetric algorithm; a signing key has none")
+    if pub.type == Alg.RSA:
+        if pub.scheme != Alg.RSASSA:
+            raise AkInvalid("RSA AK scheme must be an explicit RSASSA")
+        if isinstance(key, rsa.RSAPublicKey) and key.key_size < 2048:
+            raise AkInvalid(f"RSA AK of {key.key_size} bits is below 2048")
+    else:
+        if pub.scheme != Alg.ECDSA:
+            raise AkInvalid("ECC AK scheme must be an explicit ECDSA")
+        if pub.curve not in (wire.Curve.NIST_P256, wire.Curve.NIST_P384):
+            raise AkInvalid(f"ECC AK curve 0x{pub.curve:04x} is not P-256 or P-384")
+        if pub.kdf != Alg.NULL:
+            raise AkInvalid("ECC AK has a KDF; a signing key has none")
+    if pub.scheme_hash != Alg.SHA256:
+        raise AkInvalid(f"AK signing hash 0x{pub.scheme_hash:04x} is not SHA-256")
+
+
+# ------------------------------------------------------------------------------------------
+# Credential
+
+
+def make_credential(ek_public: bytes, ak_name: bytes, secret: bytes) -> tuple[bytes, bytes]:
+    """TPM2_MakeCredential to a standard EK for the object ``ak_name`` (from :func:`verify_ak`).
+
+    Returns the marshalled TPM2B_ID_OBJECT and TPM2B_ENCRYPTED_SECRET for ActivateCredential.
+    """
+    require_bytes(ek_public, "ek_public")
+    sealer = _sealer(ek_public)
+    if type(ak_name) is not bytes or len(ak_name) < 2:
+        raise MalformedInput("AK name must be bytes: nameAlg || digest")
+    if wire.DIGEST_SIZES.get(int.from_bytes(ak_name[:2], "big"), -1) != len(ak_name) - 2:
+        raise MalformedInput("AK name is not nameAlg || digest of that algorithm")
+    if type(secret) is not bytes:
+        raise MalformedInput("credential secret must be bytes")
+    return sealer.make(ak_name, secret)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _sealer(buf: bytes) -> credential.EkSealer:
+    pub, key = _load(buf, "ek_public")
+    match_ek_template(pub)  # sealing to anything but a standard EK would prove nothing
+    return credential.EkSealer(pub, key)

@@ -1,0 +1,202 @@
+"""What the demo deploys and sends: the fleet, the service config, the NodeWright CR, the PackagePolicy
+and RBAC files, the package states NodeWright's agent would write, and AdmissionReviews."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import uuid
+from typing import Any
+
+TRUST_DOMAIN = "demo.nodegate.test"
+NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
+TAMPERED = "gpu-node-4"
+SELECTION = "sha256:0,1,2,3,4,5,6,7"
+PCR_CLASS = "demo-fleet"
+POOL = {"node-restriction.kubernetes.io/nodegate.io-pcr-class": PCR_CLASS}  # set by nodegate at join
+CR_NAME = "gpu-stack"
+CR_GROUP, CR_VERSION, CR_PLURAL = "nodewright.nvidia.com", "v1alpha1", "nodewrights"
+PACKAGES = {"gpu-driver": "550.54.15", "ib-tuning": "1.2.0"}
+TAINT_KEY = "nodegate.io/hold"
+
+
+def service_config(golden: dict[int, str]) -> dict[str, Any]:
+    """`nodegate serve`'s config: paths relative to the demo's folder, ``golden`` the PCR class."""
+    return {
+        "trust_domain": TRUST_DOMAIN,
+        "listen": "127.0.0.1:0",
+        "state_dir": "state",
+        "store": "kubernetes",
+        "ek_roots": ["ek-roots.pem"],
+        "server_names": ["127.0.0.1", "localhost"],
+        "pcr_policy": {
+            "classes": [{"name": PCR_CLASS, "golden": {"sha256": {i: [v] for i, v in golden.items()}}}]
+        },
+        "kubernetes": {"kubeconfig": "kubeconfig"},
+        # The demo runs the gate's one-shot pass itself (step 6), so serve does not run one too.
+        "gate": {"enabled": False, "stability_window": "0s"},
+        "admission": {"policy_files": ["policies.yaml"], "rbac_files": ["rbac.yaml"]},
+    }
+
+
+def package_cr(**changes: Any) -> dict[str, Any]:
+    """The NodeWright CR of the story: two packages for every node of the demo-fleet PCR class.
+    ``changes`` replace spec keys, or (``package=...``) keys of the gpu-driver package."""
+    packages = {
+        name: {
+            "version": version,
+            "image": f"ghcr.io/nvidia/nodewright-packages/{name}",
+            "containerSHA": "sha256:" + hashlib.sha256(f"{name}:{version}".encode()).hexdigest(),
+            "interrupt": {"type": "service", "services": ["nvidia-persistenced"]},
+        }
+        for name, version in PACKAGES.items()
+    }
+    packages["gpu-driver"].update(changes.pop("package", {}))
+    spec: dict[str, Any] = {
+        "nodeSelectors": {"matchLabels": dict(POOL)},
+        # The packages run on held nodes, so NodeWright's pods must tolerate the hold.
+        "additionalTolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+        "interruptionBudget": {"percent": 33},
+        "packages": packages,
+        **changes,
+    }
+    return {
+        "apiVersion": f"{CR_GROUP}/{CR_VERSION}",
+        "kind": "NodeWright",
+        "metadata": {"name": CR_NAME},
+        "spec": spec,
+    }
+
+
+def node_state_annotation(name: str) -> dict[str, str]:
+    """What NodeWright's agent writes on the Node as it applies the packages: complete (their
+    service interrupt ran, so stage post-interrupt), except on the last node, whose driver fails
+    to apply (and ib-tuning waits behind it)."""
+    failing = name == NODES[-1]
+    states = {
+        f"{pkg}|{version}": {
+            "name": pkg,
+            "version": version,
+            "image": f"ghcr.io/nvidia/nodewright-packages/{pkg}",
+            "stage": "apply" if failing else "post-interrupt",
+            "state": "erroring" if failing and pkg == "gpu-driver" else "complete",
+        }
+        for pkg, version in PACKAGES.items()
+    }
+    if failing:
+        states.pop(f"ib-tuning|{PACKAGES['ib-tuning']}")
+    return {f"{CR_GROUP}/nodeState_{CR_NAME}": json.dumps(states, sort_keys=True)}
+
+
+def policy_documents() -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "nodegate.io/v1alpha1",
+            "kind": "PackagePolicy",
+            "metadata": {"name": PCR_CLASS},
+            "spec": {
+                "nodeSelector": {"matchLabels": dict(POOL)},
+                "images": {"registries": ["ghcr.io/nvidia"], "requireDigest": True},
+                "interrupts": {"allowed": ["noop", "service", "reboot"]},
+                "maxInterruptionBudget": {"percent": 50},
+            },
+        }
+    ]
+
+
+def rbac_documents() -> list[dict[str, Any]]:
+    def role(verb: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": f"{verb}-{PCR_CLASS}"},
+            "rules": [
+                {
+                    "apiGroups": ["nodegate.io"],
+                    "resources": ["packagepolicies"],
+                    "resourceNames": [PCR_CLASS],
+                    "verbs": [verb],
+                }
+            ],
+        }
+
+    def binding(role_name: str, group: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{group}-{role_name}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}],
+        }
+
+    return [
+        role("deploy"),
+        role("reboot"),
+        binding(f"deploy-{PCR_CLASS}", "ml-platform"),  # alice's team deploys, but may not reboot
+        binding(f"reboot-{PCR_CLASS}", "sre"),
+    ]
+
+
+def review(
+    obj: dict[str, Any] | None,
+    user: str,
+    groups: tuple[str, ...],
+    *,
+    op: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    kind: tuple[str, str, str] = (CR_GROUP, CR_VERSION, "NodeWright"),
+) -> dict[str, Any]:
+    group, version, kind_name = kind
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": group, "version": version, "kind": kind_name},
+            "operation": op,
+            "name": str((obj or old or {}).get("metadata", {}).get("name", "")),
+            "userInfo": {"username": user, "groups": [*groups, "system:authenticated"]},
+            "object": obj,
+            "oldObject": old,
+        },
+    }
+
+
+def webhook_cases(node: dict[str, Any]) -> list[tuple[str, bool, dict[str, Any]]]:
+    """(what, allowed?, AdmissionReview) for the webhook step. ``node``: the held last node as
+    stored, which its kubelet then tries to lift the hold from."""
+    lifted = copy.deepcopy(node)
+    lifted["spec"]["taints"] = [t for t in lifted["spec"].get("taints") or [] if t.get("key") != TAINT_KEY]
+    alice = ("alice", ("ml-platform",))
+    return [
+        (f"alice (ml-platform) creates NodeWright {CR_NAME}", True, review(package_cr(), *alice)),
+        (f"mallory creates NodeWright {CR_NAME}", False, review(package_cr(), "mallory", ())),
+        (
+            "alice: an image from docker.io, interruption budget 100%",
+            False,
+            review(
+                package_cr(
+                    interruptionBudget={"percent": 100}, package={"image": "docker.io/someone/gpu-driver"}
+                ),
+                *alice,
+            ),
+        ),
+        (
+            "alice: gpu-driver with a reboot interrupt",
+            False,
+            review(package_cr(package={"interrupt": {"type": "reboot"}}), *alice),
+        ),
+        (
+            f"{NODES[-1]}'s kubelet removes its own hold taint (Node UPDATE)",
+            False,
+            review(
+                lifted,
+                f"system:node:{NODES[-1]}",
+                ("system:nodes",),
+                op="UPDATE",
+                old=node,
+                kind=("", "v1", "Node"),
+            ),
+        ),
+    ]

@@ -1,0 +1,109 @@
+"""The demo's real processes: `nodegate serve` and `nodegate join` as subprocesses, and blocking
+work (swtpm_setup, TPM commands) off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bootstrap.demo import swtpm
+from bootstrap.demo.narration import DemoFailed
+
+START_TIMEOUT = 30.0
+JOIN_TIMEOUT = 60.0
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "TSS2_LOG": os.environ.get("TSS2_LOG", "all+none")}
+
+
+def _nodegate(*args: str) -> tuple[str, ...]:
+    # The interpreter running the demo, so a venv's nodegate is used even when it is not on PATH.
+    return (sys.executable, "-m", "bootstrap.cli", *args)
+
+
+async def to_thread(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Blocking work (swtpm_setup, TPM commands) off the event loop. When the demo is stopped
+    meanwhile, the work still finishes before the cleanup deletes the files it uses."""
+    work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await work
+        raise
+    except (swtpm.SwtpmMissing, RuntimeError, OSError) as exc:
+        raise DemoFailed(f"{what}: {exc}") from None
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 10)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
+
+
+async def start_serve(stack: contextlib.AsyncExitStack, config: Path, root: Path) -> str:
+    """The real `nodegate serve` with ``config``, stopped by ``stack``; its https URL once it listens."""
+    port_file, log = root / "serve.port", root / "serve.log"
+    with log.open("wb") as err:
+        proc = await asyncio.create_subprocess_exec(
+            *_nodegate("serve", "--config", str(config), "--port-file", str(port_file)),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=err,
+            env=_env(),
+        )
+    stack.push_async_callback(_stop, proc)
+    deadline = time.monotonic() + START_TIMEOUT
+    while not port_file.exists():  # serve writes it (atomically) once it listens
+        if proc.returncode is not None:
+            raise DemoFailed(f"nodegate serve exited ({proc.returncode}): {_last_line(log)}")
+        if time.monotonic() > deadline:
+            raise DemoFailed(f"nodegate serve did not listen within {START_TIMEOUT:.0f} s: {_last_line(log)}")
+        await asyncio.sleep(0.05)
+    return f"https://127.0.0.1:{int(port_file.read_text())}"
+
+
+@dataclass
+class Joined:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def run_join(name: str, tpm: swtpm.Swtpm, server: str, bundle: Path, out: Path) -> Joined:
+    """The real `nodegate join` for one node, as its boot script would run it."""
+    proc = await asyncio.create_subprocess_exec(
+        *_nodegate("join", "--server", server, "--ca-bundle", str(bundle), "--node-name", name),
+        *("--tcti", tpm.tcti, "--out", str(out), "--attempts", "3"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=_env(),
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), JOIN_TIMEOUT)
+    except TimeoutError:
+        raise DemoFailed(f"nodegate join of {name} did not finish within {JOIN_TIMEOUT:.0f} s") from None
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    return Joined(proc.returncode or 0, stdout.decode(errors="replace"), stderr.decode(errors="replace"))

@@ -1,0 +1,303 @@
+"""The demo's steps 1-8, in order: software TPMs, the emulated API, `nodegate serve`, three joins and a
+refused one, the hold gate holding and releasing, and the admission webhook's decisions."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import re
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from bootstrap.config import load_settings
+from bootstrap.demo import swtpm
+from bootstrap.demo.cluster import start_api
+from bootstrap.demo.emulator import ShimEmulator
+from bootstrap.demo.manifests import (
+    CR_GROUP,
+    CR_NAME,
+    CR_PLURAL,
+    CR_VERSION,
+    NODES,
+    PACKAGES,
+    PCR_CLASS,
+    SELECTION,
+    TAINT_KEY,
+    TAMPERED,
+    TRUST_DOMAIN,
+    node_state_annotation,
+    package_cr,
+    policy_documents,
+    rbac_documents,
+    service_config,
+    webhook_cases,
+)
+from bootstrap.demo.narration import DemoFailed, detail, short, step
+from bootstrap.demo.processes import Joined, run_join, start_serve, to_thread
+from bootstrap.gate import Gate, LeaseHeld
+from bootstrap.kube import Kube, KubeUnavailable
+from bootstrap.node.tpm import Agent
+
+
+@dataclass
+class Summary:
+    spiffe_ids: dict[str, str]
+    refused: str
+    released: list[str]
+    held: dict[str, str]
+    allowed: int
+    denied: int
+
+
+class Demo:
+    def __init__(self, root: Path, stack: contextlib.AsyncExitStack) -> None:
+        self.root = root
+        self.stack = stack
+        self.tpms: dict[str, swtpm.Swtpm] = {}
+        self.url = ""
+        self.api_url = ""
+        self.bundle = root / "bundle.pem"
+        self.config = root / "nodegate.yaml"
+        self.kube: Kube | None = None
+
+    async def tpms_step(self) -> dict[int, str]:
+        step(1, "a TPM vendor CA (swtpm_localca) and 4 software TPMs (swtpm: emulated TPM hardware)")
+        ca = await to_thread("software TPMs", swtpm.make_ca, self.root / "vendor-ca")
+        names = (*NODES, TAMPERED)
+        made = await asyncio.gather(
+            *(to_thread(f"manufacturing {n}", swtpm.manufacture, ca, self.root / n) for n in names),
+            return_exceptions=True,  # every swtpm_setup ends before a failure cleans up their files
+        )
+        for result in made:
+            if isinstance(result, BaseException):
+                raise result
+        for name in names:
+            # Not in a thread: the process is registered for cleanup before anything can cancel.
+            try:
+                tpm = swtpm.start(ca, self.root / name)
+            except (RuntimeError, OSError) as exc:
+                raise DemoFailed(f"starting swtpm for {name}: {exc}") from None
+            self.stack.callback(tpm.stop)
+            self.tpms[name] = tpm
+        roots = self.root / "ek-roots.pem"
+        roots.write_bytes(
+            ca.root.public_bytes(serialization.Encoding.PEM)
+            + ca.intermediate.public_bytes(serialization.Encoding.PEM)
+        )
+        golden: dict[int, str] = await to_thread("reading PCRs", self._read_golden)
+        detail(
+            f"each TPM has RSA and ECC EK certificates from that CA; the fleet's golden boot "
+            f"measurements (PCR 0-7) become PCR class {PCR_CLASS}"
+        )
+        return golden
+
+    def _read_golden(self) -> dict[int, str]:
+        with Agent(self.tpms[NODES[0]].tcti) as agent:
+            pcrs = agent.read_pcrs(SELECTION)
+        return {i: v.hex() for i, v in pcrs["sha256"].items()}
+
+    async def api_step(self) -> ShimEmulator:
+        step(2, "starting the emulated Kubernetes API (kmock), in this process: not a real API server")
+        emu, self.api_url = await start_api(self.stack, self.root / "kubeconfig")
+        detail(f"{self.api_url}: Nodes, CSRs, NodeAttestations, Leases, Events, NodeWright/Skyhook CRs")
+        detail("a stand-in for kube-controller-manager signs approved kubelet CSRs (emulated cluster CA)")
+        return emu
+
+    async def serve_step(self, golden: dict[int, str]) -> None:
+        step(3, "starting `nodegate serve`: its own CA, TLS on loopback, PCR policy enforced")
+        (self.root / "policies.yaml").write_text(yaml.safe_dump_all(policy_documents()))
+        (self.root / "rbac.yaml").write_text(yaml.safe_dump_all(rbac_documents()))
+        self.config.write_text(yaml.safe_dump(service_config(golden), sort_keys=False))
+        self.url = await start_serve(self.stack, self.config, self.root)
+        # What an operator distributes to nodes: the CA certificates from state_dir.
+        cas = sorted((self.root / "state" / "ca").glob("ca-*.pem"))
+        self.bundle.write_bytes(b"".join(p.read_bytes() for p in cas))
+        detail(f"listening on {self.url}; store kubernetes (NodeAttestations in the emulated API)")
+        detail(f"the nodes trust only {self.bundle.name} (the CA certificates from its state_dir)")
+
+    async def join_step(self) -> dict[str, str]:
+        step(4, f"{len(NODES)} nodes boot and run `nodegate join` (TPM attestation over TLS, concurrently)")
+        detail(
+            f"$ nodegate join --server {self.url} --ca-bundle {self.bundle.name} "
+            f"--node-name {NODES[0]} --tcti {self.tpms[NODES[0]].tcti}"
+        )
+        results = await asyncio.gather(
+            *(run_join(n, self.tpms[n], self.url, self.bundle, self.root / "out" / n) for n in NODES)
+        )
+        ids: dict[str, str] = {}
+        for name, result in zip(NODES, results, strict=True):
+            if result.returncode != 0:
+                raise DemoFailed(f"nodegate join of {name} failed: {result.stderr.strip()[-300:]}")
+            out = self.root / "out" / name
+            leaf = x509.load_pem_x509_certificate((out / "svid.pem").read_bytes())
+            san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+            (sid,) = san.get_values_for_type(x509.UniformResourceIdentifier)
+            if sid != f"spiffe://{TRUST_DOMAIN}/node/{name}":
+                raise DemoFailed(f"{name} got the SVID of {sid}")
+            kubelet = yaml.safe_load((out / "kubelet.kubeconfig").read_text())
+            cert = x509.load_pem_x509_certificate(
+                base64.b64decode(kubelet["users"][0]["user"]["client-certificate-data"])
+            )
+            ids[name] = sid
+            detail(
+                f"{name}: {sid}  (X.509-SVID until {leaf.not_valid_after_utc:%H:%M:%SZ}; kubelet "
+                f"certificate {cert.subject.rfc4514_string()} through the CSR API)"
+            )
+        taints = [await self._hold(n) for n in NODES]
+        if taints != ["packages-pending"] * len(NODES):
+            raise DemoFailed(f"the Nodes were not pre-created with the hold taint: {taints}")
+        detail(f"nodegate pre-created each Node with the taint {TAINT_KEY}=packages-pending:NoSchedule")
+        return ids
+
+    async def tampered_step(self, emu: ShimEmulator, joining: asyncio.Task[Joined]) -> str:
+        """``joining``: the tampered node's join, started with the others (it boots with them)."""
+        step(5, f"{TAMPERED} booted an unsigned bootloader (PCR 7 extended) and ran `nodegate join` too")
+        result = await joining
+        line = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
+        match = re.match(r"nodegate join: refused \(([a-z0-9_]+)(?:, HTTP (\d+))?\)", line)
+        if result.returncode != 1 or match is None:
+            raise DemoFailed(f"the tampered node was not refused as expected: rc {result.returncode}: {line}")
+        code = match.group(1)
+        status = f" (HTTP {match.group(2)})" if match.group(2) else ""
+        detail(f"refused: {code}{status}; what the node prints:")
+        detail(short(line))
+        has_node = any(k[0] == "v1/nodes" and k[2] == TAMPERED for k in emu.objects)
+        if has_node or (self.root / "out" / TAMPERED / "svid.pem").exists():
+            raise DemoFailed(f"{TAMPERED} was refused but got an SVID or a Node")
+        detail("no SVID, no kubelet certificate, no Node object")
+        return code
+
+    def _tamper(self) -> None:
+        with Agent(self.tpms[TAMPERED].tcti) as agent:
+            agent.extend_pcr(7, hashlib.sha256(b"unsigned bootloader").digest())
+
+    def _kube(self) -> Kube:
+        if self.kube is None:
+            raise DemoFailed("no client for the emulated API")  # run() sets it before the steps
+        return self.kube
+
+    async def _hold(self, name: str) -> str | None:
+        node = await self._kube().get_node(name)
+        taints = ((node or {}).get("spec") or {}).get("taints") or []
+        return next((str(t.get("value")) for t in taints if t.get("key") == TAINT_KEY), None)
+
+    async def gate_pass(self) -> str:
+        """One `nodegate gate --once` pass, with the service's config (Lease taken and given back)."""
+        gate = Gate.for_settings(self._kube(), load_settings(self.config))
+        try:
+            report = await gate.once()
+        except LeaseHeld as exc:
+            raise DemoFailed(f"gate: {exc}") from None
+        if report.errors:
+            raise DemoFailed(f"gate pass: {report.errors[0]}")
+        held = ", ".join(f"{r} {n}" for r, n in sorted(report.held.items())) or "none"
+        return f"{report.nodes} nodes: {report.released} released; held: {held}; {report.writes} writes"
+
+    async def _node_lines(self) -> dict[str, str | None]:
+        holds: dict[str, str | None] = {}
+        for name in NODES:
+            hold = await self._hold(name)
+            holds[name] = hold
+            att = await self._kube().get_cluster_object("nodegate.io", "v1alpha1", "nodeattestations", name)
+            status = (att or {}).get("status") or {}
+            packages = ", ".join(
+                f"{p.get('package')} {p.get('state') or 'absent'}" for p in status.get("packages") or []
+            )
+            where = f"held: {TAINT_KEY}={hold}" if hold else "released: hold taint removed"
+            detail(f"{name}: {where}; phase {status.get('phase')}; packages: {packages}")
+        return holds
+
+    async def gate_hold_step(self) -> None:
+        packages = ", ".join(f"{p} {v}" for p, v in PACKAGES.items())
+        step(6, f"the hold gate: NodeWright CR {CR_NAME} ({packages}) selects the {PCR_CLASS} nodes")
+        await self._kube().create_cluster_object(CR_GROUP, CR_VERSION, CR_PLURAL, package_cr())
+        detail(f"`nodegate gate --once` (stability window 0s): {await self.gate_pass()}")
+        holds = await self._node_lines()
+        if set(holds.values()) != {"packages-pending"}:
+            raise DemoFailed(f"the gate should hold every node packages-pending: {holds}")
+
+    async def gate_release_step(self) -> tuple[list[str], dict[str, str]]:
+        step(
+            7,
+            f"NodeWright's agent (played by the demo) reports {' and '.join(NODES[:-1])} complete, "
+            f"{NODES[-1]}'s gpu-driver erroring",
+        )
+        for name in NODES:
+            annotations = node_state_annotation(name)
+            await self._kube().patch_node(name, {"metadata": {"annotations": annotations}})
+        detail(f"`nodegate gate --once`: {await self.gate_pass()}")
+        holds = await self._node_lines()
+        released = [n for n, h in holds.items() if h is None]
+        held = {n: h for n, h in holds.items() if h is not None}
+        if released != list(NODES[:-1]) or held != {NODES[-1]: "validation-failed"}:
+            raise DemoFailed(f"the gate should release {NODES[:-1]} and hold {NODES[-1]}: {holds}")
+        return released, held
+
+    async def webhook_step(self) -> tuple[int, int]:
+        step(8, f"the admission webhook judges sample CRs (POST {self.url}/admission/validate)")
+        detail(
+            f"PackagePolicy {PCR_CLASS} (ghcr.io/nvidia, digests, budget <= 50%) and RBAC: ml-platform may "
+            "deploy, only sre may reboot; the same decisions as `nodegate policy test`"
+        )
+        node = await self._kube().get_node(NODES[-1])
+        if node is None:
+            raise DemoFailed(f"{NODES[-1]} is gone from the emulated API")
+        ctx = ssl.create_default_context(cafile=str(self.bundle))
+        allowed = denied = 0
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
+            for what, want, body in webhook_cases(node):
+                async with http.post(f"{self.url}/admission/validate", json=body) as resp:
+                    if resp.status != 200:
+                        raise DemoFailed(f"webhook answered HTTP {resp.status} for {what}")
+                    answer = (await resp.json())["response"]
+                ok = bool(answer["allowed"])
+                if ok != want:
+                    raise DemoFailed(f"webhook {'allowed' if ok else 'denied'} {what}: {answer}")
+                if ok:
+                    allowed += 1
+                    policy = (answer.get("auditAnnotations") or {}).get("policy")
+                    detail(f"ALLOWED  {what}" + (f" (PackagePolicy {policy})" if policy else ""))
+                    continue
+                denied += 1
+                detail(f"DENIED   {what}")
+                for reason in str(answer.get("status", {}).get("message", "")).splitlines():
+                    detail(f"         {short(reason, 240)}")
+        return allowed, denied
+
+    async def run(self) -> Summary:
+        golden = await self.tpms_step()
+        emu = await self.api_step()
+        await self.serve_step(golden)
+        try:
+            self.kube = await Kube.from_config(str(self.root / "kubeconfig"))
+        except KubeUnavailable as exc:
+            raise DemoFailed(f"the demo's kubeconfig: {exc}") from None
+        if self.kube is None:
+            raise DemoFailed("no kubeconfig for the emulated API")
+        self.stack.push_async_callback(self.kube.close)
+        # The tampered node boots with the others; its refusal is shown after their joins.
+        await to_thread("extending PCR 7", self._tamper)
+        joining = asyncio.create_task(
+            run_join(TAMPERED, self.tpms[TAMPERED], self.url, self.bundle, self.root / "out" / TAMPERED)
+        )
+        try:
+            ids = await self.join_step()
+            refused = await self.tampered_step(emu, joining)
+            await self.gate_hold_step()
+            released, held = await self.gate_release_step()
+            allowed, denied = await self.webhook_step()
+        except KubeUnavailable as exc:
+            raise DemoFailed(f"emulated Kubernetes API: {exc}") from None
+        finally:
+            joining.cancel()  # run_join kills its process when cancelled
+            with contextlib.suppress(asyncio.CancelledError, DemoFailed):
+                await joining
+        return Summary(ids, refused, released, held, allowed, denied)
