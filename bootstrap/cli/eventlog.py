@@ -117,6 +117,11 @@ def _item(item: object) -> str:
     return f"event {item['event']}: {item['text']}"
 
 
+def run(args: argparse.Namespace) -> int:
+    """``nodegate eventlog inspect``."""
+    return inspect(args)
+
+
 def inspect(args: argparse.Namespace) -> int:
     try:
         log = eventlog.parse(_read(args.file))
@@ -156,26 +161,3 @@ def learn(args: argparse.Namespace) -> int:
     print(f"# learned from {len(known)} event log(s); review before use", file=sys.stdout)
     print(yaml.safe_dump(policy, sort_keys=False), end="")
     return EXIT_OK
-
-
-def add_inspect_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", type=Path, metavar="FILE", help="a TCG event log (binary_bios_measurements)")
-    p.add_argument("-o", "--output", choices=("text", "json"), default="text")
-    p.add_argument("--events", action="store_true", help="list every event too")
-
-
-def add_learn_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--event-log",
-        action="append",
-        required=True,
-        type=Path,
-        metavar="FILE",
-        help="a known-good node's event log (repeat for several)",
-    )
-    p.add_argument("--name", default="learned", help="the class name (default: learned)")
-    p.add_argument(
-        "--kernel-cmdlines",
-        action="store_true",
-        help="also pin grub's kernel command lines (the quote must then cover PCR 8)",
-    )

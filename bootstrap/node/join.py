@@ -20,7 +20,6 @@ This module keeps re-exporting the names callers import from it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import logging
@@ -65,6 +64,7 @@ from bootstrap.node.credentials import (
     node_key,
     write_files,
 )
+from bootstrap.node.defaults import ATTEMPTS, DEFAULT_TCTI, NODE_DIR
 from bootstrap.node.errors import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -78,7 +78,7 @@ from bootstrap.node.errors import (
     report_failure,
 )
 from bootstrap.node.evidence import AsyncTpm, credential_proof, quote_evidence
-from bootstrap.node.tpm import DEFAULT_TCTI, EkKind
+from bootstrap.node.tpm import EkKind
 from bootstrap.protocol import FinishResponse, StartResponse
 
 __all__ = [
@@ -100,12 +100,9 @@ __all__ = [
     "JoinOptions",
     "JoinResult",
     "JoinUsageError",
-    "add_arguments",
-    "add_common_arguments",
     "check_retry_options",
     "exit_status",
     "join",
-    "main",
     "report_failure",
 ]
 
@@ -118,9 +115,9 @@ class JoinOptions:
     ca_bundle: Path  # PEM roots to trust for the server's TLS certificate (and nothing else)
     node_name: str
     tcti: str = DEFAULT_TCTI
-    out: Path = Path("/var/lib/nodegate-node")
+    out: Path = NODE_DIR
     ek_kind: str = "rsa"  # "rsa" | "ecc"
-    attempts: int = 8  # total tries for transient failures
+    attempts: int = ATTEMPTS  # total tries for transient failures
     backoff: float = 1.0  # first delay ceiling in seconds; doubles per failure, capped at 30 s
     timeout: float = 30.0  # per request
 
@@ -217,59 +214,3 @@ async def join(
         files = _outputs(fin, key, opts.node_name)
         written = {KEY_FILE: out / KEY_FILE} | write_files(out, files)
     return JoinResult(fin.node_name, fin.spiffe_id, fin.svid_expires_at, written)
-
-
-# -- command line -------------------------------------------------------------------------------
-
-
-def add_common_arguments(p: argparse.ArgumentParser, what: str) -> None:
-    """--server, --ca-bundle, --tcti, --attempts: the same for join and renew."""
-    p.add_argument("--server", required=True, help=f"{what} server URL, https://host:port")
-    p.add_argument(
-        "--ca-bundle",
-        required=True,
-        type=Path,
-        metavar="FILE",
-        help="PEM roots to trust for the server's TLS",
-    )
-    p.add_argument("--tcti", default=DEFAULT_TCTI, help=f"TPM to use (default {DEFAULT_TCTI})")
-    p.add_argument(
-        "--attempts",
-        type=int,
-        default=JoinOptions.attempts,
-        help=f"total tries for transient failures (default {JoinOptions.attempts}); then exit 75",
-    )
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_common_arguments(p, "join")
-    p.add_argument("--node-name", required=True, help="this node's Kubernetes name")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=JoinOptions.out,
-        metavar="DIR",
-        help=f"where the node key and credentials go (default {JoinOptions.out})",
-    )
-    p.add_argument("--ek", choices=("ecc", "rsa"), default="rsa", help="EK type to use (default rsa)")
-
-
-def main(args: argparse.Namespace) -> int:
-    """`nodegate join`; exit 0, 1 (refused), 2 (usage or local), 75 (transient, try later)."""
-    try:
-        opts = JoinOptions(
-            server=args.server,
-            ca_bundle=args.ca_bundle,
-            node_name=args.node_name,
-            tcti=args.tcti,
-            out=args.out,
-            ek_kind=args.ek,
-            attempts=args.attempts,
-        )
-        result = asyncio.run(join(opts))
-    except (JoinUsageError, JoinFailed) as exc:
-        return report_failure("nodegate join", exc)
-    print(f"joined as {result.spiffe_id} (SVID valid until {result.svid_expires_at})")
-    for name, path in result.files.items():
-        print(f"  {name}: {path}")
-    return EXIT_OK

@@ -18,7 +18,6 @@ Until the new SVID is written the old pair is untouched and keeps working.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -36,7 +35,6 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from attest import svid as svidlib
-from bootstrap.config import parse_duration
 from bootstrap.files import read_limited
 from bootstrap.names import is_node_name
 from bootstrap.node.client import (
@@ -63,13 +61,13 @@ from bootstrap.node.credentials import (
     same_key,
     write_files,
 )
-from bootstrap.node.errors import EXIT_OK, JoinFailed, JoinUsageError, one_line, report_failure
+from bootstrap.node.defaults import DEFAULT_TCTI
+from bootstrap.node.errors import JoinFailed, JoinUsageError, one_line
 from bootstrap.node.evidence import AsyncTpm, quote_evidence
-from bootstrap.node.join import JoinOptions, add_common_arguments
-from bootstrap.node.tpm import DEFAULT_TCTI
+from bootstrap.node.join import JoinOptions
 from bootstrap.protocol import FinishResponse, RenewStartResponse
 
-__all__ = ["PENDING_KEY_FILE", "RenewOptions", "RenewResult", "add_renew_arguments", "renew", "renew_main"]
+__all__ = ["PENDING_KEY_FILE", "RenewOptions", "RenewResult", "renew"]
 
 log = logging.getLogger("nodegate.renew")
 
@@ -275,59 +273,3 @@ async def renew(
 
 
 # -- command line ----------------------------------------------------------------------------------
-
-
-def _duration(text: str) -> timedelta:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def add_renew_arguments(p: argparse.ArgumentParser) -> None:
-    add_common_arguments(p, "join")
-    p.add_argument(
-        "--dir",
-        type=Path,
-        default=RenewOptions.dir,
-        metavar="DIR",
-        help=f"what nodegate join --out wrote (default {RenewOptions.dir})",
-    )
-    p.add_argument(
-        "--before",
-        type=_duration,
-        default=None,
-        metavar="DURATION",
-        help="renew when the SVID has less than this left, e.g. 20m (default: a third of its lifetime)",
-    )
-
-
-def _left(d: timedelta) -> str:
-    minutes = max(0, int(d.total_seconds())) // 60
-    return f"{minutes // 60}h{minutes % 60:02d}m"
-
-
-def renew_main(args: argparse.Namespace) -> int:
-    """`nodegate renew`; exit 0, 1 (refused), 2 (usage or local), 75 (transient, try later)."""
-    try:
-        opts = RenewOptions(
-            server=args.server,
-            ca_bundle=args.ca_bundle,
-            dir=args.dir,
-            tcti=args.tcti,
-            before=args.before,
-            attempts=args.attempts,
-        )
-        result = asyncio.run(renew(opts))
-    except (JoinUsageError, JoinFailed) as exc:
-        return report_failure("nodegate renew", exc)
-    until = result.svid_expires_at.isoformat().replace("+00:00", "Z")
-    if result.renewed:
-        print(f"renewed {result.spiffe_id} (SVID valid until {until})")
-    else:
-        left = _left(result.svid_expires_at - datetime.now(UTC))
-        print(
-            f"nodegate renew: SVID for {result.spiffe_id} valid until {until} ({left} left, "
-            f"renewing below {_left(result.before)}); nothing to do"
-        )
-    return EXIT_OK

@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from attest import wire
+from bootstrap.node.defaults import DEFAULT_TCTI
 
 # libtss2 logs every TPM error response to stderr; our errors say what matters, once.
 os.environ.setdefault("TSS2_LOG", "all+none")
@@ -52,7 +53,6 @@ from tpm2_pytss import (
 )
 from tpm2_pytss.utils import NoSuchIndex, NVReadEK, create_ek_template
 
-DEFAULT_TCTI = "device:/dev/tpmrm0"
 EkKind = Literal["rsa", "ecc"]
 AkKind = Literal["ecc", "rsa"]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from cryptography.hazmat.primitives import serialization
 
@@ -12,7 +10,6 @@ from attest.errors import MeasuredBootViolation
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
 
-DATA = Path(__file__).parent / "data" / "eventlogs"
 SHIM = b"\x11" * 32
 _, CERT = self_signed("Fleet Secure Boot CA")
 CERT_DER = CERT.public_bytes(serialization.Encoding.DER)
@@ -126,18 +123,15 @@ def test_bad_policies_are_refused_at_load(doc: object, reason: str) -> None:
         measuredboot.policy_from_obj(doc)
 
 
-@pytest.mark.parametrize("name", ["event-moklisttrusted.bin", "rhel8-uefi.bin", "cos-101-amd-sev.bin"])
-def test_a_class_learned_from_a_real_log_admits_it_and_refuses_secure_boot_off(name: str) -> None:
-    log = eventlog.parse((DATA / name).read_bytes())
+@pytest.mark.parametrize("name", ["agile-three-banks", "old-shim-authority", "startup-locality-3"])
+def test_a_class_learned_from_a_log_admits_it_and_refuses_secure_boot_off(name: str) -> None:
+    logs = el.quirky(CERT_DER)
+    log = eventlog.parse(logs[name])
     facts = bootevents.facts(log.events, bank="sha256", pcrs=range(10))
     learned = measuredboot.learn([facts], name="fleet", cmdlines=True)
     assert learned.secure_boot == "required"
     policy = measuredboot.MeasuredBootPolicy(classes=(learned,))
     assert measuredboot.enforce(policy, facts).matched_class == "fleet"
-    off = bootevents.facts(
-        eventlog.parse((DATA / "ubuntu_2104_shielded_vm_no_secure_boot_eventlog").read_bytes()).events,
-        bank="sha256",
-        pcrs=range(10),
-    )
+    off = bootevents.facts(eventlog.parse(logs["secure-boot-off"]).events, bank="sha256", pcrs=range(10))
     with pytest.raises(MeasuredBootViolation, match="rule secure_boot"):
         measuredboot.enforce(policy, off)

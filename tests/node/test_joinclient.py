@@ -39,6 +39,8 @@ from attest import svid as svidlib
 from attest import tpm
 from attest.csr import NodeCsr, parse_node_csr
 from attest.errors import AttestationError
+from bootstrap.cli import arguments
+from bootstrap.cli import node as node_cli
 from bootstrap.files import write_atomic
 from bootstrap.node import join as joinclient
 from bootstrap.node.join import JoinFailed, JoinOptions, join
@@ -703,9 +705,7 @@ def test_default_tcti_is_the_agents() -> None:
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    joinclient.add_arguments(p)
-    return p.parse_args(argv)
+    return arguments.parser().parse_args(["join", *argv])
 
 
 def _argv(fake: Fake, tls: Tls, tmp_path: Path) -> list[str]:
@@ -731,7 +731,7 @@ async def test_main_prints_one_line_on_refusal(
     fake: Fake, tls: Tls, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake.start_script = [problem(403, "ek_untrusted", "EK certificate does not chain\nto a trusted root")]
-    rc = await asyncio.to_thread(joinclient.main, _args(_argv(fake, tls, tmp_path)))
+    rc = await asyncio.to_thread(node_cli.join_main, _args(_argv(fake, tls, tmp_path)))
     captured = capsys.readouterr()
     assert rc == 1
     assert captured.err.splitlines() == [
@@ -743,7 +743,7 @@ async def test_main_prints_one_line_on_refusal(
 async def test_main_success_prints_id_and_files(
     fake: Fake, tls: Tls, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc = await asyncio.to_thread(joinclient.main, _args(_argv(fake, tls, tmp_path)))
+    rc = await asyncio.to_thread(node_cli.join_main, _args(_argv(fake, tls, tmp_path)))
     out = capsys.readouterr().out
     assert rc == 0
     assert f"spiffe://{TRUST_DOMAIN}/node/{NODE}" in out.splitlines()[0]
@@ -764,15 +764,17 @@ def test_main_local_failure_and_usage(
         "--attempts",
         "1",
     ]
-    rc = joinclient.main(_args([*argv, "--ca-bundle", str(tmp_path / "missing.pem"), "--tcti", swtpm.tcti]))
+    rc = node_cli.join_main(
+        _args([*argv, "--ca-bundle", str(tmp_path / "missing.pem"), "--tcti", swtpm.tcti])
+    )
     assert rc == 2
     assert capsys.readouterr().err.splitlines() == [
         f"nodegate join: CA bundle {tmp_path / 'missing.pem'} does not exist"
     ]
-    rc = joinclient.main(_args([*argv, "--ca-bundle", str(tmp_path / "x.pem"), "--node-name", "Bad_Name"]))
+    rc = node_cli.join_main(_args([*argv, "--ca-bundle", str(tmp_path / "x.pem"), "--node-name", "Bad_Name"]))
     assert rc == 2
     (tmp_path / "ca.pem").write_bytes(_pem(_make_ca("x")[1]))
-    rc = joinclient.main(_args([*argv, "--ca-bundle", str(tmp_path / "ca.pem"), "--tcti", swtpm.tcti]))
+    rc = node_cli.join_main(_args([*argv, "--ca-bundle", str(tmp_path / "ca.pem"), "--tcti", swtpm.tcti]))
     err = capsys.readouterr().err.splitlines()
     assert rc == 75  # EX_TEMPFAIL: nothing answered, so systemd's Restart=on-failure tries again
     assert err[-1].startswith("nodegate join: gave up (server_unreachable): ")
@@ -783,7 +785,7 @@ async def test_main_exit_75_when_the_service_stays_down(
     fake: Fake, tls: Tls, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake.start_default = problem(503, "unavailable", "store: database is locked")
-    rc = await asyncio.to_thread(joinclient.main, _args(_argv(fake, tls, tmp_path)))
+    rc = await asyncio.to_thread(node_cli.join_main, _args(_argv(fake, tls, tmp_path)))
     assert rc == 75
     assert capsys.readouterr().err.splitlines() == [
         "nodegate join: gave up (unavailable, HTTP 503): /v1/join/start: HTTP 503: "

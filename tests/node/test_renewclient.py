@@ -20,9 +20,10 @@ from cryptography.hazmat.primitives import serialization
 
 from attest import svid
 from bootstrap import files
+from bootstrap.cli import arguments
+from bootstrap.cli import node as node_cli
 from bootstrap.config import Settings, settings_from_obj
 from bootstrap.node import join as joinclient
-from bootstrap.node import renew as renewclient
 from bootstrap.node.join import JoinFailed, JoinGaveUp, JoinOptions, JoinUsageError
 from bootstrap.node.renew import RenewOptions, renew
 from tests.support.service import Running, running
@@ -112,9 +113,7 @@ def dead_url() -> str:
 
 
 def args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    renewclient.add_renew_arguments(p)
-    return p.parse_args(argv)
+    return arguments.parser().parse_args(["renew", *argv])
 
 
 def argv(server: str, swtpm: TpmInfo, tmp: Path, *extra: str) -> list[str]:
@@ -175,7 +174,7 @@ async def test_fresh_svid_is_left_alone(
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
     # Neither the server nor the TPM is needed to decide that: both point nowhere here.
     rc = await asyncio.to_thread(
-        renewclient.renew_main,
+        node_cli.renew_main,
         args(argv(dead_url(), swtpm, tmp_path, "--tcti", "swtpm:host=127.0.0.1,port=1")),
     )
     captured = capsys.readouterr()
@@ -214,9 +213,7 @@ async def test_revoked_node_gets_one_line_and_exit_1(
     out = await joined(svc, swtpm, tmp_path)
     before = snapshot(out)
     await svc.service.store.revoke(NODE, actor="test", reason="RMA")
-    rc = await asyncio.to_thread(
-        renewclient.renew_main, args(argv(svc.base, swtpm, tmp_path, "--before", "2h"))
-    )
+    rc = await asyncio.to_thread(node_cli.renew_main, args(argv(svc.base, swtpm, tmp_path, "--before", "2h")))
     captured = capsys.readouterr()
     assert rc == 1
     assert captured.err.splitlines() == [
@@ -242,7 +239,7 @@ async def test_outage_exits_75_and_the_old_svid_keeps_working(
     assert len(sleeps.delays) == 2
 
     rc = await asyncio.to_thread(
-        renewclient.renew_main, args(argv(down, swtpm, tmp_path, "--before", "2h", "--attempts", "1"))
+        node_cli.renew_main, args(argv(down, swtpm, tmp_path, "--before", "2h", "--attempts", "1"))
     )
     err = capsys.readouterr().err.splitlines()
     assert rc == 75
@@ -338,13 +335,13 @@ async def test_svid_for_another_key_is_refused_locally(svc: Running, swtpm: TpmI
 def test_not_joined_and_usage(tmp_path: Path, swtpm: TpmInfo, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "node").mkdir()
     (tmp_path / "server-ca.pem").write_bytes(b"")
-    rc = renewclient.renew_main(args(argv("https://127.0.0.1:1", swtpm, tmp_path)))
+    rc = node_cli.renew_main(args(argv("https://127.0.0.1:1", swtpm, tmp_path)))
     assert rc == 2
     assert capsys.readouterr().err.splitlines() == [
         f"nodegate renew: failed (not_joined): {tmp_path / 'node' / 'join.json'} does not exist: "
         "run nodegate join first"
     ]
-    rc = renewclient.renew_main(args(argv("http://127.0.0.1:1", swtpm, tmp_path)))
+    rc = node_cli.renew_main(args(argv("http://127.0.0.1:1", swtpm, tmp_path)))
     assert rc == 2
     assert "must be https://" in capsys.readouterr().err
     with pytest.raises(SystemExit):

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-ALGS = {"sha1": (0x0004, 20), "sha256": (0x000B, 32), "sha384": (0x000C, 48)}
+ALGS = {"sha1": (0x0004, 20), "sha256": (0x000B, 32), "sha384": (0x000C, 48), "sha512": (0x000D, 64)}
 GLOBAL_VARIABLE = uuid.UUID("8be4df61-93ca-11d2-aa0d-00e098032b8c")
 IMAGE_SECURITY_DATABASE = uuid.UUID("d719b2cb-3d3a-4596-a3bc-dad00e67656f")
 CERT_SHA256 = uuid.UUID("c1c41626-504c-4092-aca9-41f936934328")
@@ -98,12 +98,18 @@ def spec_id(banks: Sequence[str]) -> bytes:
 
 
 def build(
-    events: Sequence[Ev], banks: Sequence[str] = ("sha1", "sha256"), *, locality: int | None = None
+    events: Sequence[Ev],
+    banks: Sequence[str] = ("sha1", "sha256"),
+    *,
+    locality: int | None = None,
+    carried: Sequence[str] | None = None,
 ) -> bytes:
-    """A crypto-agile log: the Spec ID event, an optional StartupLocality event, then ``events``."""
+    """A crypto-agile log: the Spec ID event listing ``banks``, an optional StartupLocality event,
+    then ``events`` with a digest for each of ``carried`` (default: every bank)."""
     sid = spec_id(banks)
     out = struct.pack("<II", 0, EV_NO_ACTION) + bytes(20) + struct.pack("<I", len(sid)) + sid
     agile = list(events)
+    carried = list(banks if carried is None else carried)
     if locality is not None:
         agile.insert(
             0,
@@ -115,8 +121,8 @@ def build(
             ),
         )
     for ev in agile:
-        out += struct.pack("<III", ev.pcr, ev.type, len(banks))
-        for bank in banks:
+        out += struct.pack("<III", ev.pcr, ev.type, len(carried))
+        for bank in carried:
             out += struct.pack("<H", ALGS[bank][0]) + ev.digest(bank)
         out += struct.pack("<I", len(ev.data)) + ev.data
     return out
@@ -157,3 +163,90 @@ def boot(
     if cert_der:
         events.insert(8, authority(cert_der))
     return events
+
+
+def build_sha1(events: Sequence[Ev], *, locality: int | None = None) -> bytes:
+    """A SHA-1-only log (TCG_PCClientPCREvent records throughout), as older firmware writes."""
+    out = b""
+    records = list(events)
+    if locality is not None:
+        records.insert(
+            0, Ev(0, EV_NO_ACTION, b"StartupLocality\x00" + bytes([locality]), digests={"sha1": bytes(20)})
+        )
+    for ev in records:
+        out += (
+            struct.pack("<II", ev.pcr, ev.type)
+            + ev.digest("sha1")
+            + struct.pack("<I", len(ev.data))
+            + ev.data
+        )
+    return out
+
+
+def old_shim_authority(cert_der: bytes) -> Ev:
+    """An authority event as shim before 8a27a48 logged it: one byte more than it measured, and
+    a VariableDataLength that leaves out the signature owner (seen in real Debian and COS logs)."""
+    value = cert_der + b"\x00" * 5
+    encoded = "Shim".encode("utf-16-le")
+    data = uuid.UUID("605dab50-e046-4300-abb6-3dd810dd8b23").bytes_le
+    data += struct.pack("<QQ", 4, len(cert_der)) + encoded + value
+    return Ev(7, EV_EFI_VARIABLE_AUTHORITY, data + b"\xaf", measured=data)
+
+
+def quirky(cert_der: bytes) -> dict[str, bytes]:
+    """Synthetic logs with the shapes real firmware produces (each written to spec from what
+    public logs show): what the parser must accept."""
+    base = boot(cert_der=cert_der)
+    no_action_ff = Ev(
+        0xFFFFFFFF, EV_NO_ACTION, b"M60\x00" + bytes(12), digests={"sha1": bytes(20), "sha256": bytes(32)}
+    )
+    return {
+        "agile-sha1-sha256": build(base),
+        "agile-three-banks": build(base, banks=("sha1", "sha256", "sha384")),
+        "startup-locality-3": build(base, locality=3),
+        "sha1-only": build_sha1(base),
+        "sha1-only-locality": build_sha1(base, locality=3),
+        "old-shim-authority": build([*base, old_shim_authority(cert_der)]),
+        "no-action-pcr-ffffffff": build([*base[:4], no_action_ff, *base[4:]]),
+        "secure-boot-off": build(boot(secure=False)),
+        "secure-boot-empty": build(
+            [
+                Ev(7, EV_EFI_VARIABLE_DRIVER_CONFIG, variable_data(GLOBAL_VARIABLE, "SecureBoot", b"")),
+                *boot()[3:],
+            ]
+        ),
+        "fewer-digests-than-banks": build(
+            base, banks=("sha1", "sha256", "sha384", "sha512"), carried=("sha1", "sha256")
+        ),
+        "unknown-event-type": build([*base, Ev(5, 0x800000FF, b"vendor", measured=b"vendor")]),
+    }
+
+
+def load_option(description: str, path: str = "\\EFI\\BOOT\\BOOTX64.EFI") -> bytes:
+    """EFI_LOAD_OPTION: attributes, the device path's length, a description, the device path."""
+    text = (path + "\x00").encode("utf-16-le")
+    device_path = bytes([4, 4]) + struct.pack("<H", 4 + len(text)) + text + bytes([0x7F, 0xFF, 4, 0])
+    label = (description + "\x00").encode("utf-16-le")
+    return struct.pack("<IH", 1, len(device_path)) + label + device_path
+
+
+def fleet_boot(seed: int, cert_der: bytes = b"") -> list[Ev]:
+    """A log the size of a real server's (about 120 events, a dbx of 300 hashes, option ROMs,
+    grub's commands): for the benchmark, where size and mix matter more than the details."""
+
+    def h(*parts: object) -> bytes:
+        return hashlib.sha256(repr((seed, *parts)).encode()).digest()
+
+    events = boot(
+        cert_der=cert_der, shim=h("shim"), kernel=f"/vmlinuz-6.8.{seed} root=UUID={h('root').hex()[:32]} ro"
+    )
+    events[3] = dbx(*(h("dbx", i) for i in range(300)))
+    extra = [Ev(0, EV_POST_CODE, f"volume {i}".encode(), measured=h("fv", i)) for i in range(12)]
+    roms = [application(h("rom", i), f"\\PciRoot(0x0)\\Pci(0x{i:x},0x0)\\rom") for i in range(24)]
+    extra += [Ev(2, 0x80000004, rom.data, digests=rom.digests) for rom in roms]
+    extra += [
+        Ev(1, EV_EFI_VARIABLE_BOOT, variable_data(GLOBAL_VARIABLE, f"Boot{i:04X}", load_option(f"entry {i}")))
+        for i in range(8)
+    ]
+    extra += [grub("grub_cmd", f"set var{i}={h('grub', i).hex()[:16]}") for i in range(60)]
+    return [*events[:4], *extra[:44], *events[4:], *extra[44:]]

@@ -1,0 +1,212 @@
+"""Every command's arguments, in one parser. Imports nothing but argparse and constants, so
+``nodegate --help`` (and the parse step of every command) loads no TPM, HTTP or Kubernetes stack."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from pathlib import Path
+
+from bootstrap.config import parse_duration
+from bootstrap.node.defaults import ATTEMPTS, DEFAULT_TCTI, NODE_DIR
+
+PASSPHRASE_ENV = "NODEGATE_BACKUP_PASSPHRASE"  # noqa: S105  (the name of a variable, not a secret)
+
+
+def _config(p: argparse.ArgumentParser, what: str = "the service's config") -> None:
+    p.add_argument("--config", type=Path, metavar="FILE", help=what)
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser("serve", help="run the join service, bundle, admin API and admission webhook")
+    _config(serve, "YAML config (every key has a default)")
+    serve.add_argument(
+        "--insecure-plaintext",
+        action="store_true",
+        help="development only: plain HTTP, refused unless listen is a loopback address",
+    )
+    serve.add_argument(
+        "--port-file", type=Path, metavar="FILE", help="write the bound port here once listening"
+    )
+    gate = sub.add_parser("gate", help="run the hold-taint controller alone (serve runs it too)")
+    _config(gate, "the service's config (kubernetes, gate)")
+    gate.add_argument("--once", action="store_true", help="reconcile every node once and exit")
+    gate.add_argument(
+        "--no-lease",
+        action="store_true",
+        help="with --once: do not take the leader Lease (only when no other gate can be running)",
+    )
+
+
+def _node_common(p: argparse.ArgumentParser) -> None:
+    """--server, --ca-bundle, --tcti, --attempts: the same for join and renew."""
+    p.add_argument("--server", required=True, help="join server URL, https://host:port")
+    p.add_argument(
+        "--ca-bundle",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="PEM roots to trust for the server's TLS",
+    )
+    p.add_argument("--tcti", default=DEFAULT_TCTI, help=f"TPM to use (default {DEFAULT_TCTI})")
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=ATTEMPTS,
+        help=f"total tries for transient failures (default {ATTEMPTS}); then exit 75",
+    )
+
+
+def _node(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    join = sub.add_parser("join", help="attest this machine with its TPM and fetch its credentials")
+    _node_common(join)
+    join.add_argument("--node-name", required=True, help="this node's Kubernetes name")
+    join.add_argument(
+        "--out",
+        type=Path,
+        default=NODE_DIR,
+        metavar="DIR",
+        help=f"where the node key and credentials go (default {NODE_DIR})",
+    )
+    join.add_argument("--ek", choices=("ecc", "rsa"), default="rsa", help="EK type to use (default rsa)")
+    renew = sub.add_parser("renew", help="renew this machine's SVID (mTLS + a fresh TPM quote)")
+    _node_common(renew)
+    renew.add_argument(
+        "--dir",
+        type=Path,
+        default=NODE_DIR,
+        metavar="DIR",
+        help=f"what nodegate join --out wrote (default {NODE_DIR})",
+    )
+    renew.add_argument(
+        "--before",
+        type=_duration,
+        default=None,
+        metavar="DURATION",
+        help="renew when the SVID has less than this left, e.g. 20m (default: a third of its lifetime)",
+    )
+
+
+def _ca(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ca = sub.add_parser("ca", help="the service's signing authorities")
+    casub = ca.add_subparsers(dest="ca_command", metavar="ACTION", required=True)
+    _config(casub.add_parser("rotate", help="add a new signing CA; the old one retires after ca_grace"))
+    issue = casub.add_parser("issue-admin", help="issue an admin SVID (key + certificate) for the admin API")
+    _config(issue)
+    issue.add_argument(
+        "--spiffe-id", required=True, help="must be listed in admin.spiffe_ids to grant anything"
+    )
+    issue.add_argument(
+        "--out", required=True, type=Path, metavar="DIR", help="writes admin.key and admin.pem (0600)"
+    )
+    issue.add_argument("--ttl", default="8h", help="lifetime (default 8h)")
+
+
+def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    policy = sub.add_parser("policy", help="admission and measured-boot policy tools")
+    psub = policy.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
+    test = psub.add_parser("test", help="judge AdmissionReview files offline; prints one response per file")
+    test.add_argument(
+        "--policy", action="append", default=[], type=Path, metavar="FILE", help="PackagePolicy YAML"
+    )
+    test.add_argument("--rbac", action="append", default=[], type=Path, metavar="FILE", help="RBAC manifests")
+    test.add_argument(
+        "--owner", default="system:serviceaccount:nodegate:nodegate", help="nodegate's username"
+    )
+    test.add_argument("reviews", nargs="+", type=Path, metavar="REVIEW")
+    audit = psub.add_parser(
+        "audit",
+        help="list existing package CRs (YAML/JSON files, e.g. from kubectl get -o yaml) "
+        "that today's policies would refuse",
+    )
+    audit.add_argument(
+        "--policy", action="append", default=[], type=Path, metavar="FILE", help="PackagePolicy YAML"
+    )
+    audit.add_argument("objects", nargs="+", type=Path, metavar="FILE")
+    learn = psub.add_parser("learn", help="write a measured_boot class from known-good nodes' event logs")
+    learn.add_argument(
+        "--event-log",
+        action="append",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help="a known-good node's event log (repeat for several)",
+    )
+    learn.add_argument("--name", default="learned", help="the class name (default: learned)")
+    learn.add_argument(
+        "--kernel-cmdlines",
+        action="store_true",
+        help="also pin grub's kernel command lines (the quote must then cover PCR 8)",
+    )
+    elog = sub.add_parser("eventlog", help="measured-boot event logs")
+    esub = elog.add_subparsers(dest="eventlog_command", metavar="ACTION", required=True)
+    inspect = esub.add_parser("inspect", help="parse and replay an event log")
+    inspect.add_argument("file", type=Path, metavar="FILE", help="a TCG event log (binary_bios_measurements)")
+    inspect.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    inspect.add_argument("--events", action="store_true", help="list every event too")
+
+
+class _NoInlinePassphrase(argparse.Action):
+    """``--passphrase VALUE`` is refused without echoing VALUE (argparse would print it back as an
+    unrecognised argument)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object, **__: object) -> None:
+        parser.error(
+            "--passphrase is not accepted: the command line is visible to other users (ps, shell "
+            f"history); use --passphrase-file FILE or ${PASSPHRASE_ENV}"
+        )
+
+
+def _passphrase(p: argparse.ArgumentParser) -> None:
+    # otherwise `--passphrase-f` style prefixes match, and `--passphrase SECRET` would be taken
+    # as `--passphrase-file SECRET`, printing SECRET in the "cannot read" message
+    p.allow_abbrev = False
+    p.add_argument("--passphrase", action=_NoInlinePassphrase, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--passphrase-file",
+        type=Path,
+        metavar="FILE",
+        help=f"file holding the passphrase (one trailing newline is dropped); default: ${PASSPHRASE_ENV}",
+    )
+
+
+def _backup(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    backup = sub.add_parser(
+        "backup", help="CA keys, session keys and the sqlite store in one encrypted archive"
+    )
+    _config(backup, "the service's config (state_dir, store)")
+    backup.add_argument("--out", type=Path, metavar="FILE", required=True, help="the archive to write (0600)")
+    _passphrase(backup)
+    restore = sub.add_parser("restore", help="restore a backup archive into state_dir")
+    _config(restore, "the config of the service to restore")
+    restore.add_argument(
+        "--archive", type=Path, metavar="FILE", required=True, help="an archive from nodegate backup"
+    )
+    _passphrase(restore)
+    restore.add_argument(
+        "--force",
+        action="store_true",
+        help="restore into a non-empty state_dir, replacing its CA, session keys and store",
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nodegate",
+        description="TPM-attested node bootstrap, hold gate and package admission for GPU fleets.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("demo", help="attest software TPMs locally and show a refused one")
+    _serve(sub)
+    _node(sub)
+    _ca(sub)
+    _policy(sub)
+    _backup(sub)
+    return p

@@ -1,0 +1,29 @@
+"""What the command modules share: reading the service config, one-line node logging."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from bootstrap.config import ConfigError, Settings, load_settings
+from bootstrap.logs import StderrHandler
+
+
+def settings(config: Path | None, prog: str = "nodegate") -> Settings | None:
+    """The config (or the defaults); None after printing why it cannot be used (exit 2)."""
+    try:
+        return load_settings(config) if config is not None else Settings()
+    except ConfigError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return None
+
+
+def node_log(command: str) -> None:
+    """The node commands print retry notices on stderr, one plain line each."""
+    handler = StderrHandler()
+    handler.setFormatter(logging.Formatter(f"nodegate {command}: %(message)s"))
+    logger = logging.getLogger(f"nodegate.{command}")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False

@@ -1,0 +1,67 @@
+"""``nodegate join`` and ``nodegate renew``: exit 0, 1 (refused), 2 (usage or local), 75 (transient)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from bootstrap.cli.common import node_log
+from bootstrap.node.errors import EXIT_OK, JoinFailed, JoinUsageError, report_failure
+from bootstrap.node.join import JoinOptions, join
+from bootstrap.node.renew import RenewOptions, renew
+
+
+def run(args: argparse.Namespace) -> int:
+    node_log(args.command)
+    return join_main(args) if args.command == "join" else renew_main(args)
+
+
+def join_main(args: argparse.Namespace) -> int:
+    try:
+        opts = JoinOptions(
+            server=args.server,
+            ca_bundle=args.ca_bundle,
+            node_name=args.node_name,
+            tcti=args.tcti,
+            out=args.out,
+            ek_kind=args.ek,
+            attempts=args.attempts,
+        )
+        result = asyncio.run(join(opts))
+    except (JoinUsageError, JoinFailed) as exc:
+        return report_failure("nodegate join", exc)
+    print(f"joined as {result.spiffe_id} (SVID valid until {result.svid_expires_at})")
+    for name, path in result.files.items():
+        print(f"  {name}: {path}")
+    return EXIT_OK
+
+
+def _left(d: timedelta) -> str:
+    minutes = max(0, int(d.total_seconds())) // 60
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def renew_main(args: argparse.Namespace) -> int:
+    try:
+        opts = RenewOptions(
+            server=args.server,
+            ca_bundle=args.ca_bundle,
+            dir=args.dir,
+            tcti=args.tcti,
+            before=args.before,
+            attempts=args.attempts,
+        )
+        result = asyncio.run(renew(opts))
+    except (JoinUsageError, JoinFailed) as exc:
+        return report_failure("nodegate renew", exc)
+    until = result.svid_expires_at.isoformat().replace("+00:00", "Z")
+    if result.renewed:
+        print(f"renewed {result.spiffe_id} (SVID valid until {until})")
+    else:
+        left = _left(result.svid_expires_at - datetime.now(UTC))
+        print(
+            f"nodegate renew: SVID for {result.spiffe_id} valid until {until} ({left} left, "
+            f"renewing below {_left(result.before)}); nothing to do"
+        )
+    return EXIT_OK

@@ -1,0 +1,31 @@
+"""``nodegate serve``: the service (join API, bundle, admin API, webhook and, with a cluster, the gate)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from bootstrap import logs
+from bootstrap.cli.common import settings
+from bootstrap.kube import KubeUnavailable
+from bootstrap.service import app as server
+
+
+def run(args: argparse.Namespace) -> int:
+    config = settings(args.config)
+    if config is None:
+        return 2
+    logs.configure()
+    port_file = args.port_file
+
+    def ready(port: int) -> None:
+        if port_file is not None:
+            server.write_port(port_file, port)
+
+    try:
+        asyncio.run(server.serve(config, insecure_plaintext=args.insecure_plaintext, ready=ready))
+    except (ValueError, OSError, KubeUnavailable) as exc:  # a bad listen, unreadable files, no cluster
+        print(f"nodegate serve: {exc}", file=sys.stderr)
+        return 2
+    return 0
