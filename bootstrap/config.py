@@ -14,9 +14,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from attest import yamlsafe
+from attest.measuredboot import KERNEL_CMDLINE_PCR, MeasuredBootPolicy
 from attest.pcr import PcrPolicy
 from bootstrap.names import is_node_name
 
@@ -171,6 +180,8 @@ class Settings(_Model):
     enrollment: Literal["tofu", "inventory"] = "tofu"
     inventory: tuple[InventoryEntry, ...] = ()
     pcr_policy: PcrPolicy = PcrPolicy()
+    # Empty: the event log is replayed, checked against the quote and recorded; nothing enforced.
+    measured_boot: MeasuredBootPolicy = MeasuredBootPolicy()
     spiffe_id_template: str = "spiffe://{trust_domain}/node/{node_name}"
     svid_ttl: Duration = timedelta(hours=1)
     session_ttl: Duration = timedelta(seconds=60)
@@ -203,6 +214,15 @@ class Settings(_Model):
         if v > timedelta(minutes=10):
             raise ValueError("session_ttl above 10m keeps credential challenges alive too long")
         return v
+
+    @model_validator(mode="after")
+    def _measured_boot_pcrs(self) -> Settings:
+        if self.measured_boot.needs_kernel_cmdline_pcr and KERNEL_CMDLINE_PCR not in self.pcr_policy.pcrs:
+            raise ValueError(
+                f"measured_boot.classes[].kernel_cmdlines needs PCR {KERNEL_CMDLINE_PCR} in pcr_policy.pcrs "
+                "(grub measures the command line there; a PCR outside the quote proves nothing)"
+            )
+        return self
 
     @property
     def inventory_index(self) -> dict[str, InventoryEntry]:
