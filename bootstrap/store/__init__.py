@@ -1,6 +1,7 @@
 """Node records and where they are kept: sqlite (one host) or NodeAttestation objects (replicas).
 
-The contract (``Store`` and its records) is in ``model``; ``open_store`` picks a backend.
+The contract (``Store`` and its records) is in ``model``; the backends are the ``sqlite`` and
+``kube`` packages, and ``open_store`` picks one. ``backup`` is `nodegate backup` / `restore`.
 """
 
 from __future__ import annotations

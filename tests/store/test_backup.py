@@ -1,4 +1,4 @@
-"""bootstrap/backup.py: one encrypted archive of the CA keys, the session keys and the store.
+"""bootstrap/store/backup/: one encrypted archive of the CA keys, the session keys and the store.
 
 The central test is the issue's: back up a running service after a real join, restore into a
 fresh state_dir, start the restored service, and see it accept the node's old SVID and refuse a
@@ -32,6 +32,7 @@ from bootstrap.service.authority import CaStore
 from bootstrap.service.sessions import load_keys
 from bootstrap.store import Attestation
 from bootstrap.store import backup as bk
+from bootstrap.store.backup import container, contents
 from bootstrap.store.sqlite import SCHEMA, SCHEMA_VERSION, SqliteStore
 from tests.support.service import EkCa, Running, running, settings_for
 from tests.support.softnode import SoftNode, post
@@ -48,7 +49,7 @@ def ek_ca() -> EkCa:
 @pytest.fixture(autouse=True)
 def fast_kdf(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cheap scrypt for the many archives made here; test_default_cost covers the real cost."""
-    monkeypatch.setattr(bk, "SCRYPT_LOG2_N", 10)
+    monkeypatch.setattr(container, "SCRYPT_LOG2_N", 10)
 
 
 def conf(tmp: Path, ek_ca: EkCa, name: str, **kw: Any) -> Settings:
@@ -325,7 +326,7 @@ def test_not_an_archive(tmp_path: Path, target: Settings) -> None:
 
 def _seal(manifest: dict[str, Any], files: list[tuple[str, bytes]]) -> bytes:
     manifest = {**manifest, "files": [[n, len(d)] for n, d in files]}
-    return bk._seal(bk._pack(manifest, [d for _, d in files]), PASS)
+    return container.seal(contents.pack(manifest, [d for _, d in files]), PASS)
 
 
 @pytest.mark.parametrize(
@@ -334,7 +335,7 @@ def _seal(manifest: dict[str, Any], files: list[tuple[str, bytes]]) -> bytes:
 def test_names_outside_the_fixed_set_are_refused(
     archive: Path, target: Settings, tmp_path: Path, name: str
 ) -> None:
-    content = bk._unpack(bk._open(archive, PASS))
+    content = contents.unpack(container.open_sealed(archive, PASS))
     files = [*content.files.items(), (name, b"x")]
     crafted = tmp_path / "crafted.ngb"
     crafted.write_bytes(_seal(content.manifest, files))
@@ -351,7 +352,7 @@ def test_names_outside_the_fixed_set_are_refused(
 def test_inconsistent_content_is_refused(
     archive: Path, target: Settings, tmp_path: Path, change: str
 ) -> None:
-    content = bk._unpack(bk._open(archive, PASS))
+    content = contents.unpack(container.open_sealed(archive, PASS))
     files = list(content.files.items())
     manifest = dict(content.manifest)
     tail = b""
@@ -371,7 +372,7 @@ def test_inconsistent_content_is_refused(
     if change == "unlisted_tail":
         manifest["files"] = [[n, len(d)] for n, d in files]
         tail = b"extra"
-        crafted.write_bytes(bk._seal(bk._pack(manifest, [d for _, d in files]) + tail, PASS))
+        crafted.write_bytes(container.seal(contents.pack(manifest, [d for _, d in files]) + tail, PASS))
     else:
         crafted.write_bytes(_seal(manifest, files))
     refused(target, crafted, "backup_corrupt")

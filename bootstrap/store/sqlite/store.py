@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import functools
 import json
-import logging
 import os
 import sqlite3
 import threading
@@ -34,7 +33,6 @@ from bootstrap.store.model import (
     AuditEntry,
     Check,
     NodeRecord,
-    StoreSchemaError,
     StoreUnavailable,
     check_action,
     check_actor,
@@ -48,9 +46,9 @@ from bootstrap.store.model import (
     record_from,
     utcnow,
 )
+from bootstrap.store.sqlite.schema import SCHEMA, Migration, migrate
 
 T = TypeVar("T")
-log = logging.getLogger("nodegate.store")
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
@@ -65,116 +63,6 @@ def _to_us(dt: datetime) -> int:
 
 def _from_us(value: int | None) -> datetime | None:
     return None if value is None else _EPOCH + value * _US
-
-
-# -- schema: SCHEMA[i] migrates version i to version i + 1 ----------------------------------------
-#
-# Upgrading nodegate never needs a manual step: open() brings an older file forward inside one
-# transaction. To change the schema, append one function and never edit a released one. A step
-# runs inside that transaction, so it must not commit (no executescript, no COMMIT, no VACUUM);
-# sqlite's DDL is transactional, so a failing step leaves the file exactly as it was.
-
-
-def _v1(db: sqlite3.Connection) -> None:
-    db.execute(
-        """CREATE TABLE nodes (
-            node_name TEXT PRIMARY KEY,
-            ek_sha256 TEXT NOT NULL UNIQUE,
-            ak_public BLOB NOT NULL,
-            spiffe_id TEXT NOT NULL,
-            counters TEXT,
-            attested_at INTEGER,
-            expires_at INTEGER,
-            revoked INTEGER NOT NULL DEFAULT 0,
-            svid_serials TEXT NOT NULL DEFAULT '[]'
-        )"""
-    )
-    db.execute("CREATE TABLE used_sessions (id TEXT PRIMARY KEY, expires_at INTEGER NOT NULL)")
-    db.execute("CREATE INDEX used_sessions_expiry ON used_sessions (expires_at)")
-    db.execute(
-        """CREATE TABLE audit (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            at INTEGER NOT NULL,
-            node_name TEXT NOT NULL,
-            action TEXT NOT NULL,
-            actor TEXT NOT NULL,
-            code TEXT NOT NULL,
-            detail TEXT NOT NULL
-        )"""
-    )
-    db.execute("CREATE INDEX audit_by_node ON audit (node_name, id)")
-
-
-Migration = Callable[[sqlite3.Connection], None]
-SCHEMA: Final[tuple[Migration, ...]] = (_v1,)
-SCHEMA_VERSION: Final = len(SCHEMA)
-
-
-def read_schema_version(db: sqlite3.Connection) -> int | None:
-    """The schema version a nodegate file records, without changing anything (None: no nodegate
-    tables yet). Refuses files that are damaged or not nodegate's; a version newer than this code
-    is returned as is (``migrate`` refuses it; a backup may still copy it)."""
-    tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    rows = db.execute("SELECT version FROM schema_version").fetchall() if "schema_version" in tables else []
-    if len(rows) > 1 or (rows and (not isinstance(rows[0][0], int) or rows[0][0] < 1)):
-        raise StoreSchemaError("the schema_version table is damaged")
-    if rows:
-        return int(rows[0][0])
-    if "nodes" in tables:
-        raise StoreSchemaError("the database has nodegate tables but no schema version")
-    return None
-
-
-def _found_version(db: sqlite3.Connection, latest: int) -> int | None:
-    """The file's schema version (None: a new file); refuses what this code must not touch."""
-    found = read_schema_version(db)
-    if found is not None and found > latest:
-        # A downgrade: the newer code may have moved data this code would misread or overwrite.
-        raise StoreSchemaError(
-            f"the database has schema version {found}, which this nodegate does not understand "
-            f"(it knows 1..{latest}); upgrade nodegate or restore a backup"
-        )
-    return found
-
-
-def _apply(db: sqlite3.Connection, migrations: tuple[Migration, ...], found: int) -> None:
-    for version in range(found + 1, len(migrations) + 1):
-        try:
-            migrations[version - 1](db)
-        except sqlite3.Error as exc:
-            # not StoreUnavailable: retrying will not help, the file or the step is at fault
-            raise StoreSchemaError(
-                f"migrating the store to schema version {version} failed ({exc}); "
-                f"the file is unchanged at version {found}"
-            ) from None
-        if not db.in_transaction:
-            raise StoreSchemaError(
-                f"schema step {version} committed on its own; the file may be half-migrated"
-            )
-
-
-def migrate(db: sqlite3.Connection, migrations: tuple[Migration, ...]) -> int:
-    """Bring the file up to ``len(migrations)`` in one transaction; returns the version found
-    (0 for a new file). A step that fails raises StoreSchemaError and leaves the file unchanged."""
-    latest = len(migrations)
-    db.execute("BEGIN IMMEDIATE")  # two replicas opening one new file: the second sees the first's work
-    try:
-        found = _found_version(db, latest)
-        if found is None:
-            db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        _apply(db, migrations, found or 0)
-        if found is None:
-            db.execute("INSERT INTO schema_version (version) VALUES (?)", (latest,))
-        elif found != latest:
-            db.execute("UPDATE schema_version SET version = ?", (latest,))
-        db.execute("COMMIT")
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):  # the original error is the one worth reporting
-            db.execute("ROLLBACK")
-        raise
-    if found and found != latest:
-        log.info("store schema migrated from version %d to %d", found, latest)
-    return found or 0
 
 
 def _create_private(path: Path) -> None:

@@ -1,0 +1,327 @@
+"""NodeAttestation objects (nodegate.io/v1alpha1, cluster scoped, name = node name) as the
+kubernetes store reads and writes them.
+
+The CRD (charts/nodegate/crds/nodeattestations.yaml) is ``spec: {ekSha256, spiffeId, revoked}``
+and ``status: {attestedAt, expiresAt}``; the gate owns the other status fields and the store never
+touches them (merge patches only carry the store's keys). Bookkeeping outside the CRD lives in
+``nodegate.io/`` annotations on the same object, so one write carries the binding, the used
+session and the audit entry together:
+
+- ``ak-public`` (base64), ``counters`` (JSON), ``svid-serials`` (JSON, newest 32),
+- ``used-sessions`` (JSON list of ``{id, exp}``, expired entries dropped on every write),
+- ``audit`` (JSON, newest 20),
+- ``attested-at`` / ``expires-at``: copies of the status fields. The status subresource cannot be
+  written in the same request as the spec, so a crash between the two leaves the status behind;
+  reads notice (status older than the copies) and re-publish it.
+
+A forgotten node keeps its object (for the audit trail and the used sessions) without
+``spec.ekSha256``; such a tombstone reads as "no record".
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from attest.tpm import Counters
+from bootstrap.kube import Kube
+from bootstrap.store.model import NodeRecord, StoreUnavailable, check_counters, check_ek
+from bootstrap.times import parse_time, rfc3339_exact
+
+__all__ = [
+    "ANN_AK",
+    "ANN_ATTESTED",
+    "ANN_AUDIT",
+    "ANN_COUNTERS",
+    "ANN_EXPIRES",
+    "ANN_SERIALS",
+    "ANN_SESSIONS",
+    "GROUP",
+    "KIND",
+    "LABEL_EK",
+    "MAX_ANNOTATION",
+    "MAX_AUDIT",
+    "PLURAL",
+    "VERSION",
+    "Corrupt",
+    "NodeObject",
+    "Session",
+    "audit_entry",
+    "audit_value",
+    "exhausted",
+    "field",
+    "forget_patch",
+    "optional_time",
+    "parse",
+    "published_copies",
+    "read",
+    "required_time",
+    "sessions_json",
+    "sessions_value",
+    "written_annotations",
+]
+
+GROUP: Final = "nodegate.io"
+VERSION: Final = "v1alpha1"
+PLURAL: Final = "nodeattestations"
+KIND: Final = "NodeAttestation"
+LABEL_EK: Final = "nodegate.io/ek-sha256"
+ANN_AK: Final = "nodegate.io/ak-public"
+ANN_COUNTERS: Final = "nodegate.io/counters"
+ANN_SERIALS: Final = "nodegate.io/svid-serials"
+ANN_SESSIONS: Final = "nodegate.io/used-sessions"
+ANN_AUDIT: Final = "nodegate.io/audit"
+ANN_ATTESTED: Final = "nodegate.io/attested-at"
+ANN_EXPIRES: Final = "nodegate.io/expires-at"
+MAX_AUDIT: Final = 20
+MAX_ANNOTATION: Final = 256 * 1024  # the API server's limit for all annotations together
+
+
+class Corrupt(Exception):
+    """An object this store cannot trust (someone edited it badly)."""
+
+
+def required_time(value: object, what: str) -> datetime:
+    when = parse_time(value)
+    if when is None:
+        raise Corrupt(f"{what} is not an RFC 3339 time with a zone")
+    return when
+
+
+def optional_time(value: object, what: str) -> datetime | None:
+    return None if value is None or value == "" else required_time(value, what)
+
+
+def field(obj: object, key: str) -> dict[str, Any]:
+    """``obj[key]`` when both are objects, else an empty one (API objects are read leniently)."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _json(annotations: dict[str, Any], key: str) -> Any:
+    text = annotations.get(key)
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) > MAX_ANNOTATION:
+        raise Corrupt(f"annotation {key} is not text")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise Corrupt(f"annotation {key} is not JSON") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    id: str
+    exp: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NodeObject:
+    """One NodeAttestation as this store reads it."""
+
+    name: str
+    rv: str
+    record: NodeRecord | None  # None: no binding (a tombstone, or made by someone else)
+    sessions: tuple[Session, ...]
+    audit: tuple[dict[str, str], ...]  # oldest first, as stored
+    status_behind: bool  # status attestedAt/expiresAt differ from what the last write published
+    status_set: bool  # status carries attestedAt or expiresAt
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def _sessions(annotations: dict[str, Any]) -> tuple[Session, ...]:
+    raw = _json(annotations, ANN_SESSIONS)
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise Corrupt(f"annotation {ANN_SESSIONS} is not a list")
+    out = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            raise Corrupt(f"annotation {ANN_SESSIONS} has a malformed entry")
+        out.append(Session(item["id"], required_time(item.get("exp"), "a used session's expiry")))
+    return tuple(out)
+
+
+def _audit(annotations: dict[str, Any]) -> tuple[dict[str, str], ...]:
+    """Lenient: a damaged audit trail is dropped (and replaced on the next write) rather than
+    making the node unusable."""
+    try:
+        raw = _json(annotations, ANN_AUDIT)
+    except Corrupt:
+        return ()
+    if not isinstance(raw, list):
+        return ()
+    keys = ("at", "action", "actor", "code", "detail")
+    return tuple(
+        {k: e[k] for k in keys}
+        for e in raw
+        if isinstance(e, dict) and all(isinstance(e.get(k), str) for k in keys)
+    )
+
+
+def _counters(annotations: dict[str, Any]) -> Counters | None:
+    raw = _json(annotations, ANN_COUNTERS)
+    if raw is None:
+        return None
+    try:
+        if not isinstance(raw, dict):
+            raise ValueError("not an object")  # noqa: TRY004,TRY301  (folded into Corrupt below)
+        return check_counters((raw.get("resetCount"), raw.get("restartCount"), raw.get("clock")))
+    except ValueError:
+        raise Corrupt(f"annotation {ANN_COUNTERS} is malformed") from None
+
+
+def _record(
+    name: str, spec: dict[str, Any], annotations: dict[str, Any], times: tuple[Any, Any]
+) -> NodeRecord | None:
+    ek = spec.get("ekSha256")
+    if ek is None or ek == "":
+        return None
+    try:
+        check_ek(ek)
+    except ValueError:
+        raise Corrupt("spec.ekSha256 is not 64 lowercase hex characters") from None
+    spiffe = spec.get("spiffeId", "")
+    revoked = spec.get("revoked", False)
+    if not isinstance(spiffe, str) or not isinstance(revoked, bool):
+        raise Corrupt("spec.spiffeId or spec.revoked has the wrong type")
+    ak_text = annotations.get(ANN_AK, "")
+    try:
+        ak = base64.b64decode(ak_text, validate=True) if isinstance(ak_text, str) else None
+    except (binascii.Error, ValueError):
+        ak = None
+    if ak is None:
+        raise Corrupt(f"annotation {ANN_AK} is not base64")
+    counters = _counters(annotations)
+    serials = _json(annotations, ANN_SERIALS) or []
+    if not isinstance(serials, list) or not all(isinstance(s, str) for s in serials):
+        raise Corrupt(f"annotation {ANN_SERIALS} is malformed")
+    return NodeRecord(
+        node_name=name,
+        ek_sha256=ek,
+        ak_public=ak,
+        spiffe_id=spiffe,
+        counters=counters,
+        attested_at=times[0],
+        expires_at=times[1],
+        revoked=revoked,
+        svid_serials=tuple(serials),
+    )
+
+
+def parse(obj: dict[str, Any]) -> NodeObject:
+    """Raises StoreUnavailable for an object this store cannot trust (someone edited it badly)."""
+    meta = field(obj, "metadata")
+    name = str(meta.get("name", ""))
+    try:
+        annotations = field(meta, "annotations")
+        status = field(obj, "status")
+        published = (
+            optional_time(status.get("attestedAt"), "status.attestedAt"),
+            optional_time(status.get("expiresAt"), "status.expiresAt"),
+        )
+        copies = (
+            optional_time(annotations.get(ANN_ATTESTED), ANN_ATTESTED),
+            optional_time(annotations.get(ANN_EXPIRES), ANN_EXPIRES),
+        )
+        spec = field(obj, "spec")
+        bound = spec.get("ekSha256") not in (None, "")
+        # Prefer the status (an admin may have edited it) unless it is behind our last write.
+        behind = (copies[0] is not None and (published[0] is None or published[0] < copies[0])) or (
+            copies[1] is not None and published[1] is None
+        )
+        if not bound:
+            behind = published != (None, None)  # a forgotten node must not look attested
+        times = copies if behind or published[0] is None else published
+        return NodeObject(
+            name=name,
+            rv=str(meta.get("resourceVersion", "")),
+            record=_record(name, spec, annotations, times),
+            sessions=_sessions(annotations),
+            audit=_audit(annotations),
+            status_behind=behind,
+            status_set=published != (None, None),
+        )
+    except Corrupt as exc:
+        raise StoreUnavailable(f"NodeAttestation {name}: {exc}; fix or forget it") from None
+
+
+async def read(kube: Kube, name: str) -> NodeObject | None:
+    raw = await kube.get_cluster_object(GROUP, VERSION, PLURAL, name)
+    return None if raw is None else parse(raw)
+
+
+def exhausted(name: str, attempts: int) -> StoreUnavailable:
+    return StoreUnavailable(f"NodeAttestation {name}: still conflicting after {attempts} attempts")
+
+
+def published_copies(obj: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
+    """The annotation copies of the status times; Corrupt when they are unreadable."""
+    ann = field(field(obj, "metadata"), "annotations")
+    return (
+        optional_time(ann.get(ANN_ATTESTED), ANN_ATTESTED),
+        optional_time(ann.get(ANN_EXPIRES), ANN_EXPIRES),
+    )
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def audit_entry(at: datetime, action: str, actor: str, code: str, detail: str) -> dict[str, str]:
+    return {"at": rfc3339_exact(at), "action": action, "actor": actor, "code": code, "detail": detail}
+
+
+def audit_value(obj: NodeObject | None, entry: dict[str, str]) -> str:
+    """The audit annotation with ``entry`` appended: the newest MAX_AUDIT entries."""
+    return json.dumps([*(obj.audit if obj else ()), entry][-MAX_AUDIT:], separators=(",", ":"))
+
+
+def sessions_json(sessions: Iterable[Session]) -> str:
+    return json.dumps([{"id": s.id, "exp": rfc3339_exact(s.exp)} for s in sessions], separators=(",", ":"))
+
+
+def sessions_value(obj: NodeObject | None, now: datetime, extra: Session | None = None) -> str:
+    """The used-sessions annotation: the sessions still live at ``now``, plus ``extra``."""
+    keep = [s for s in (obj.sessions if obj else ()) if s.exp >= now]
+    if extra is not None:
+        keep.append(extra)
+    return sessions_json(keep)
+
+
+def written_annotations(rec: NodeRecord, *, sessions: str, audit: str) -> dict[str, str]:
+    """The annotations a commit writes for ``rec`` (a commit's record carries counters and times)."""
+    assert rec.counters is not None  # noqa: S101  (record_from sets them)
+    assert rec.attested_at is not None  # noqa: S101
+    assert rec.expires_at is not None  # noqa: S101
+    c = rec.counters
+    return {
+        ANN_AK: base64.b64encode(rec.ak_public).decode("ascii"),
+        ANN_COUNTERS: json.dumps(
+            {"resetCount": c.reset_count, "restartCount": c.restart_count, "clock": c.clock}
+        ),
+        ANN_SERIALS: json.dumps(list(rec.svid_serials), separators=(",", ":")),
+        ANN_SESSIONS: sessions,
+        ANN_AUDIT: audit,
+        ANN_ATTESTED: rfc3339_exact(rec.attested_at),
+        ANN_EXPIRES: rfc3339_exact(rec.expires_at),
+    }
+
+
+def forget_patch(*, sessions: str, audit: str) -> dict[str, Any]:
+    """Drops the binding and its bookkeeping; the used sessions and the audit trail stay."""
+    ann: dict[str, Any] = dict.fromkeys((ANN_AK, ANN_COUNTERS, ANN_SERIALS, ANN_ATTESTED, ANN_EXPIRES))
+    ann[ANN_SESSIONS] = sessions
+    ann[ANN_AUDIT] = audit
+    return {
+        "metadata": {"labels": {LABEL_EK: None}, "annotations": ann},
+        "spec": {"ekSha256": None, "spiffeId": None, "revoked": None},
+    }

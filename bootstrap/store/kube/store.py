@@ -1,0 +1,403 @@
+"""The shared store: node records in NodeAttestation objects (see ``objects``), so every replica
+of the join service shares them through etcd.
+
+Single use across replicas: a session belongs to one node name, so its id is recorded on that
+node's object, and every write carries the resourceVersion it read (a concurrent writer -> 409 ->
+re-read, re-check, retry). One EK, one name: a commit first claims the EK (see ``claims``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Final, TypeVar
+
+from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound
+from bootstrap.problems import NodeNameConflict, SessionReused
+from bootstrap.store.kube.claims import EkClaims
+from bootstrap.store.kube.objects import (
+    ANN_AUDIT,
+    ANN_SESSIONS,
+    GROUP,
+    KIND,
+    LABEL_EK,
+    PLURAL,
+    VERSION,
+    Corrupt,
+    NodeObject,
+    Session,
+    audit_entry,
+    audit_value,
+    exhausted,
+    field,
+    forget_patch,
+    parse,
+    published_copies,
+    read,
+    required_time,
+    sessions_json,
+    sessions_value,
+    written_annotations,
+)
+from bootstrap.store.model import (
+    Attestation,
+    AuditEntry,
+    Check,
+    NodeRecord,
+    StoreUnavailable,
+    check_action,
+    check_actor,
+    check_attestation,
+    check_code,
+    check_limit,
+    check_node_name,
+    check_session_id,
+    check_time,
+    clip,
+    record_from,
+    utcnow,
+)
+from bootstrap.times import rfc3339_exact
+
+__all__ = ["ATTEMPTS", "KubeStore"]
+
+log = logging.getLogger("nodegate.store")
+T = TypeVar("T")
+
+ATTEMPTS: Final = 8
+
+
+class KubeStore:
+    """The store in NodeAttestation objects; ``kube`` stays the caller's (close does not close it)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        attempts: int = ATTEMPTS,
+        backoff: float = 0.02,
+        namespace: str = "nodegate",
+    ) -> None:
+        self._kube = kube
+        self._clock = clock
+        self._attempts = attempts
+        self._backoff = backoff
+        self._claims = EkClaims(kube, namespace=namespace, clock=clock, attempts=attempts, pause=self._pause)
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    async def _unavailable(self, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except KubeUnavailable as exc:
+            raise StoreUnavailable(str(exc)) from None
+
+    async def _pause(self, attempt: int) -> None:
+        # jittered and growing: replicas that collided should not collide again in lock step
+        await asyncio.sleep(self._backoff * (2**attempt) * random.random())  # noqa: S311  (not a secret)
+
+    async def _read(self, name: str) -> NodeObject | None:
+        return await read(self._kube, name)
+
+    async def _list(self, *, label_selector: str | None = None) -> list[dict[str, Any]]:
+        items, _rv = await self._kube.list_cluster_objects(
+            GROUP, VERSION, PLURAL, label_selector=label_selector
+        )
+        return items
+
+    async def _patch(self, name: str, patch: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
+        return await self._kube.patch_cluster_object(GROUP, VERSION, PLURAL, name, patch, status=status)
+
+    def _audit_value(self, obj: NodeObject | None, action: str, actor: str, code: str, detail: str) -> str:
+        return audit_value(obj, audit_entry(self._clock(), action, actor, code, detail))
+
+    def _sessions_value(self, obj: NodeObject | None, extra: Session | None = None) -> str:
+        return sessions_value(obj, self._clock(), extra)
+
+    async def _publish(self, name: str, rv: str, times: tuple[datetime | None, datetime | None]) -> bool:
+        """Write status.attestedAt/expiresAt from our annotation copies, guarded by the
+        resourceVersion so an older writer cannot overwrite a newer one's status. False when it
+        did not land (the next read repairs it)."""
+        for attempt in range(self._attempts):
+            patch = {
+                "metadata": {"resourceVersion": rv},
+                "status": {
+                    "attestedAt": rfc3339_exact(times[0]) if times[0] else None,
+                    "expiresAt": rfc3339_exact(times[1]) if times[1] else None,
+                },
+            }
+            try:
+                await self._patch(name, patch, status=True)
+            except Conflict:  # the gate (or another replica) wrote meanwhile: publish what is there now
+                await self._pause(attempt)
+                fresh = await self._kube.get_cluster_object(GROUP, VERSION, PLURAL, name)
+                if fresh is None:
+                    return False
+                rv = str(field(fresh, "metadata").get("resourceVersion", ""))
+                try:
+                    times = published_copies(fresh)
+                except Corrupt:
+                    return False
+                continue
+            except (NotFound, KubeUnavailable) as exc:
+                log.warning("NodeAttestation %s: status not written (%s); a later read repairs it", name, exc)
+                return False
+            return True
+        log.warning("NodeAttestation %s: status still conflicting; a later read repairs it", name)
+        return False
+
+    async def _repair(self, obj: NodeObject) -> None:
+        if obj.status_behind:
+            rec = obj.record
+            await self._publish(obj.name, obj.rv, (rec.attested_at, rec.expires_at) if rec else (None, None))
+
+    def _exhausted(self, name: str) -> StoreUnavailable:
+        return exhausted(name, self._attempts)
+
+    # -- reads ------------------------------------------------------------------------------------
+
+    async def get(self, node_name: str) -> NodeRecord | None:
+        check_node_name(node_name)
+
+        async def run() -> NodeRecord | None:
+            obj = await self._read(node_name)
+            if obj is None:
+                return None
+            await self._repair(obj)
+            return obj.record
+
+        return await self._unavailable(run())
+
+    async def list_nodes(self) -> list[NodeRecord]:
+        out = []
+        for raw in await self._unavailable(self._list()):
+            try:
+                rec = parse(raw).record
+            except StoreUnavailable as exc:  # one damaged object must not hide every other node
+                log.warning("%s", exc)
+                continue
+            if rec is not None:
+                out.append(rec)
+        return sorted(out, key=lambda r: r.node_name)
+
+    async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
+        check_session_id(session_id)
+        if node_name is not None:
+            check_node_name(node_name)
+            obj = await self._unavailable(self._read(node_name))
+            return obj is not None and any(s.id == session_id for s in obj.sessions)
+        for raw in await self._unavailable(self._list()):
+            if any(s.id == session_id for s in parse(raw).sessions):
+                return True
+        return False
+
+    async def audit(self, node_name: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        check_limit(limit)
+        if node_name is not None:
+            check_node_name(node_name)
+            obj = await self._unavailable(self._read(node_name))
+            objs = [] if obj is None else [obj]
+        else:
+            objs = []
+            for raw in await self._unavailable(self._list()):
+                try:
+                    objs.append(parse(raw))
+                except StoreUnavailable as exc:
+                    log.warning("%s", exc)
+        entries: list[tuple[datetime, int, AuditEntry]] = []
+        for obj in objs:
+            for i, e in enumerate(obj.audit):
+                try:
+                    at = required_time(e["at"], "an audit time")
+                except Corrupt:
+                    continue
+                entries.append(
+                    (at, i, AuditEntry(at, obj.name, e["action"], e["actor"], e["code"], e["detail"]))
+                )
+        entries.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        return [e for _at, _i, e in entries[:limit]]
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    async def _ek_taken(self, ek: str, node_name: str) -> str | None:
+        for raw in await self._list(label_selector=f"{LABEL_EK}={ek[:63]}"):
+            name = str(field(raw, "metadata").get("name", ""))
+            if name != node_name and field(raw, "spec").get("ekSha256") == ek:
+                return name
+        return None
+
+    async def commit(
+        self, att: Attestation, *, session_id: str, session_expires_at: datetime, action: str, check: Check
+    ) -> NodeRecord:
+        check_attestation(att)
+        check_session_id(session_id)
+        session = Session(session_id, check_time(session_expires_at, "session_expires_at"))
+        check_action(action)
+        return await self._unavailable(self._commit(att, session, action, check))
+
+    async def _commit(self, att: Attestation, session: Session, action: str, check: Check) -> NodeRecord:
+        name = att.node_name
+        for attempt in range(self._attempts):
+            obj = await self._read(name)
+            if obj is not None and any(s.id == session.id for s in obj.sessions):
+                raise SessionReused("this session already finished")
+            other = await self._ek_taken(att.ek_sha256, name)
+            if other is not None:
+                raise NodeNameConflict(f"this TPM is bound to another node name ({other})")
+            existing = obj.record if obj else None
+            if existing is None or existing.ek_sha256 != att.ek_sha256:
+                await self._claims.claim(att.ek_sha256, name)
+            check(existing)
+            rec = record_from(
+                att,
+                revoked=existing.revoked if existing else False,
+                serials=existing.svid_serials if existing else (),
+            )
+            detail = f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
+            annotations = written_annotations(
+                rec,
+                sessions=self._sessions_value(obj, session),
+                audit=self._audit_value(obj, action, "node", "", detail),
+            )
+            labels = {LABEL_EK: att.ek_sha256[:63]}
+            spec = {"ekSha256": rec.ek_sha256, "spiffeId": rec.spiffe_id, "revoked": rec.revoked}
+            try:
+                if obj is None:
+                    body = {
+                        "apiVersion": f"{GROUP}/{VERSION}",
+                        "kind": KIND,
+                        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+                        "spec": spec,
+                    }
+                    written = await self._kube.create_cluster_object(GROUP, VERSION, PLURAL, body)
+                else:
+                    meta = {"resourceVersion": obj.rv, "labels": labels, "annotations": annotations}
+                    written = await self._patch(name, {"metadata": meta, "spec": spec})
+            except (Conflict, NotFound):  # someone wrote (or deleted) it since we read: start over
+                await self._pause(attempt)
+                continue
+            rv = str(field(written, "metadata").get("resourceVersion", ""))
+            await self._publish(name, rv, (rec.attested_at, rec.expires_at))
+            return rec
+        raise self._exhausted(name)
+
+    async def _update(
+        self, name: str, build: Callable[[NodeObject], dict[str, Any] | None]
+    ) -> tuple[NodeObject, dict[str, Any]] | None:
+        """Read, build a patch from what was read (None: nothing to write), write it guarded by
+        the resourceVersion; on a conflict start over. Returns (what was read, what was written)."""
+        for attempt in range(self._attempts):
+            obj = await self._read(name)
+            if obj is None:
+                return None
+            patch = build(obj)
+            if patch is None:
+                return obj, {}
+            patch.setdefault("metadata", {})["resourceVersion"] = obj.rv
+            try:
+                return obj, await self._patch(name, patch)
+            except (Conflict, NotFound):
+                await self._pause(attempt)
+        raise self._exhausted(name)
+
+    async def record_refusal(self, node_name: str, code: str, detail: str) -> None:
+        check_node_name(node_name)
+        check_code(code)
+        text = clip(detail)
+
+        def build(obj: NodeObject) -> dict[str, Any]:
+            ann = {ANN_AUDIT: self._audit_value(obj, "refused", "node", code, text)}
+            return {"metadata": {"annotations": ann}}
+
+        done = await self._unavailable(self._update(node_name, build))
+        if done is None:
+            # No object: unauthenticated callers must not be able to create objects in etcd.
+            log.info("refused %s: %s", node_name, code)
+
+    async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
+        check_node_name(node_name)
+        check_actor(actor)
+        text = clip(reason)
+        entry_action = "revoke" if revoked else "unrevoke"
+
+        def build(obj: NodeObject) -> dict[str, Any]:
+            if obj.record is None:
+                raise KeyError(node_name)
+            ann = {ANN_AUDIT: self._audit_value(obj, entry_action, actor, "", text)}
+            return {"metadata": {"annotations": ann}, "spec": {"revoked": revoked}}
+
+        done = await self._unavailable(self._update(node_name, build))
+        if done is None:
+            raise KeyError(node_name)
+        read, _written = done
+        assert read.record is not None  # noqa: S101  (build refused a tombstone)
+        return replace(read.record, revoked=revoked)
+
+    async def forget(self, node_name: str, *, actor: str, reason: str) -> bool:
+        check_node_name(node_name)
+        check_actor(actor)
+        text = clip(reason)
+
+        def build(obj: NodeObject) -> dict[str, Any] | None:
+            if obj.record is None:
+                return None
+            return forget_patch(
+                sessions=self._sessions_value(obj), audit=self._audit_value(obj, "forget", actor, "", text)
+            )
+
+        async def run() -> bool:
+            done = await self._update(node_name, build)
+            if done is None:
+                return False
+            read, written = done
+            if written or read.status_set:
+                # The gate must not keep seeing an attestation for a machine we no longer know.
+                rv = str(field(written, "metadata").get("resourceVersion", "")) if written else read.rv
+                if not await self._publish(node_name, rv, (None, None)):
+                    raise StoreUnavailable(f"NodeAttestation {node_name}: the status could not be cleared")
+            if read.record is not None:
+                await self._claims.release(read.record.ek_sha256, node_name)  # the TPM may join anew
+            return bool(written)
+
+        return await self._unavailable(run())
+
+    async def prune(self, now: datetime) -> int:
+        cutoff = check_time(now, "now")
+
+        async def run() -> int:
+            dropped = 0
+            for raw in await self._list():
+                try:
+                    first = parse(raw)
+                except StoreUnavailable as exc:
+                    log.warning("%s", exc)
+                    continue
+                if not any(s.exp < cutoff for s in first.sessions):
+                    continue
+                removed: list[int] = []
+
+                def build(obj: NodeObject, removed: list[int] = removed) -> dict[str, Any] | None:
+                    keep = [s for s in obj.sessions if s.exp >= cutoff]
+                    removed[:] = [len(obj.sessions) - len(keep)]
+                    if not removed[0]:
+                        return None
+                    return {"metadata": {"annotations": {ANN_SESSIONS: sessions_json(keep)}}}
+
+                try:
+                    done = await self._update(first.name, build)
+                except StoreUnavailable as exc:  # contention on one object: the next prune gets it
+                    log.info("%s", exc)
+                    continue
+                if done is not None and done[1]:
+                    dropped += removed[0]
+            return dropped
+
+        return await self._unavailable(run())
+
+    async def close(self) -> None:
+        return None
