@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 from datetime import timedelta
 from pathlib import Path
+from typing import Final
 
 from bootstrap.config import parse_duration
 from bootstrap.node.defaults import ATTEMPTS, DEFAULT_TCTI, NODE_DIR
 
-PASSPHRASE_ENV = "NODEGATE_BACKUP_PASSPHRASE"  # noqa: S105  (the name of a variable, not a secret)
+PASSPHRASE_ENV: Final = "NODEGATE_BACKUP_PASSPHRASE"  # noqa: S105  (the variable's name)
 
 
 def _config(p: argparse.ArgumentParser, what: str = "the service's config") -> None:

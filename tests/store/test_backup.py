@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 
 from attest import svid
 from attest.tpm import Counters
+from bootstrap.cli import arguments
+from bootstrap.cli import backup as backup_cli
 from bootstrap.config import Settings
 from bootstrap.service.app import build_service
 from bootstrap.service.authority import CaStore
@@ -534,9 +536,7 @@ def test_kubernetes_store_backs_up_only_the_files(tmp_path: Path, ek_ca: EkCa) -
 
 
 def parse(kind: str, argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser()
-    (bk.add_backup_arguments if kind == "backup" else bk.add_restore_arguments)(p)
-    return p.parse_args(argv)
+    return arguments.parser().parse_args([kind, *argv])
 
 
 @pytest.fixture
@@ -555,7 +555,7 @@ def config_file(tmp: Path, s: Settings, name: str) -> Path:
 
 @pytest.fixture
 def no_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(bk.PASSPHRASE_ENV, raising=False)
+    monkeypatch.delenv(backup_cli.PASSPHRASE_ENV, raising=False)
 
 
 @pytest.mark.usefixtures("no_env")
@@ -566,26 +566,26 @@ async def test_cli_round_trip(
     await make_state(src)
     out = tmp_path / "cli.ngb"
     argv = ["--config", str(config_file(tmp_path, src, "src")), "--out", str(out), "--passphrase-file"]
-    assert bk.cli_backup(parse("backup", [*argv, str(passfile)])) == 0
+    assert backup_cli.cli_backup(parse("backup", [*argv, str(passfile)])) == 0
     printed = capsys.readouterr()
     assert "wrote" in printed.out
     assert "sqlite store (schema version 1)" in printed.out
     dst = conf(tmp_path, ek_ca, "dst")
     dst_conf = str(config_file(tmp_path, dst, "dst"))
     args = parse("restore", ["--config", dst_conf, "--archive", str(out), "--passphrase-file", str(passfile)])
-    assert bk.cli_restore(args) == 0
+    assert backup_cli.cli_restore(args) == 0
     printed_restore = capsys.readouterr()
     assert "restored the backup of 20" in printed_restore.out
-    assert bk.cli_restore(args) == 1  # now the state_dir is not empty
+    assert backup_cli.cli_restore(args) == 1  # now the state_dir is not empty
     err = capsys.readouterr().err
     assert "[restore_target_not_empty]" in err
     forced = parse(
         "restore",
         ["--config", dst_conf, "--archive", str(out), "--passphrase-file", str(passfile), "--force"],
     )
-    assert bk.cli_restore(forced) == 0
+    assert backup_cli.cli_restore(forced) == 0
     passfile.chmod(0o644)
-    assert bk.cli_restore(forced) == 0
+    assert backup_cli.cli_restore(forced) == 0
     loose = capsys.readouterr()
     assert "readable by other users" in loose.err
     for text in (printed.out, printed.err, printed_restore.out, err, loose.out, loose.err):
@@ -598,15 +598,15 @@ async def test_cli_passphrase_from_the_environment(
 ) -> None:
     src = kube_state(tmp_path, ek_ca, "src")
     argv = ["--config", str(config_file(tmp_path, src, "src")), "--out", str(tmp_path / "e.ngb")]
-    assert bk.cli_backup(parse("backup", argv)) == 2  # no passphrase at all
-    assert bk.PASSPHRASE_ENV in capsys.readouterr().err
-    monkeypatch.setenv(bk.PASSPHRASE_ENV, PASS.decode())
-    assert bk.cli_backup(parse("backup", argv)) == 0
+    assert backup_cli.cli_backup(parse("backup", argv)) == 2  # no passphrase at all
+    assert backup_cli.PASSPHRASE_ENV in capsys.readouterr().err
+    monkeypatch.setenv(backup_cli.PASSPHRASE_ENV, PASS.decode())
+    assert backup_cli.cli_backup(parse("backup", argv)) == 0
     assert "NOT the store" in capsys.readouterr().out
-    monkeypatch.setenv(bk.PASSPHRASE_ENV, "wrong passphrase here")
+    monkeypatch.setenv(backup_cli.PASSPHRASE_ENV, "wrong passphrase here")
     dst = conf(tmp_path, ek_ca, "dst", store="kubernetes")
     rargs = ["--config", str(config_file(tmp_path, dst, "dst")), "--archive", str(tmp_path / "e.ngb")]
-    assert bk.cli_restore(parse("restore", rargs)) == 1
+    assert backup_cli.cli_restore(parse("restore", rargs)) == 1
     err = capsys.readouterr().err
     assert "[backup_wrong_passphrase]" in err
     assert "wrong passphrase here" not in err
@@ -618,15 +618,15 @@ def test_cli_usage_errors(tmp_path: Path, passfile: Path, capsys: pytest.Capture
     bad = tmp_path / "bad.yaml"
     bad.write_text("no_such_key: 1\n")
     argv = ["--config", str(bad), "--out", str(tmp_path / "x"), "--passphrase-file", str(passfile)]
-    assert bk.cli_backup(parse("backup", argv)) == 2
+    assert backup_cli.cli_backup(parse("backup", argv)) == 2
     assert "no_such_key" in capsys.readouterr().err
     empty = tmp_path / "empty"
     empty.write_bytes(b"\n")
     argv = ["--out", str(tmp_path / "x"), "--passphrase-file", str(empty)]
-    assert bk.cli_backup(parse("backup", argv)) == 2
+    assert backup_cli.cli_backup(parse("backup", argv)) == 2
     assert "empty" in capsys.readouterr().err
     argv = ["--out", str(tmp_path / "x"), "--passphrase-file", str(tmp_path / "none")]
-    assert bk.cli_backup(parse("backup", argv)) == 2
+    assert backup_cli.cli_backup(parse("backup", argv)) == 2
     for inline in (["--passphrase", "s3cret-value"], ["--passphrase=s3cret-value"]):
         with pytest.raises(SystemExit):
             parse("backup", [*inline, "--out", "y"])  # no way to put it on the command line
@@ -637,7 +637,7 @@ def test_passphrase_file_newlines(tmp_path: Path) -> None:
     f = tmp_path / "p"
     for raw, want in [(b"abc\n", b"abc"), (b"abc\r\n", b"abc"), (b"abc", b"abc"), (b"abc\n\n", b"abc\n")]:
         f.write_bytes(raw)
-        assert bk.read_passphrase(f, {}) == want
-    assert bk.read_passphrase(None, {bk.PASSPHRASE_ENV: "from env"}) == b"from env"
+        assert backup_cli.read_passphrase(f, {}) == want
+    assert backup_cli.read_passphrase(None, {backup_cli.PASSPHRASE_ENV: "from env"}) == b"from env"
     with pytest.raises(ValueError, match="no passphrase"):
-        bk.read_passphrase(None, {})
+        backup_cli.read_passphrase(None, {})

@@ -11,14 +11,6 @@ encrypted file (docs/backup.md).
 
 from __future__ import annotations
 
-from bootstrap.store.backup.cli import (
-    PASSPHRASE_ENV,
-    add_backup_arguments,
-    add_restore_arguments,
-    cli_backup,
-    cli_restore,
-    read_passphrase,
-)
 from bootstrap.store.backup.container import HEADER_SIZE, MAGIC
 from bootstrap.store.backup.contents import FORMAT_VERSION, BackupInfo
 from bootstrap.store.backup.errors import (
@@ -50,7 +42,6 @@ __all__ = [
     "BackupInfo",
     "BackupIoError",
     "NotAnArchive",
-    "PASSPHRASE_ENV",
     "RestoreMismatch",
     "StateDirNotEmpty",
     "StateMissing",
@@ -58,11 +49,6 @@ __all__ = [
     "TrailingData",
     "UnsupportedVersion",
     "WrongPassphrase",
-    "add_backup_arguments",
-    "add_restore_arguments",
     "backup",
-    "cli_backup",
-    "cli_restore",
-    "read_passphrase",
     "restore",
 ]
