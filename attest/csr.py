@@ -1,7 +1,7 @@
 """The node's PKCS#10 CSR: one PEM block, a good key, a valid self-signature, the kubelet subject.
 
 The same CSR goes to the Kubernetes CSR API for the kubelet client certificate, so it must meet
-the kubelet rules exactly (research/spiffe-k8s.md §5.3): subject ``O=system:nodes`` and
+the kubelet rules exactly (the kube-apiserver-client-kubelet signer's rules): subject ``O=system:nodes`` and
 ``CN=system:node:<node_name>`` and nothing else, no SANs. Its key becomes the SVID key too.
 """
 

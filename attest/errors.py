@@ -1,4 +1,4 @@
-"""Attestation failures, each carrying its machine code from DESIGN.md.
+"""Attestation failures, each carrying its machine code (docs/protocol.md).
 
 Callers branch on ``.code`` (or the class), never on the message: messages are for people and may
 change. The HTTP status for each code is the server's business, not ours.

@@ -1,6 +1,6 @@
 """`nodegate serve --config FILE`: the YAML configuration, every key with a default.
 
-The keys are DESIGN.md's; the few additions (``spiffe_id_template``, ``server_names``,
+The keys are listed in docs/config.md; the few additions (``spiffe_id_template``, ``server_names``,
 ``ca_grace``, ``limits``, ``admin``) are documented in docs/operations.md. Unknown keys are an
 error: a typo in a security setting must not silently fall back to a default. Relative paths are
 resolved against the config file's folder.
@@ -115,7 +115,7 @@ class KubernetesSettings(_Model):
     timeout: Duration = timedelta(seconds=5)
     csr_timeout: Duration = timedelta(seconds=20)  # waiting for the signer to issue the kubelet cert
     events_namespace: str = "default"
-    # nodegate's own namespace (an addition to DESIGN.md): the kubernetes store's EK claims (Leases).
+    # nodegate's own namespace (an addition to the core keys): the kubernetes store's EK claims (Leases).
     namespace: str = "nodegate"
     # The API server as the nodes reach it, for their kubelet kubeconfig (additions). Unset: the
     # address nodegate itself uses, which in a pod is a ClusterIP that a joining node cannot reach.
@@ -132,7 +132,7 @@ class KubernetesSettings(_Model):
 
 class GateSettings(_Model):
     taint_key: str = "nodegate.io/hold"
-    # Additions to DESIGN.md (docs/gate.md): run the gate inside `nodegate serve` when a cluster is
+    # Additions to the core keys (docs/gate.md): run the gate inside `nodegate serve` when a cluster is
     # configured (False: run `nodegate gate` as its own Deployment instead).
     enabled: bool = True
     stability_window: Window = timedelta(seconds=30)
@@ -148,7 +148,7 @@ class GateSettings(_Model):
 class AdmissionSettings(_Model):
     policy_files: tuple[Path, ...] | None = None
     rbac_files: tuple[Path, ...] | None = None
-    # nodegate's own username: the only one allowed to lift the hold taint (an addition to DESIGN.md)
+    # nodegate's own username: the only one allowed to lift the hold taint (an addition to the core keys)
     owner: str = "system:serviceaccount:nodegate:nodegate"
 
 

@@ -2,8 +2,9 @@
 shim. It is not a Kubernetes API server: no TLS, no authentication, no admission, no RBAC; the
 demo labels it as emulated wherever it shows it.
 
-kmock is a test extra (`pip install -e '.[test]'`, which `make demo` runs); this module is only
-imported by the demo and the tests, never by the service. tests/support/kshim.py re-exports it.
+kmock is the extra ``nodegate[demo]`` (``pip install -e '.[demo]'``, which ``make demo`` runs);
+this module is only imported by the demo and the tests, never by the service.
+tests/support/kshim.py re-exports it.
 
 The shim fills the gaps that matter to nodegate's Kubernetes code:
 

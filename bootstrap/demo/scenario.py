@@ -26,7 +26,8 @@ from bootstrap.demo.manifests import NODES
 from bootstrap.demo.narration import DemoFailed, step
 
 _KMOCK_MISSING = (
-    "the emulated Kubernetes API needs kmock, a test extra: run `make demo` (or pip install -e '.[test]')"
+    "the emulated Kubernetes API needs kmock, the extra nodegate[demo]: "
+    "run `make demo` (or pip install -e '.[demo]')"
 )
 try:
     from bootstrap.demo.story import Demo, Summary
