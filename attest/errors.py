@@ -122,6 +122,13 @@ class MeasuredBootViolation(AttestationError):
     code = "measured_boot_violation"
 
 
+class BootNotReset(AttestationError):
+    """A new boot id without a TPM reset (resetCount did not grow), or a TPM reset with the old
+    boot id: the boot id is lying or the quote is stale."""
+
+    code = "boot_not_reset"
+
+
 class CsrInvalid(AttestationError):
     """The PKCS#10 CSR does not parse, is not self-signed correctly, uses a weak key, or does not
     name ``CN=system:node:<node_name>, O=system:nodes`` exactly (and nothing else)."""
@@ -146,5 +153,6 @@ ALL_ERRORS: tuple[type[AttestationError], ...] = (
     EventLogInvalid,
     EventLogMismatch,
     MeasuredBootViolation,
+    BootNotReset,
     CsrInvalid,
 )

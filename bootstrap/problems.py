@@ -121,6 +121,7 @@ JOIN_FAILURES: tuple[type[AttestationError], ...] = (
 
 STATUS_BY_CODE: dict[str, int] = {
     "malformed_request": 400,
+    "event_log_invalid": 400,
     "payload_too_large": 413,
     "rate_limited": 429,
     "node_name_conflict": 409,

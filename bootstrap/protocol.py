@@ -5,13 +5,17 @@ are built by the server from checked values and parsed by the node (bootstrap.no
 models: unknown fields are ignored there (a newer server may add some), and what the node is about
 to hand its TPM (the nonce, the PCR selection) is checked before it does. Sizes are the largest a
 real TPM structure can be, well under the 64 KiB body limit, so a parse never allocates much for a
-hostile body.
+hostile body; the one large field is the measured-boot event log of the finish bodies (at most
+1 MiB raw, 1.5 MiB for the whole body).
+
+What the quote signs (``qualifying_data``) is defined here once, for the service and the node.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import re
 from collections.abc import Callable
 from typing import Annotated, TypeVar
@@ -37,6 +41,40 @@ _HEX = re.compile(r"(?:[0-9a-fA-F]{2})+")
 _MAX_PCR_HEX = 128  # sha512
 _MACHINE_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 NONCE_BYTES = 32
+EVENT_LOG_BYTES = 1024 * 1024  # the raw measured-boot log of a finish body
+FINISH_BODY_BYTES = 1536 * 1024  # a finish body with that log in base64 and the rest
+# The kernel's boot id (/proc/sys/kernel/random/boot_id): a UUID in lowercase hex.
+_BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+BOOT_ID_DOMAIN = b"nodegate boot_id v1\x00"
+
+
+def base_qualifying_data(nonce: bytes, csr_der: bytes) -> bytes:
+    """SHA256(nonce || SHA256(csr_der)): binds the quote to this session and to the key the SVID
+    will certify."""
+    return hashlib.sha256(nonce + hashlib.sha256(csr_der).digest()).digest()
+
+
+def qualifying_data(nonce: bytes, csr_der: bytes, boot_id: str | None) -> bytes:
+    """What the quote's extraData must be. Without a boot id, the base value (unchanged from the
+    first protocol version); with one, SHA256(base || "nodegate boot_id v1\\0" || boot_id), so a
+    quote can only carry the boot id the node's software put under it (docs/protocol.md)."""
+    return bind_boot_id(base_qualifying_data(nonce, csr_der), boot_id)
+
+
+def bind_boot_id(base: bytes, boot_id: str | None) -> bytes:
+    if boot_id is None:
+        return base
+    return hashlib.sha256(base + BOOT_ID_DOMAIN + boot_id.encode("ascii")).digest()
+
+
+def is_boot_id(value: object) -> bool:
+    return isinstance(value, str) and _BOOT_ID.fullmatch(value) is not None
+
+
+def _boot_id(value: str) -> str:
+    if not is_boot_id(value):
+        raise ValueError("must be a kernel boot id (lowercase UUID)")
+    return value
 
 
 def _b64(limit: int) -> Callable[[object], bytes]:
@@ -103,7 +141,8 @@ B64Cert = Annotated[bytes, BeforeValidator(_b64(8192)), _B64]
 B64Attest = Annotated[bytes, BeforeValidator(_b64(2048)), _B64]
 B64Signature = Annotated[bytes, BeforeValidator(_b64(1024)), _B64]
 B64Proof = Annotated[bytes, BeforeValidator(_b64(64)), _B64]
-B64EventLog = Annotated[bytes, BeforeValidator(_b64(48 * 1024)), _B64]
+B64EventLog = Annotated[bytes, BeforeValidator(_b64(EVENT_LOG_BYTES)), _B64]
+BootId = Annotated[str, AfterValidator(_boot_id)]
 Pcrs = Annotated[
     dict[str, dict[int, bytes]],
     BeforeValidator(_pcrs),
@@ -155,6 +194,7 @@ class QuoteEvidence(_Request):
     signature: B64Signature
     pcrs: Pcrs
     event_log: B64EventLog | None = None
+    boot_id: BootId | None = None
 
 
 class FinishRequest(QuoteEvidence):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Final
 
 from bootstrap.config import parse_duration
-from bootstrap.node.defaults import ATTEMPTS, DEFAULT_TCTI, NODE_DIR
+from bootstrap.node.defaults import ATTEMPTS, DEFAULT_TCTI, EVENT_LOG, NODE_DIR
 
 PASSPHRASE_ENV: Final = "NODEGATE_BACKUP_PASSPHRASE"  # noqa: S105  (the variable's name)
 
@@ -47,7 +47,7 @@ def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _node_common(p: argparse.ArgumentParser) -> None:
-    """--server, --ca-bundle, --tcti, --attempts: the same for join and renew."""
+    """--server, --ca-bundle, --tcti, --attempts, --event-log: the same for join, renew, attest."""
     p.add_argument("--server", required=True, help="join server URL, https://host:port")
     p.add_argument(
         "--ca-bundle",
@@ -63,6 +63,17 @@ def _node_common(p: argparse.ArgumentParser) -> None:
         default=ATTEMPTS,
         help=f"total tries for transient failures (default {ATTEMPTS}); then exit 75",
     )
+    p.add_argument(
+        "--event-log",
+        type=Path,
+        metavar="FILE",
+        help=f"the measured-boot event log to send (default: {EVENT_LOG} when --tcti is the platform TPM)",
+    )
+
+
+def _node_dir(p: argparse.ArgumentParser) -> None:
+    help_text = f"what nodegate join --out wrote (default {NODE_DIR})"
+    p.add_argument("--dir", type=Path, default=NODE_DIR, metavar="DIR", help=help_text)
 
 
 def _node(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,19 +90,21 @@ def _node(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     join.add_argument("--ek", choices=("ecc", "rsa"), default="rsa", help="EK type to use (default rsa)")
     renew = sub.add_parser("renew", help="renew this machine's SVID (mTLS + a fresh TPM quote)")
     _node_common(renew)
-    renew.add_argument(
-        "--dir",
-        type=Path,
-        default=NODE_DIR,
-        metavar="DIR",
-        help=f"what nodegate join --out wrote (default {NODE_DIR})",
-    )
+    _node_dir(renew)
     renew.add_argument(
         "--before",
         type=_duration,
         default=None,
         metavar="DURATION",
         help="renew when the SVID has less than this left, e.g. 20m (default: a third of its lifetime)",
+    )
+    attest = sub.add_parser(
+        "attest", help="prove this boot at once (renew with a fresh quote, or join again)"
+    )
+    _node_common(attest)
+    _node_dir(attest)
+    attest.add_argument(
+        "--ek", choices=("ecc", "rsa"), default="rsa", help="the EK type the node joined with (default rsa)"
     )
 
 

@@ -18,6 +18,7 @@ COMMANDS = {
     "gate": "gate",
     "join": "node",
     "renew": "node",
+    "attest": "node",
     "ca": "ca",
     "policy": "policy",
     "eventlog": "eventlog",

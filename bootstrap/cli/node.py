@@ -1,4 +1,4 @@
-"""``nodegate join`` and ``nodegate renew``: exit 0, 1 (refused), 2 (usage or local), 75 (transient)."""
+"""``nodegate join``, ``renew`` and ``attest``: exit 0, 1 (refused), 2 (usage or local), 75 (transient)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from bootstrap.cli.common import node_log
+from bootstrap.node.attest import AttestOptions, attest
 from bootstrap.node.errors import EXIT_OK, JoinFailed, JoinUsageError, report_failure
 from bootstrap.node.join import JoinOptions, join
 from bootstrap.node.renew import RenewOptions, renew
@@ -14,7 +15,31 @@ from bootstrap.node.renew import RenewOptions, renew
 
 def run(args: argparse.Namespace) -> int:
     node_log(args.command)
+    if args.command == "attest":
+        node_log("join")  # the fallback join and the renewal log under their own names
+        node_log("renew")
+        return attest_main(args)
     return join_main(args) if args.command == "join" else renew_main(args)
+
+
+def attest_main(args: argparse.Namespace) -> int:
+    try:
+        opts = AttestOptions(
+            server=args.server,
+            ca_bundle=args.ca_bundle,
+            dir=args.dir,
+            tcti=args.tcti,
+            ek_kind=args.ek,
+            attempts=args.attempts,
+            event_log=args.event_log,
+        )
+        result = asyncio.run(attest(opts))
+    except (JoinUsageError, JoinFailed) as exc:
+        return report_failure("nodegate attest", exc)
+    print(
+        f"attested this boot ({result.how}) as {result.spiffe_id} (SVID valid until {result.svid_expires_at})"
+    )
+    return EXIT_OK
 
 
 def join_main(args: argparse.Namespace) -> int:
@@ -27,6 +52,7 @@ def join_main(args: argparse.Namespace) -> int:
             out=args.out,
             ek_kind=args.ek,
             attempts=args.attempts,
+            event_log=args.event_log,
         )
         result = asyncio.run(join(opts))
     except (JoinUsageError, JoinFailed) as exc:
@@ -51,6 +77,7 @@ def renew_main(args: argparse.Namespace) -> int:
             tcti=args.tcti,
             before=args.before,
             attempts=args.attempts,
+            event_log=args.event_log,
         )
         result = asyncio.run(renew(opts))
     except (JoinUsageError, JoinFailed) as exc:

@@ -11,15 +11,19 @@ import asyncio
 import base64
 import concurrent.futures
 import functools
-import hashlib
 import hmac
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from attest.errors import AttestationError
 from bootstrap.node import tpm
+from bootstrap.node.defaults import BOOT_ID, EVENT_LOG
 from bootstrap.node.errors import JoinFailed
+from bootstrap.protocol import EVENT_LOG_BYTES, is_boot_id, qualifying_data
 
 __all__ = ["AsyncTpm", "credential_proof", "quote_evidence"]
 
@@ -104,6 +108,53 @@ class AsyncTpm:
         return await self._run(a.quote_with_pcrs, ak, selection, qualifying_data)
 
 
+@dataclass(frozen=True, slots=True)
+class BootEvidence:
+    """What the node says about this boot beside the quote: the kernel's boot id (bound into the
+    quote) and the firmware's measured-boot event log (checked against the quoted PCRs)."""
+
+    boot_id: str | None = None
+    event_log: bytes | None = None
+
+
+def read_boot_evidence(
+    tcti: str,
+    log: logging.Logger,
+    *,
+    boot_id_path: Path | None = BOOT_ID,
+    event_log_path: Path | None = None,
+) -> BootEvidence:
+    """This boot's id and event log, when the machine has them. Without ``event_log_path`` the
+    firmware's log is sent only when ``tcti`` is the platform TPM (``device:``), since the log
+    describes that TPM alone; a log that cannot be read or is too large is left out with a
+    warning (the service decides whether a log is required)."""
+    boot_id: str | None = None
+    if boot_id_path is not None:
+        try:
+            text = boot_id_path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("no boot id from %s: %s", boot_id_path, exc)
+        else:
+            boot_id = text if is_boot_id(text) else None
+            if boot_id is None:
+                log.warning("%s holds no boot id", boot_id_path)
+    event_log: bytes | None = None
+    if event_log_path is None and tcti.startswith("device:") and EVENT_LOG.exists():
+        event_log_path = EVENT_LOG
+    if event_log_path is not None:
+        try:
+            with event_log_path.open("rb") as f:
+                data = f.read(EVENT_LOG_BYTES + 1)
+        except OSError as exc:
+            log.warning("no event log from %s: %s", event_log_path, exc)
+        else:
+            if len(data) > EVENT_LOG_BYTES:
+                log.warning("%s is larger than %d bytes: not sent", event_log_path, EVENT_LOG_BYTES)
+            elif data:
+                event_log = data
+    return BootEvidence(boot_id, event_log)
+
+
 async def credential_proof(device: AsyncTpm, blob: bytes, encrypted: bytes, session: str) -> bytes:
     """HMAC-SHA256(secret, session): the secret only the TPM holding both the EK and the AK can
     recover, bound to this session; the secret itself is dropped at once."""
@@ -114,15 +165,22 @@ async def credential_proof(device: AsyncTpm, blob: bytes, encrypted: bytes, sess
 
 
 async def quote_evidence(
-    device: AsyncTpm, session: str, nonce: bytes, selection: str, csr_der: bytes
+    device: AsyncTpm,
+    session: str,
+    nonce: bytes,
+    selection: str,
+    csr_der: bytes,
+    boot: BootEvidence | None = None,
 ) -> dict[str, Any]:
-    """The finish body's quote part: the AK quotes ``selection`` over SHA256(nonce || SHA256(csr))."""
-    qualifying_data = hashlib.sha256(nonce + hashlib.sha256(csr_der).digest()).digest()
-    quote, signature, pcrs = await device.quote(selection, qualifying_data)
+    """The finish body's quote part: the AK quotes ``selection`` over the protocol's qualifying
+    data (nonce, CSR and, when known, this boot's id), plus the firmware's event log."""
+    boot = boot if boot is not None else BootEvidence()
+    quote, signature, pcrs = await device.quote(selection, qualifying_data(nonce, csr_der, boot.boot_id))
     return {
         "session": session,
         "quote": _b64e(quote),
         "signature": _b64e(signature),
         "pcrs": {bank: {str(i): v.hex() for i, v in sorted(values.items())} for bank, values in pcrs.items()},
-        "event_log": None,
+        "event_log": None if boot.event_log is None else _b64e(boot.event_log),
+        "boot_id": boot.boot_id,
     }

@@ -64,7 +64,7 @@ from bootstrap.node.credentials import (
     node_key,
     write_files,
 )
-from bootstrap.node.defaults import ATTEMPTS, DEFAULT_TCTI, NODE_DIR
+from bootstrap.node.defaults import ATTEMPTS, BOOT_ID, DEFAULT_TCTI, NODE_DIR
 from bootstrap.node.errors import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -77,7 +77,13 @@ from bootstrap.node.errors import (
     one_line,
     report_failure,
 )
-from bootstrap.node.evidence import AsyncTpm, credential_proof, quote_evidence
+from bootstrap.node.evidence import (
+    AsyncTpm,
+    BootEvidence,
+    credential_proof,
+    quote_evidence,
+    read_boot_evidence,
+)
 from bootstrap.node.tpm import EkKind
 from bootstrap.protocol import FinishResponse, StartResponse
 
@@ -120,6 +126,8 @@ class JoinOptions:
     attempts: int = ATTEMPTS  # total tries for transient failures
     backoff: float = 1.0  # first delay ceiling in seconds; doubles per failure, capped at 30 s
     timeout: float = 30.0  # per request
+    event_log: Path | None = None  # None: the firmware's log when tcti is the platform TPM
+    boot_id_file: Path | None = BOOT_ID  # None: send no boot id
 
     def __post_init__(self) -> None:
         base_url(self.server)
@@ -150,6 +158,7 @@ async def _attempt(
     opts: JoinOptions,
     csr: x509.CertificateSigningRequest,
     csr_der: bytes,
+    boot: BootEvidence,
 ) -> FinishResponse:
     """One pass /start -> TPM -> /finish."""
     _, ak = device.require()
@@ -163,7 +172,7 @@ async def _attempt(
     }
     start = await client.post(JOIN_START_PATH, start_body, StartResponse)
     proof = await credential_proof(device, start.credential_blob, start.encrypted_secret, start.session)
-    body = await quote_evidence(device, start.session, start.nonce, start.pcr_selection, csr_der)
+    body = await quote_evidence(device, start.session, start.nonce, start.pcr_selection, csr_der, boot)
     body["proof"] = _b64e(proof)
     return await post_finish(client, JOIN_FINISH_PATH, body)
 
@@ -197,13 +206,16 @@ async def join(
         csr = node_csr(key, opts.node_name)
         csr_der = csr.public_bytes(serialization.Encoding.DER)
         ek_kind: EkKind = "ecc" if opts.ek_kind == "ecc" else "rsa"
+        boot = read_boot_evidence(
+            opts.tcti, log, boot_id_path=opts.boot_id_file, event_log_path=opts.event_log
+        )
         async with (
             AsyncTpm(opts.tcti, ek_kind) as device,
             http_session(ssl_ctx, opts.timeout, "nodegate-join") as s,
         ):
             client = ServiceClient(s, base, opts.ca_bundle)
             fin = await with_retries(
-                lambda: _attempt(client, device, opts, csr, csr_der),
+                lambda: _attempt(client, device, opts, csr, csr_der, boot),
                 what="join",
                 attempts=opts.attempts,
                 backoff=opts.backoff,

@@ -61,13 +61,13 @@ from bootstrap.node.credentials import (
     same_key,
     write_files,
 )
-from bootstrap.node.defaults import DEFAULT_TCTI
+from bootstrap.node.defaults import BOOT_ID, DEFAULT_TCTI
 from bootstrap.node.errors import JoinFailed, JoinUsageError, one_line
-from bootstrap.node.evidence import AsyncTpm, quote_evidence
+from bootstrap.node.evidence import AsyncTpm, BootEvidence, quote_evidence, read_boot_evidence
 from bootstrap.node.join import JoinOptions
 from bootstrap.protocol import FinishResponse, RenewStartResponse
 
-__all__ = ["PENDING_KEY_FILE", "RenewOptions", "RenewResult", "renew"]
+__all__ = ["PENDING_KEY_FILE", "RenewOptions", "RenewResult", "read_index", "renew"]
 
 log = logging.getLogger("nodegate.renew")
 
@@ -87,6 +87,9 @@ class RenewOptions:
     attempts: int = JoinOptions.attempts
     backoff: float = JoinOptions.backoff
     timeout: float = JoinOptions.timeout
+    event_log: Path | None = None  # None: the firmware's log when tcti is the platform TPM
+    boot_id_file: Path | None = BOOT_ID  # None: send no boot id
+    force: bool = False  # renew whatever the SVID has left (`nodegate attest`: a fresh quote per boot)
 
     def __post_init__(self) -> None:
         if not base_url(self.server).startswith("https:"):
@@ -121,7 +124,7 @@ def _local(detail: str) -> JoinFailed:
     return JoinFailed("credentials_invalid", f"{detail}; run nodegate join again")
 
 
-def _read_index(folder: Path) -> str:
+def read_index(folder: Path) -> str:
     path = folder / INDEX_FILE
     try:
         doc: Any = json.loads(read_limited(path, MAX_INDEX_FILE))
@@ -149,7 +152,7 @@ def _spiffe_id_of(leaf: x509.Certificate, path: Path) -> svidlib.SpiffeId:
 def _load_current(folder: Path) -> _Current:
     """The node name, SPIFFE ID and SVID that join (or the last renewal) left, with ``node.key``
     certified by that SVID; finishes a renewal that was interrupted after writing ``svid.pem``."""
-    node_name = _read_index(folder)
+    node_name = read_index(folder)
     svid_path, key_path, pending_path = folder / SVID_FILE, folder / KEY_FILE, folder / PENDING_KEY_FILE
     try:
         leaf = x509.load_pem_x509_certificates(read_limited(svid_path, MAX_SVID_FILE))[0]
@@ -198,10 +201,12 @@ def _mtls_context(ca_bundle: Path, folder: Path) -> ssl.SSLContext:
     return ctx
 
 
-async def _attempt(client: ServiceClient, device: AsyncTpm, csr_pem: str, csr_der: bytes) -> FinishResponse:
+async def _attempt(
+    client: ServiceClient, device: AsyncTpm, csr_pem: str, csr_der: bytes, boot: BootEvidence
+) -> FinishResponse:
     """One pass: start (CSR) -> quote over the nonce -> finish."""
     start = await client.post(RENEW_PATH, {"csr": csr_pem}, RenewStartResponse)
-    body = await quote_evidence(device, start.session, start.nonce, start.pcr_selection, csr_der)
+    body = await quote_evidence(device, start.session, start.nonce, start.pcr_selection, csr_der, boot)
     return await post_finish(client, RENEW_PATH, body)
 
 
@@ -223,7 +228,7 @@ async def renew(
         leaf = current.leaf
         before = _threshold(leaf, opts.before)
         left = leaf.not_valid_after_utc - now()
-        if left > before:
+        if left > before and not opts.force:
             return RenewResult(False, str(current.spiffe_id), leaf.not_valid_after_utc, before)
         if left <= timedelta(0):
             # The server's TLS stack would refuse it before the renewal endpoint ever saw it.
@@ -237,13 +242,16 @@ async def renew(
         csr = node_csr(key, current.node_name)
         csr_pem = csr.public_bytes(serialization.Encoding.PEM).decode("ascii")
         csr_der = csr.public_bytes(serialization.Encoding.DER)
+        boot = read_boot_evidence(
+            opts.tcti, log, boot_id_path=opts.boot_id_file, event_log_path=opts.event_log
+        )
         async with (
             AsyncTpm(opts.tcti, None) as device,
             http_session(ssl_ctx, opts.timeout, "nodegate-renew") as s,
         ):
             client = ServiceClient(s, base, opts.ca_bundle)
             fin = await with_retries(
-                lambda: _attempt(client, device, csr_pem, csr_der),
+                lambda: _attempt(client, device, csr_pem, csr_der, boot),
                 what="renew",
                 attempts=opts.attempts,
                 backoff=opts.backoff,

@@ -8,6 +8,7 @@ speaks HTTP; ``bootstrap.service.middleware`` maps the exceptions to statuses.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections import OrderedDict
@@ -18,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from attest import ca, credential, pcr, svid, tpm
+from attest import ca, credential, svid, tpm
 from attest.csr import parse_node_csr
 from attest.errors import AttestationError, MalformedInput
 from bootstrap.config import Settings
@@ -38,19 +39,22 @@ from bootstrap.problems import (
 from bootstrap.protocol import (
     FinishRequest,
     FinishResponse,
+    QuoteEvidence,
     RenewFinishRequest,
     RenewStartRequest,
     RenewStartResponse,
     StartRequest,
     StartResponse,
 )
-from bootstrap.service import kubelet
+from bootstrap.service import evidence, kubelet
+from bootstrap.service.evidence import Evidence
 from bootstrap.service.sessions import Sealer, Session
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
 from bootstrap.times import rfc3339
 
 log = logging.getLogger("nodegate.join")
 _USED_CACHE = 100_000  # session ids this replica committed, kept until they expire
+_INLINE_EVENT_LOG = 64 * 1024  # larger logs are judged on a worker thread
 
 Refusal = Callable[[str, str, str], Awaitable[None]]  # node_name, code, detail
 
@@ -86,16 +90,6 @@ def load_ek_trust(settings: Settings) -> EkTrust:
 class Issued:
     record: NodeRecord
     response: FinishResponse
-
-
-def _warn_pcrs(node_name: str, verdict: pcr.PcrPolicyResult) -> None:
-    """Classes in ``warn`` mode do not refuse; their mismatches are logged (a rollout of a new
-    firmware class starts in warn mode, and this is how an operator sees what it would refuse)."""
-    if verdict.warnings:
-        text = "; ".join(str(w) for w in verdict.warnings[:5])
-        log.warning(
-            "PCR values differ from a warn-mode class", extra={"node": node_name, "error": text[:500]}
-        )
 
 
 class JoinService:
@@ -178,27 +172,17 @@ class JoinService:
         credential.verify_credential_proof(session.secret, req.session, req.proof)
         record = await self._get(session.node_name)
         _check_binding(record, session.ek_sha256, session.node_name)
-        quote = tpm.verify_quote(
-            session.ak_public,
-            req.quote,
-            req.signature,
-            selection=session.selection,
-            pcrs=req.pcrs,
-            qualifying_data=session.qualifying_data,
-            previous=record.counters if record is not None else None,
-        )
-        verdict = pcr.enforce(self.settings.pcr_policy, quote.pcrs)
-        _warn_pcrs(session.node_name, verdict)
+        judged = await self._judge(session, req, record)
         sid = svid.render_spiffe_id(
             self.settings.spiffe_id_template,
             trust_domain=self.settings.trust_domain,
             node_name=session.node_name,
             ek_sha256=session.ek_sha256,
         )
-        issued = await self._issue(session, sid, quote.counters, action="join")
+        issued = await self._issue(session, sid, judged, action="join")
         kubeconfig = None
         if self.kube is not None:
-            kubeconfig = await self._kubelet(session, str(sid), verdict.matched_class)
+            kubeconfig = await self._kubelet(session, str(sid), judged.pcr_class)
         if kubeconfig is None:
             return issued.response
         return issued.response.model_copy(update={"kubeconfig": kubeconfig})
@@ -233,17 +217,8 @@ class JoinService:
         try:
             if self._recently_used(session):
                 raise SessionReused("this session already renewed the SVID; start again")
-            quote = tpm.verify_quote(
-                session.ak_public,
-                req.quote,
-                req.signature,
-                selection=session.selection,
-                pcrs=req.pcrs,
-                qualifying_data=session.qualifying_data,
-                previous=record.counters,
-            )
-            _warn_pcrs(session.node_name, pcr.enforce(self.settings.pcr_policy, quote.pcrs))
-            issued = await self._issue(session, sid, quote.counters, action="renew")
+            judged = await self._judge(session, req, record)
+            issued = await self._issue(session, sid, judged, action="renew")
         except AttestationError as exc:
             await self._refused(session.node_name, exc)
             raise
@@ -280,9 +255,21 @@ class JoinService:
 
     # -- shared steps --------------------------------------------------------------------------
 
-    async def _issue(
-        self, session: Session, sid: svid.SpiffeId, counters: tpm.Counters, *, action: str
-    ) -> Issued:
+    async def _judge(self, session: Session, req: QuoteEvidence, record: NodeRecord | None) -> Evidence:
+        """The evidence checks (quote, PCR policy, event log). A large event log is parsed and
+        replayed on a worker thread so one node's log never stalls the event loop."""
+        previous = record.counters if record is not None else None
+        judged = (
+            await asyncio.to_thread(evidence.judge, self.settings, session, req, previous)
+            if req.event_log is not None and len(req.event_log) > _INLINE_EVENT_LOG
+            else evidence.judge(self.settings, session, req, previous)
+        )
+        if record is not None:
+            evidence.check_boot(record.boot_id, record.counters, judged.boot_id, judged.quote.counters)
+        return judged
+
+    async def _issue(self, session: Session, sid: svid.SpiffeId, judged: Evidence, *, action: str) -> Issued:
+        counters = judged.quote.counters
         now = self._now()
         cas = self._authorities()
         public_key = x509.load_der_x509_csr(session.csr_der).public_key()
@@ -302,6 +289,8 @@ class JoinService:
             svid_serial=f"{leaf.serial_number:x}",
             attested_at=now,
             expires_at=leaf.not_valid_after_utc,
+            boot_id=judged.boot_id,
+            measured_boot_class=judged.measured_boot_class,
         )
 
         def check(existing: NodeRecord | None) -> None:
@@ -310,6 +299,7 @@ class JoinService:
             _check_binding(existing, session.ek_sha256, session.node_name)
             if existing is not None and existing.counters is not None:
                 tpm.check_counters(existing.counters, counters)
+                evidence.check_boot(existing.boot_id, existing.counters, judged.boot_id, counters)
 
         try:
             record = await self.store.commit(

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from bootstrap.files import create_exclusive, read_limited
 from bootstrap.problems import SessionExpired, SessionUnknown
+from bootstrap.protocol import qualifying_data
 
 PREFIX = "ngs1."
 MAX_TOKEN_CHARS = 8192
@@ -53,8 +54,12 @@ class Session:
 
     @property
     def qualifying_data(self) -> bytes:
-        """What the quote must sign: SHA256(nonce || SHA256(csr_der)) (docs/protocol.md)."""
-        return hashlib.sha256(self.nonce + hashlib.sha256(self.csr_der).digest()).digest()
+        """What the quote must sign when the node sends no boot id: SHA256(nonce || SHA256(csr_der))."""
+        return qualifying_data(self.nonce, self.csr_der, None)
+
+    def qualifying_data_for(self, boot_id: str | None) -> bytes:
+        """What the quote must sign for ``boot_id`` (bootstrap.protocol.qualifying_data)."""
+        return qualifying_data(self.nonce, self.csr_der, boot_id)
 
 
 def _b64(data: bytes) -> str:

@@ -4,7 +4,6 @@ request bodies built exactly as ``nodegate join`` builds them (base64, hex PCRs,
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from bootstrap.protocol import qualifying_data
 from tests.support.softtpm import SoftTpm
 
 
@@ -59,9 +59,20 @@ class SoftNode:
         }
 
     def evidence(
-        self, session: str, nonce: bytes, selection: str, pcrs: dict[str, dict[int, bytes]] | None = None
+        self,
+        session: str,
+        nonce: bytes,
+        selection: str,
+        pcrs: dict[str, dict[int, bytes]] | None = None,
+        *,
+        boot_id: str | None = None,
+        event_log: bytes | None = None,
+        signed_boot_id: str | None = None,
     ) -> dict[str, Any]:
-        qualifying = hashlib.sha256(nonce + hashlib.sha256(self.csr_der).digest()).digest()
+        """The quote part of a finish body. ``signed_boot_id`` (default: ``boot_id``) is the boot
+        id the quote is made over, to act out a node that claims another boot than it quoted."""
+        quoted_boot = boot_id if signed_boot_id is None else signed_boot_id
+        qualifying = qualifying_data(nonce, self.csr_der, quoted_boot)
         attest, signature, values = self.tpm.quote(selection, qualifying)
         shown = values if pcrs is None else pcrs
         return {
@@ -69,7 +80,8 @@ class SoftNode:
             "quote": b64(attest),
             "signature": b64(signature),
             "pcrs": {bank: {str(i): v.hex() for i, v in e.items()} for bank, e in shown.items()},
-            "event_log": None,
+            "event_log": b64(event_log) if event_log is not None else None,
+            "boot_id": boot_id,
         }
 
     def finish_body(self, start: dict[str, Any], **kw: Any) -> dict[str, Any]:

@@ -1,0 +1,106 @@
+"""The quote-time evidence of a finish (join or renewal), judged in one place: the quote over the
+session's nonce (and the boot id, when the node sends one), the PCR policy, and the measured-boot
+event log replayed against the quoted PCRs and judged by the measured_boot policy
+(docs/measured-boot.md). Pure checks from ``attest``; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from attest import bootevents, eventlog, measuredboot, pcr, tpm
+from attest.errors import BootNotReset, MeasuredBootViolation
+from bootstrap.config import Settings
+from bootstrap.protocol import QuoteEvidence
+from bootstrap.service.sessions import Session
+
+log = logging.getLogger("nodegate.join")
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    quote: tpm.QuoteResult
+    pcr_class: str | None  # the PCR policy class that matched
+    measured_boot_class: str | None  # the measured_boot class that matched
+    boot_id: str | None
+
+
+def judge(
+    settings: Settings, session: Session, req: QuoteEvidence, previous: tpm.Counters | None
+) -> Evidence:
+    """Every check of a finish body's evidence, in order; raises the first failure's error."""
+    quote = tpm.verify_quote(
+        session.ak_public,
+        req.quote,
+        req.signature,
+        selection=session.selection,
+        pcrs=req.pcrs,
+        qualifying_data=session.qualifying_data_for(req.boot_id),
+        previous=previous,
+    )
+    verdict = pcr.enforce(settings.pcr_policy, quote.pcrs)
+    _warn_pcrs(session.node_name, verdict)
+    mb_class = judge_event_log(settings.measured_boot, req.event_log, quote.pcrs, session.node_name)
+    return Evidence(quote, verdict.matched_class, mb_class, req.boot_id)
+
+
+def judge_event_log(
+    policy: measuredboot.MeasuredBootPolicy,
+    raw: bytes | None,
+    quoted: dict[str, dict[int, bytes]],
+    node_name: str,
+) -> str | None:
+    """Replay ``raw`` against the verified (signed) PCR values and judge it; returns the class
+    that matched. Without a log: refused when the policy enforces anything, else nothing to do."""
+    if raw is None:
+        if policy.enforces_anything:
+            raise MeasuredBootViolation(
+                "the node sent no event log; the measured_boot policy needs the firmware's "
+                "(binary_bios_measurements)"
+            )
+        return None
+    parsed = eventlog.parse(raw)
+    eventlog.verify_replay(parsed, quoted)
+    if not policy.enforces_anything:
+        return None
+    bank = next(b for b in ("sha256", "sha384", "sha512", "sha1") if b in quoted)
+    facts = bootevents.facts(parsed.events, bank=bank, pcrs=frozenset(quoted[bank]))
+    result = measuredboot.enforce(policy, facts)
+    if result.warnings:
+        text = "; ".join(str(w) for w in result.warnings[:5])
+        log.warning("the event log breaks a warn-mode class", extra={"node": node_name, "error": text[:500]})
+    return result.matched_class
+
+
+def check_boot(
+    previous_boot_id: str | None,
+    previous: tpm.Counters | None,
+    boot_id: str | None,
+    counters: tpm.Counters,
+) -> None:
+    """A new boot id must come with a TPM reset (resetCount grows at every platform reset), and
+    a reset with an unchanged boot id: either way the boot id is lying or the quote is stale."""
+    if previous_boot_id is None or boot_id is None or previous is None:
+        return
+    reset = counters.reset_count > previous.reset_count
+    if boot_id != previous_boot_id and not reset:
+        raise BootNotReset(
+            f"boot id changed ({previous_boot_id} -> {boot_id}) but the TPM's resetCount did not grow "
+            f"({counters.reset_count}): the boot id or the quote is not from a new boot"
+        )
+    if boot_id == previous_boot_id and reset:
+        raise BootNotReset(
+            f"the TPM was reset (resetCount {previous.reset_count} -> {counters.reset_count}) but the "
+            f"boot id is still {boot_id}: the machine rebooted and reports its old boot"
+        )
+
+
+def _warn_pcrs(node_name: str, verdict: pcr.PcrPolicyResult) -> None:
+    """Classes in ``warn`` mode do not refuse; their mismatches are logged (a rollout of a new
+    firmware class starts in warn mode, and this is how an operator sees what it would refuse)."""
+    if verdict.warnings:
+        text = "; ".join(str(w) for w in verdict.warnings[:5])
+        log.warning(
+            "PCR values differ from a warn-mode class", extra={"node": node_name, "error": text[:500]}
+        )
