@@ -45,6 +45,8 @@ COMMIT_ACTIONS: Final = frozenset({"join", "renew"})
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SERIAL = re.compile(r"[0-9a-f]{1,64}")
 _CODE = re.compile(r"[a-z0-9_]{0,64}")
+_BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_CLASS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _U64 = 1 << 64
 
 
@@ -68,6 +70,8 @@ class NodeRecord:
     expires_at: datetime | None
     revoked: bool
     svid_serials: tuple[str, ...]  # hex serials, oldest first, the newest MAX_SERIALS
+    boot_id: str | None = None  # the kernel boot id of the last attestation, when the node sent one
+    measured_boot_class: str | None = None  # the measured_boot class the last event log matched
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +86,8 @@ class Attestation:
     svid_serial: str
     attested_at: datetime
     expires_at: datetime
+    boot_id: str | None = None
+    measured_boot_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +199,14 @@ def check_attestation(att: object) -> Attestation:
     expires = check_time(att.expires_at, "expires_at")
     if expires < attested:
         raise ValueError("expires_at is before attested_at")
+    if att.boot_id is not None and (
+        not isinstance(att.boot_id, str) or _BOOT_ID.fullmatch(att.boot_id) is None
+    ):
+        raise ValueError("boot_id must be a kernel boot id (lowercase UUID)")
+    if att.measured_boot_class is not None and (
+        not isinstance(att.measured_boot_class, str) or _CLASS.fullmatch(att.measured_boot_class) is None
+    ):
+        raise ValueError("measured_boot_class must be a policy class name")
     return att
 
 
@@ -243,6 +257,8 @@ def record_from(att: Attestation, *, revoked: bool, serials: tuple[str, ...]) ->
         expires_at=att.expires_at.astimezone(UTC),
         revoked=revoked,
         svid_serials=with_serial(serials, att.svid_serial),
+        boot_id=att.boot_id,
+        measured_boot_class=att.measured_boot_class,
     )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import hashlib
 import ipaddress
 import json
 import logging
@@ -39,6 +38,7 @@ from attest import svid as svidlib
 from attest import tpm
 from attest.csr import NodeCsr, parse_node_csr
 from attest.errors import AttestationError
+from bootstrap import protocol
 from bootstrap.cli import arguments
 from bootstrap.cli import node as node_cli
 from bootstrap.files import write_atomic
@@ -186,6 +186,7 @@ class Fake:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     proofs: list[str] = field(default_factory=list)
     quotes: list[tpm.QuoteResult] = field(default_factory=list)
+    boot_ids: list[str | None] = field(default_factory=list)
     csr_subjects: list[str] = field(default_factory=list)
     sessions: dict[str, Session] = field(default_factory=dict)
     cas: calib.CaSet = field(default_factory=lambda: calib.initial(TRUST_DOMAIN, now=datetime.now(UTC)))
@@ -252,8 +253,9 @@ class Fake:
             return problem(403, exc.code, exc.detail)()
 
     def _real_finish(self, body: dict[str, Any]) -> web.Response:
-        assert set(body) == {"session", "proof", "quote", "signature", "pcrs", "event_log"}
-        assert body["event_log"] is None
+        assert set(body) == {"session", "proof", "quote", "signature", "pcrs", "event_log", "boot_id"}
+        assert body["event_log"] is None  # swtpm is not the platform TPM: no firmware log
+        self.boot_ids.append(body["boot_id"])
         s = self.sessions.pop(body["session"], None)
         if s is None:
             return problem(403, "session_unknown")()
@@ -262,7 +264,7 @@ class Fake:
             bank: {int(i): bytes.fromhex(v) for i, v in values.items()}
             for bank, values in body["pcrs"].items()
         }
-        qualifying = hashlib.sha256(s.nonce + hashlib.sha256(s.csr.der).digest()).digest()
+        qualifying = protocol.qualifying_data(s.nonce, s.csr.der, body["boot_id"])
         self.quotes.append(
             tpm.verify_quote(
                 s.ak_public,

@@ -116,7 +116,8 @@ async def test_record_round_trip_and_object_layout(kmock: Any, store: KubeStore)
     assert obj["apiVersion"] == "nodegate.io/v1alpha1"
     assert obj["kind"] == "NodeAttestation"
     assert obj["spec"] == {"ekSha256": EK_A, "spiffeId": "spiffe://example.org/node/gpu-1", "revoked": False}
-    assert obj["status"] == {"attestedAt": "2026-03-01T12:00:00Z", "expiresAt": "2026-03-01T13:00:00Z"}
+    times = {"attestedAt": "2026-03-01T12:00:00Z", "expiresAt": "2026-03-01T13:00:00Z"}
+    assert obj["status"] == {**times, "resetCount": 1}
     assert obj["metadata"]["labels"] == {LABEL_EK: EK_A[:63]}
     assert annotation(kmock, ANN_COUNTERS) == {"resetCount": 1, "restartCount": 0, "clock": 100}
     assert [s["id"] for s in annotation(kmock, ANN_SESSIONS)] == ["s1"]
@@ -328,6 +329,7 @@ async def test_gate_status_fields_are_preserved(kmock: Any, store: KubeStore) ->
         "packages": [{"cr": "x"}],
         "attestedAt": "2026-03-01T12:30:00Z",
         "expiresAt": "2026-03-01T13:30:00Z",
+        "resetCount": 1,
     }
 
 

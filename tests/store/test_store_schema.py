@@ -78,6 +78,9 @@ def v2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE nodes ADD COLUMN labels TEXT NOT NULL DEFAULT '{}'")
 
 
+NEXT = SCHEMA_VERSION + 1  # the version the test's own steps start at
+
+
 def v3(db: sqlite3.Connection) -> None:  # needs v2's column: only right when run after it
     db.execute("UPDATE nodes SET labels = json_object('pool', 'a100')")
 
@@ -94,7 +97,7 @@ async def test_an_old_file_is_migrated_in_order_keeping_its_data(
     path = tmp_path / "nodegate.db"
     await v1_file(path)
     calls: list[int] = []
-    steps = (*SCHEMA, recording(calls, 2, v2), recording(calls, 3, v3))
+    steps = (*SCHEMA, recording(calls, NEXT, v2), recording(calls, NEXT + 1, v3))
     with caplog.at_level(logging.INFO, logger="nodegate.store"):
         store = await SqliteStore.open(path, _migrations=steps)
     try:
@@ -104,14 +107,14 @@ async def test_an_old_file_is_migrated_in_order_keeping_its_data(
         assert await store.session_used("s1")
     finally:
         await store.close()
-    assert calls == [2, 3]
-    assert version(path) == 3
+    assert calls == [NEXT, NEXT + 1]
+    assert version(path) == NEXT + 1
     assert query(path, "SELECT labels FROM nodes") == [('{"pool":"a100"}',)]
-    assert "from version 1 to 3" in caplog.text
+    assert f"from version {SCHEMA_VERSION} to {NEXT + 1}" in caplog.text
 
     store = await SqliteStore.open(path, _migrations=steps)  # already there: no step runs again
     await store.close()
-    assert calls == [2, 3]
+    assert calls == [NEXT, NEXT + 1]
 
 
 async def test_a_failing_step_leaves_the_file_unchanged(tmp_path: Path) -> None:
@@ -121,15 +124,15 @@ async def test_a_failing_step_leaves_the_file_unchanged(tmp_path: Path) -> None:
     def broken(db: sqlite3.Connection) -> None:
         db.execute("INSERT INTO nodes (node_name) VALUES ('x')")  # NOT NULL columns: IntegrityError
 
-    with pytest.raises(StoreSchemaError, match="version 3 failed") as info:
+    with pytest.raises(StoreSchemaError, match=f"version {NEXT + 1} failed") as info:
         await SqliteStore.open(path, _migrations=(*SCHEMA, v2, broken))
     assert not isinstance(info.value, StoreUnavailable)  # retrying would not help
-    assert "unchanged at version 1" in str(info.value)
-    assert version(path) == 1
+    assert f"unchanged at version {SCHEMA_VERSION}" in str(info.value)
+    assert version(path) == SCHEMA_VERSION
     assert "labels" not in columns(path, "nodes")  # v2 ran, and was rolled back with the rest
     store = await SqliteStore.open(path, _migrations=(*SCHEMA, v2, v3))  # a fixed release goes on
     await store.close()
-    assert version(path) == 3
+    assert version(path) == NEXT + 1
 
 
 async def test_a_step_must_not_commit(tmp_path: Path) -> None:

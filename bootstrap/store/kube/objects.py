@@ -78,6 +78,36 @@ ANN_SESSIONS: Final = "nodegate.io/used-sessions"
 ANN_AUDIT: Final = "nodegate.io/audit"
 ANN_ATTESTED: Final = "nodegate.io/attested-at"
 ANN_EXPIRES: Final = "nodegate.io/expires-at"
+ANN_BOOT_ID: Final = "nodegate.io/boot-id"
+ANN_MB_CLASS: Final = "nodegate.io/measured-boot-class"
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What the store publishes in the NodeAttestation status (from its annotation copies):
+    attestedAt, expiresAt, and, for the gate's reboot check, bootID and resetCount."""
+
+    attested_at: datetime | None = None
+    expires_at: datetime | None = None
+    boot_id: str | None = None
+    reset_count: int | None = None
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "attestedAt": rfc3339_exact(self.attested_at) if self.attested_at else None,
+            "expiresAt": rfc3339_exact(self.expires_at) if self.expires_at else None,
+            "bootID": self.boot_id,
+            "resetCount": self.reset_count,
+        }
+
+
+def published(rec: NodeRecord | None) -> Published:
+    if rec is None:
+        return Published()
+    reset = rec.counters.reset_count if rec.counters is not None else None
+    return Published(rec.attested_at, rec.expires_at, rec.boot_id, reset)
+
+
 MAX_AUDIT: Final = 20
 MAX_ANNOTATION: Final = 256 * 1024  # the API server's limit for all annotations together
 
@@ -205,6 +235,9 @@ def _record(
     serials = _json(annotations, ANN_SERIALS) or []
     if not isinstance(serials, list) or not all(isinstance(s, str) for s in serials):
         raise Corrupt(f"annotation {ANN_SERIALS} is malformed")
+    boot_id, mb_class = annotations.get(ANN_BOOT_ID), annotations.get(ANN_MB_CLASS)
+    if not isinstance(boot_id, str | None) or not isinstance(mb_class, str | None):
+        raise Corrupt(f"annotation {ANN_BOOT_ID} or {ANN_MB_CLASS} is not text")
     return NodeRecord(
         node_name=name,
         ek_sha256=ek,
@@ -215,6 +248,8 @@ def _record(
         expires_at=times[1],
         revoked=revoked,
         svid_serials=tuple(serials),
+        boot_id=boot_id or None,
+        measured_boot_class=mb_class or None,
     )
 
 
@@ -264,12 +299,16 @@ def exhausted(name: str, attempts: int) -> StoreUnavailable:
     return StoreUnavailable(f"NodeAttestation {name}: still conflicting after {attempts} attempts")
 
 
-def published_copies(obj: dict[str, Any]) -> tuple[datetime | None, datetime | None]:
-    """The annotation copies of the status times; Corrupt when they are unreadable."""
+def published_copies(obj: dict[str, Any]) -> Published:
+    """What the status should show, from the annotation copies; Corrupt when unreadable."""
     ann = field(field(obj, "metadata"), "annotations")
-    return (
+    counters = _counters(ann)
+    boot_id = ann.get(ANN_BOOT_ID)
+    return Published(
         optional_time(ann.get(ANN_ATTESTED), ANN_ATTESTED),
         optional_time(ann.get(ANN_EXPIRES), ANN_EXPIRES),
+        boot_id if isinstance(boot_id, str) and boot_id else None,
+        counters.reset_count if counters is not None else None,
     )
 
 
@@ -297,7 +336,7 @@ def sessions_value(obj: NodeObject | None, now: datetime, extra: Session | None 
     return sessions_json(keep)
 
 
-def written_annotations(rec: NodeRecord, *, sessions: str, audit: str) -> dict[str, str]:
+def written_annotations(rec: NodeRecord, *, sessions: str, audit: str) -> dict[str, str | None]:
     """The annotations a commit writes for ``rec`` (a commit's record carries counters and times)."""
     assert rec.counters is not None  # noqa: S101  (record_from sets them)
     assert rec.attested_at is not None  # noqa: S101
@@ -313,12 +352,16 @@ def written_annotations(rec: NodeRecord, *, sessions: str, audit: str) -> dict[s
         ANN_AUDIT: audit,
         ANN_ATTESTED: rfc3339_exact(rec.attested_at),
         ANN_EXPIRES: rfc3339_exact(rec.expires_at),
+        ANN_BOOT_ID: rec.boot_id,  # None removes it (merge patch): no stale boot id survives
+        ANN_MB_CLASS: rec.measured_boot_class,
     }
 
 
 def forget_patch(*, sessions: str, audit: str) -> dict[str, Any]:
     """Drops the binding and its bookkeeping; the used sessions and the audit trail stay."""
-    ann: dict[str, Any] = dict.fromkeys((ANN_AK, ANN_COUNTERS, ANN_SERIALS, ANN_ATTESTED, ANN_EXPIRES))
+    ann: dict[str, Any] = dict.fromkeys(
+        (ANN_AK, ANN_COUNTERS, ANN_SERIALS, ANN_ATTESTED, ANN_EXPIRES, ANN_BOOT_ID, ANN_MB_CLASS)
+    )
     ann[ANN_SESSIONS] = sessions
     ann[ANN_AUDIT] = audit
     return {

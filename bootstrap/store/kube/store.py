@@ -29,6 +29,7 @@ from bootstrap.store.kube.objects import (
     VERSION,
     Corrupt,
     NodeObject,
+    Published,
     Session,
     audit_entry,
     audit_value,
@@ -36,6 +37,7 @@ from bootstrap.store.kube.objects import (
     field,
     forget_patch,
     parse,
+    published,
     published_copies,
     read,
     required_time,
@@ -61,7 +63,6 @@ from bootstrap.store.model import (
     record_from,
     utcnow,
 )
-from bootstrap.times import rfc3339_exact
 
 __all__ = ["ATTEMPTS", "KubeStore"]
 
@@ -119,18 +120,12 @@ class KubeStore:
     def _sessions_value(self, obj: NodeObject | None, extra: Session | None = None) -> str:
         return sessions_value(obj, self._clock(), extra)
 
-    async def _publish(self, name: str, rv: str, times: tuple[datetime | None, datetime | None]) -> bool:
-        """Write status.attestedAt/expiresAt from our annotation copies, guarded by the
-        resourceVersion so an older writer cannot overwrite a newer one's status. False when it
-        did not land (the next read repairs it)."""
+    async def _publish(self, name: str, rv: str, shown: Published) -> bool:
+        """Write status.attestedAt/expiresAt/bootID/resetCount from our annotation copies, guarded
+        by the resourceVersion so an older writer cannot overwrite a newer one's status. False
+        when it did not land (the next read repairs it)."""
         for attempt in range(self._attempts):
-            patch = {
-                "metadata": {"resourceVersion": rv},
-                "status": {
-                    "attestedAt": rfc3339_exact(times[0]) if times[0] else None,
-                    "expiresAt": rfc3339_exact(times[1]) if times[1] else None,
-                },
-            }
+            patch = {"metadata": {"resourceVersion": rv}, "status": shown.status()}
             try:
                 await self._patch(name, patch, status=True)
             except Conflict:  # the gate (or another replica) wrote meanwhile: publish what is there now
@@ -140,7 +135,7 @@ class KubeStore:
                     return False
                 rv = str(field(fresh, "metadata").get("resourceVersion", ""))
                 try:
-                    times = published_copies(fresh)
+                    shown = published_copies(fresh)
                 except Corrupt:
                     return False
                 continue
@@ -154,7 +149,7 @@ class KubeStore:
     async def _repair(self, obj: NodeObject) -> None:
         if obj.status_behind:
             rec = obj.record
-            await self._publish(obj.name, obj.rv, (rec.attested_at, rec.expires_at) if rec else (None, None))
+            await self._publish(obj.name, obj.rv, published(rec))
 
     def _exhausted(self, name: str) -> StoreUnavailable:
         return exhausted(name, self._attempts)
@@ -282,7 +277,7 @@ class KubeStore:
                 await self._pause(attempt)
                 continue
             rv = str(field(written, "metadata").get("resourceVersion", ""))
-            await self._publish(name, rv, (rec.attested_at, rec.expires_at))
+            await self._publish(name, rv, published(rec))
             return rec
         raise self._exhausted(name)
 
@@ -358,7 +353,7 @@ class KubeStore:
             if written or read.status_set:
                 # The gate must not keep seeing an attestation for a machine we no longer know.
                 rv = str(field(written, "metadata").get("resourceVersion", "")) if written else read.rv
-                if not await self._publish(node_name, rv, (None, None)):
+                if not await self._publish(node_name, rv, Published()):
                     raise StoreUnavailable(f"NodeAttestation {node_name}: the status could not be cleared")
             if read.record is not None:
                 await self._claims.release(read.record.ek_sha256, node_name)  # the TPM may join anew

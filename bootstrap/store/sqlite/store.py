@@ -243,12 +243,13 @@ class SqliteStore:
     # -- reads ------------------------------------------------------------------------------------
 
     _COLUMNS: Final = (
-        "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, svid_serials"
+        "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, "
+        "svid_serials, boot_id, measured_boot_class"
     )
 
     @staticmethod
     def _record(row: tuple[Any, ...]) -> NodeRecord:
-        name, ek, ak, spiffe, counters, attested, expires, revoked, serials = row
+        name, ek, ak, spiffe, counters, attested, expires, revoked, serials, boot_id, mb_class = row
         return NodeRecord(
             node_name=name,
             ek_sha256=ek,
@@ -259,6 +260,8 @@ class SqliteStore:
             expires_at=_from_us(expires),
             revoked=bool(revoked),
             svid_serials=tuple(json.loads(serials)),
+            boot_id=boot_id,
+            measured_boot_class=mb_class,
         )
 
     def _get(self, db: sqlite3.Connection, node_name: str) -> NodeRecord | None:
@@ -360,13 +363,14 @@ class SqliteStore:
         try:
             db.execute(
                 """INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at,
-                                      expires_at, revoked, svid_serials)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                      expires_at, revoked, svid_serials, boot_id, measured_boot_class)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                    ON CONFLICT (node_name) DO UPDATE SET
                      ek_sha256 = excluded.ek_sha256, ak_public = excluded.ak_public,
                      spiffe_id = excluded.spiffe_id, counters = excluded.counters,
                      attested_at = excluded.attested_at, expires_at = excluded.expires_at,
-                     revoked = excluded.revoked, svid_serials = excluded.svid_serials""",
+                     revoked = excluded.revoked, svid_serials = excluded.svid_serials,
+                     boot_id = excluded.boot_id, measured_boot_class = excluded.measured_boot_class""",
                 (
                     rec.node_name,
                     rec.ek_sha256,
@@ -377,6 +381,8 @@ class SqliteStore:
                     _to_us(rec.expires_at),
                     int(rec.revoked),
                     json.dumps(list(rec.svid_serials)),
+                    rec.boot_id,
+                    rec.measured_boot_class,
                 ),
             )
         except sqlite3.IntegrityError:  # the UNIQUE(ek_sha256) backstop
