@@ -6,7 +6,9 @@ and (2) for events whose digest the specification defines over their data (EFI v
 authorities, separators, actions, grub's strings), that data hashes to the digest in the quoted
 bank. An event that fails (2) is listed as ``unverified`` and contributes nothing: a forged log
 cannot show harmless data next to the digest of something else. Events of types this module does
-not know are kept in ``other`` and shown; they never vanish.
+not know are kept in ``other`` and shown; they never vanish. Since a forger can also retype an
+event (the type is not covered either), a policy rule about a PCR must treat every event there
+that is not proven (``unproven(pcr)``) as a violation: hiding an event must not hide its digest.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ EV_EFI_VARIABLE_BOOT2: Final = 0x8000000C
 EV_EFI_VARIABLE_AUTHORITY: Final = 0x800000E0
 
 SECURE_BOOT_PCR: Final = 7
-_GRUB_PREFIXES: Final = (b"grub_cmd: ", b"kernel_cmdline: ")
+_GRUB_PREFIXES: Final = (b"grub_cmd: ", b"kernel_cmdline: ", b"module_cmdline: ")
 _SECURE_BOOT_KEYS: Final = ("PK", "KEK", "db", "dbx")
 # Types whose digest the PFP specification defines over the event data as logged.
 # (Authorities are checked on their own: see _authority_bytes.)
@@ -74,7 +76,13 @@ class BootFacts:
     separators: tuple[Event, ...]
     unverified: tuple[Event, ...]  # data that does not hash to the digest: contributes nothing
     uncovered: tuple[Event, ...] = field(default=())  # in PCRs the quote does not cover
-    other: tuple[Event, ...] = field(default=())  # kept and shown, not interpreted
+    other: tuple[Event, ...] = field(default=())  # kept and shown, not interpreted, data unproven
+    proven: tuple[Event, ...] = field(default=())  # data shown to hash to the digest, not interpreted
+
+    def unproven(self, pcr: int) -> tuple[Event, ...]:
+        """Events in ``pcr`` whose meaning the log does not prove: unverified data, or a type this
+        module does not interpret (it may be a retyped event hiding its real meaning)."""
+        return tuple(e for e in (*self.unverified, *self.other) if e.pcr == pcr)
 
     def dbx_digests(self) -> frozenset[str]:
         return frozenset(s.data.hex() for s in self.keys.get("dbx", ()) if s.type == efi.CERT_SHA256)
@@ -148,6 +156,7 @@ class _Collector:
     separators: list[Event] = field(default_factory=list)
     unverified: list[Event] = field(default_factory=list)
     other: list[Event] = field(default_factory=list)
+    proven: list[Event] = field(default_factory=list)
 
     def add(self, ev: Event) -> None:
         if self.bank not in ev.digests or (
@@ -161,6 +170,8 @@ class _Collector:
                 handler(self, ev)
             elif ev.type == EV_IPL and ev.data.startswith(_GRUB_PREFIXES):
                 self._grub(ev)
+            elif ev.type in _DATA_DIGESTS:
+                self.proven.append(ev)  # e.g. EFI actions: data shown, nothing to interpret
             else:
                 self.other.append(ev)
         except ValueError:
@@ -176,7 +187,7 @@ class _Collector:
         elif ev.pcr == SECURE_BOOT_PCR and var.name in _SECURE_BOOT_KEYS:
             self.keys[var.name] = efi.signature_lists(var.value)
         else:
-            self.other.append(ev)
+            self.proven.append(ev)  # another variable: its data is shown to be what was measured
 
     def _authority(self, ev: Event) -> None:
         covered = _authority_bytes(ev, self.bank)
@@ -195,7 +206,7 @@ class _Collector:
         found = _grub_text(ev, self.bank)
         if found is None:
             raise ValueError("grub text does not hash to the digest")
-        (self.grub if found[0] == b"grub_cmd: " else self.cmdlines).append(Text(ev, found[1]))
+        (self.cmdlines if found[0] == b"kernel_cmdline: " else self.grub).append(Text(ev, found[1]))
 
     _HANDLERS: ClassVar[dict[int, Callable[[_Collector, Event], None]]] = {
         EV_SEPARATOR: _separator,
@@ -230,6 +241,7 @@ def facts(events: Sequence[Event], *, bank: str, pcrs: Collection[int] | None = 
         unverified=tuple(c.unverified),
         uncovered=tuple(uncovered),
         other=tuple(c.other),
+        proven=tuple(c.proven),
     )
 
 

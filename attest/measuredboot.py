@@ -143,26 +143,45 @@ class MeasuredBootResult:
     reason: str = ""
 
 
-def _secure_boot(facts: BootFacts, required: bool, cls: str | None) -> list[Finding]:
-    if not required or facts.secure_boot is True:
-        return []
-    if facts.secure_boot is False and facts.secure_boot_event is not None:
-        return [Finding("secure_boot", "Secure Boot is off", facts.secure_boot_event.where(), cls)]
-    unproven = [e for e in facts.unverified if e.pcr == 7]
-    why = f"; {unproven[0].where()} does not hash to its digest" if unproven else ""
+BOOT_APPLICATION_PCR = 4
+SECURE_BOOT_PCR = 7
+
+
+def _unproven(facts: BootFacts, pcr: int, rule: str, cls: str | None) -> list[Finding]:
+    """A rule about ``pcr`` holds only if every event there is proven: an unverified or retyped
+    event could be what the rule is about, hidden (the event type is not signed)."""
     return [
         Finding(
-            "secure_boot",
-            f"the log does not show Secure Boot on (no proven SecureBoot variable{why})",
-            None,
+            rule,
+            "the event's meaning is not proven (data does not hash to its digest, or a type "
+            "nodegate does not interpret), so the rule cannot hold",
+            ev.where(),
             cls,
         )
+        for ev in facts.unproven(pcr)
+    ]
+
+
+def _secure_boot(facts: BootFacts, required: bool, cls: str | None) -> list[Finding]:
+    if not required:
+        return []
+    unproven = _unproven(facts, SECURE_BOOT_PCR, "secure_boot", cls)
+    if facts.secure_boot is True:
+        return unproven
+    if facts.secure_boot is False and facts.secure_boot_event is not None:
+        return [Finding("secure_boot", "Secure Boot is off", facts.secure_boot_event.where(), cls)]
+    return [
+        Finding(
+            "secure_boot", "the log does not show Secure Boot on (no proven SecureBoot variable)", None, cls
+        ),
+        *unproven,
     ]
 
 
 def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) -> list[Finding]:
     out = _secure_boot(facts, c.secure_boot == "required" if c.secure_boot else default_sb, c.name)
     if c.authorities is not None:
+        out += _unproven(facts, SECURE_BOOT_PCR, "authorities", c.name)
         allowed = set(c.authorities)
         for a in facts.authorities:
             if f"sha256:{a.sha256}" not in allowed and (a.subject is None or a.subject not in allowed):
@@ -188,6 +207,7 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
                 )
             )
     if c.boot_applications is not None:
+        out += _unproven(facts, BOOT_APPLICATION_PCR, "boot_applications", c.name)
         allowed = set(c.boot_applications)
         for app in facts.boot_applications:
             if app.digest not in allowed:
@@ -201,6 +221,7 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
                     )
                 )
     if c.kernel_cmdlines is not None:
+        out += _unproven(facts, KERNEL_CMDLINE_PCR, "kernel_cmdlines", c.name)
         allowed = set(c.kernel_cmdlines)
         if not facts.kernel_cmdlines:
             out.append(

@@ -135,3 +135,29 @@ def test_a_class_learned_from_a_log_admits_it_and_refuses_secure_boot_off(name: 
     off = bootevents.facts(eventlog.parse(logs["secure-boot-off"]).events, bank="sha256", pcrs=range(10))
     with pytest.raises(MeasuredBootViolation, match="rule secure_boot"):
         measuredboot.enforce(policy, off)
+
+
+@pytest.mark.parametrize(
+    ("rule", "index"),
+    [("authorities", 8), ("boot_applications", 13), ("kernel_cmdlines", 16)],
+)
+def test_a_retyped_event_cannot_hide_from_a_rule(rule: str, index: int) -> None:
+    """The event type is not signed: a forger who turns the unknown CA's authority event, the
+    kernel's application event or the command line into an uninterpreted type keeps the digests
+    (the replay still matches) but must not escape the rule about that PCR."""
+    _, other = self_signed("Unknown CA")
+    events = el.boot(cert_der=other.public_bytes(serialization.Encoding.DER), kernel="init=/bin/sh")
+    assert events[index].type in (
+        el.EV_EFI_VARIABLE_AUTHORITY,
+        el.EV_EFI_BOOT_SERVICES_APPLICATION,
+        el.EV_IPL,
+    )
+    real = events[index]
+    events[index] = el.Ev(
+        real.pcr, 0x800000FF, b"harmless", digests={b: real.digest(b) for b in ("sha1", "sha256")}
+    )
+    policy = _policy(**{rule: GOOD.classes[0].model_dump()[rule]})
+    result = measuredboot.evaluate(policy, _facts(events))
+    assert not result.ok
+    assert f"(PCR {real.pcr}, EV_UNKNOWN_0x800000ff): the event's meaning is not proven" in result.reason
+    assert f"(rule {rule})" in result.reason
