@@ -569,7 +569,7 @@ async def test_cli_round_trip(
     assert backup_cli.cli_backup(parse("backup", [*argv, str(passfile)])) == 0
     printed = capsys.readouterr()
     assert "wrote" in printed.out
-    assert "sqlite store (schema version 1)" in printed.out
+    assert f"sqlite store (schema version {SCHEMA_VERSION})" in printed.out
     dst = conf(tmp_path, ek_ca, "dst")
     dst_conf = str(config_file(tmp_path, dst, "dst"))
     args = parse("restore", ["--config", dst_conf, "--archive", str(out), "--passphrase-file", str(passfile)])

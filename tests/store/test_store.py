@@ -16,7 +16,7 @@ import pytest
 
 from bootstrap.problems import NodeRevoked
 from bootstrap.store import NodeRecord, StoreSchemaError, StoreUnavailable, open_store
-from bootstrap.store.sqlite import SCHEMA, SqliteStore
+from bootstrap.store.sqlite import SCHEMA, SCHEMA_VERSION, SqliteStore
 from tests.store.common import T0, Ticker, allow, commit, make_att
 
 
@@ -134,7 +134,7 @@ async def test_next_schema_version_is_one_function(tmp_path: Path) -> None:
         await store.close()
     db = sqlite3.connect(path)
     try:
-        assert db.execute("SELECT version FROM schema_version").fetchone() == (2,)
+        assert db.execute("SELECT version FROM schema_version").fetchone() == (SCHEMA_VERSION + 1,)
         assert db.execute("SELECT labels FROM nodes").fetchone() == ("{}",)
     finally:
         db.close()

@@ -94,7 +94,8 @@ async def test_an_old_file_is_migrated_in_order_keeping_its_data(
     path = tmp_path / "nodegate.db"
     await v1_file(path)
     calls: list[int] = []
-    steps = (*SCHEMA, recording(calls, 2, v2), recording(calls, 3, v3))
+    n = SCHEMA_VERSION
+    steps = (*SCHEMA, recording(calls, n + 1, v2), recording(calls, n + 2, v3))
     with caplog.at_level(logging.INFO, logger="nodegate.store"):
         store = await SqliteStore.open(path, _migrations=steps)
     try:
@@ -104,14 +105,14 @@ async def test_an_old_file_is_migrated_in_order_keeping_its_data(
         assert await store.session_used("s1")
     finally:
         await store.close()
-    assert calls == [2, 3]
-    assert version(path) == 3
+    assert calls == [n + 1, n + 2]
+    assert version(path) == n + 2
     assert query(path, "SELECT labels FROM nodes") == [('{"pool":"a100"}',)]
-    assert "from version 1 to 3" in caplog.text
+    assert f"from version {n} to {n + 2}" in caplog.text
 
     store = await SqliteStore.open(path, _migrations=steps)  # already there: no step runs again
     await store.close()
-    assert calls == [2, 3]
+    assert calls == [n + 1, n + 2]
 
 
 async def test_a_failing_step_leaves_the_file_unchanged(tmp_path: Path) -> None:
@@ -121,15 +122,16 @@ async def test_a_failing_step_leaves_the_file_unchanged(tmp_path: Path) -> None:
     def broken(db: sqlite3.Connection) -> None:
         db.execute("INSERT INTO nodes (node_name) VALUES ('x')")  # NOT NULL columns: IntegrityError
 
-    with pytest.raises(StoreSchemaError, match="version 3 failed") as info:
+    n = SCHEMA_VERSION
+    with pytest.raises(StoreSchemaError, match=f"version {n + 2} failed") as info:
         await SqliteStore.open(path, _migrations=(*SCHEMA, v2, broken))
     assert not isinstance(info.value, StoreUnavailable)  # retrying would not help
-    assert "unchanged at version 1" in str(info.value)
-    assert version(path) == 1
+    assert f"unchanged at version {n}" in str(info.value)
+    assert version(path) == n
     assert "labels" not in columns(path, "nodes")  # v2 ran, and was rolled back with the rest
     store = await SqliteStore.open(path, _migrations=(*SCHEMA, v2, v3))  # a fixed release goes on
     await store.close()
-    assert version(path) == 3
+    assert version(path) == n + 2
 
 
 async def test_a_step_must_not_commit(tmp_path: Path) -> None:
@@ -208,3 +210,29 @@ async def test_two_stores_opening_a_new_file_at_once(tmp_path: Path) -> None:
         await store.close()
     assert calls == [1]  # one opener created the schema, the others found it
     assert query(path, "SELECT version FROM schema_version") == [(1,)]
+
+
+async def test_a_file_of_the_first_release_gains_the_boot_columns(tmp_path: Path) -> None:
+    """Schema 1 -> 2: the boot id and measured-boot class columns arrive empty, the data stays."""
+    path = tmp_path / "nodegate.db"
+    await (await SqliteStore.open(path, _migrations=SCHEMA[:1])).close()
+    db = sqlite3.connect(path)
+    db.execute(
+        "INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, "
+        "revoked, svid_serials) VALUES ('gpu-1', ?, x'0010', 'spiffe://example.org/node/gpu-1', "
+        "'[1, 0, 100]', 0, 3600000000, 0, '[\"01\"]')",
+        ("c" * 64,),
+    )
+    db.commit()
+    db.close()
+    store = await SqliteStore.open(path)
+    try:
+        rec = await store.get("gpu-1")
+        assert rec is not None
+        assert (rec.boot_id, rec.measured_boot_class) == (None, None)
+        assert rec.svid_serials == ("01",)
+        assert rec.counters == Counters(1, 0, 100)
+    finally:
+        await store.close()
+    assert {"boot_id", "measured_boot_class"} <= set(columns(path, "nodes"))
+    assert version(path) == SCHEMA_VERSION

@@ -29,6 +29,7 @@ from bootstrap.store.kube.objects import (
     VERSION,
     Corrupt,
     NodeObject,
+    Published,
     Session,
     audit_entry,
     audit_value,
@@ -37,10 +38,12 @@ from bootstrap.store.kube.objects import (
     forget_patch,
     parse,
     published_copies,
+    published_from,
     read,
     required_time,
     sessions_json,
     sessions_value,
+    status_patch,
     written_annotations,
 )
 from bootstrap.store.model import (
@@ -61,7 +64,6 @@ from bootstrap.store.model import (
     record_from,
     utcnow,
 )
-from bootstrap.times import rfc3339_exact
 
 __all__ = ["ATTEMPTS", "KubeStore"]
 
@@ -119,20 +121,13 @@ class KubeStore:
     def _sessions_value(self, obj: NodeObject | None, extra: Session | None = None) -> str:
         return sessions_value(obj, self._clock(), extra)
 
-    async def _publish(self, name: str, rv: str, times: tuple[datetime | None, datetime | None]) -> bool:
-        """Write status.attestedAt/expiresAt from our annotation copies, guarded by the
-        resourceVersion so an older writer cannot overwrite a newer one's status. False when it
-        did not land (the next read repairs it)."""
+    async def _publish(self, name: str, rv: str, pub: Published) -> bool:
+        """Write status.attestedAt/expiresAt/bootID/resetCount, guarded by the resourceVersion so
+        an older writer cannot overwrite a newer one's status. False when it did not land (the
+        next read repairs it)."""
         for attempt in range(self._attempts):
-            patch = {
-                "metadata": {"resourceVersion": rv},
-                "status": {
-                    "attestedAt": rfc3339_exact(times[0]) if times[0] else None,
-                    "expiresAt": rfc3339_exact(times[1]) if times[1] else None,
-                },
-            }
             try:
-                await self._patch(name, patch, status=True)
+                await self._patch(name, status_patch(rv, pub), status=True)
             except Conflict:  # the gate (or another replica) wrote meanwhile: publish what is there now
                 await self._pause(attempt)
                 fresh = await self._kube.get_cluster_object(GROUP, VERSION, PLURAL, name)
@@ -140,7 +135,7 @@ class KubeStore:
                     return False
                 rv = str(field(fresh, "metadata").get("resourceVersion", ""))
                 try:
-                    times = published_copies(fresh)
+                    pub = published_copies(fresh)
                 except Corrupt:
                     return False
                 continue
@@ -153,8 +148,7 @@ class KubeStore:
 
     async def _repair(self, obj: NodeObject) -> None:
         if obj.status_behind:
-            rec = obj.record
-            await self._publish(obj.name, obj.rv, (rec.attested_at, rec.expires_at) if rec else (None, None))
+            await self._publish(obj.name, obj.rv, published_from(obj.record))
 
     def _exhausted(self, name: str) -> StoreUnavailable:
         return exhausted(name, self._attempts)
@@ -253,11 +247,7 @@ class KubeStore:
             if existing is None or existing.ek_sha256 != att.ek_sha256:
                 await self._claims.claim(att.ek_sha256, name)
             check(existing)
-            rec = record_from(
-                att,
-                revoked=existing.revoked if existing else False,
-                serials=existing.svid_serials if existing else (),
-            )
+            rec = record_from(att, action=action, existing=existing)
             detail = f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
             annotations = written_annotations(
                 rec,
@@ -282,7 +272,7 @@ class KubeStore:
                 await self._pause(attempt)
                 continue
             rv = str(field(written, "metadata").get("resourceVersion", ""))
-            await self._publish(name, rv, (rec.attested_at, rec.expires_at))
+            await self._publish(name, rv, published_from(rec))
             return rec
         raise self._exhausted(name)
 
@@ -358,7 +348,7 @@ class KubeStore:
             if written or read.status_set:
                 # The gate must not keep seeing an attestation for a machine we no longer know.
                 rv = str(field(written, "metadata").get("resourceVersion", "")) if written else read.rv
-                if not await self._publish(node_name, rv, (None, None)):
+                if not await self._publish(node_name, rv, Published()):
                     raise StoreUnavailable(f"NodeAttestation {node_name}: the status could not be cleared")
             if read.record is not None:
                 await self._claims.release(read.record.ek_sha256, node_name)  # the TPM may join anew

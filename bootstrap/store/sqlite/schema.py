@@ -54,8 +54,15 @@ def _v1(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX audit_by_node ON audit (node_name, id)")
 
 
+def _v2(db: sqlite3.Connection) -> None:
+    """What a join or renewal reports beside the quote: the kernel boot id and the measured-boot
+    class that matched (NULL for records written before, and when not reported)."""
+    db.execute("ALTER TABLE nodes ADD COLUMN boot_id TEXT")
+    db.execute("ALTER TABLE nodes ADD COLUMN measured_boot_class TEXT")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-SCHEMA: Final[tuple[Migration, ...]] = (_v1,)
+SCHEMA: Final[tuple[Migration, ...]] = (_v1, _v2)
 SCHEMA_VERSION: Final = len(SCHEMA)
 
 
