@@ -39,14 +39,15 @@ MAX_AK_PUBLIC: Final = 4096  # a TPM2B_PUBLIC is well under this
 MAX_ACTOR: Final = 256
 MAX_CODE: Final = 64
 MAX_DETAIL: Final = 1024  # audit details are truncated, never refused
+MAX_BOOT_ID: Final = 64  # /proc/sys/kernel/random/boot_id is a 36-character UUID
+MAX_MEASURED_BOOT_CLASS: Final = 128
 ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget"})
 COMMIT_ACTIONS: Final = frozenset({"join", "renew"})
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SERIAL = re.compile(r"[0-9a-f]{1,64}")
 _CODE = re.compile(r"[a-z0-9_]{0,64}")
-_BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_CLASS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_BOOT_ID = re.compile(r"[0-9a-f-]{1,64}")
 _U64 = 1 << 64
 
 
@@ -69,9 +70,13 @@ class NodeRecord:
     attested_at: datetime | None
     expires_at: datetime | None
     revoked: bool
-    svid_serials: tuple[str, ...]  # hex serials, oldest first, the newest MAX_SERIALS
-    boot_id: str | None = None  # the kernel boot id of the last attestation, when the node sent one
-    measured_boot_class: str | None = None  # the measured_boot class the last event log matched
+    # Hex serials of the SVIDs that may renew, oldest first: those of the latest join and its
+    # renewals (a join supersedes every earlier SVID), at most MAX_SERIALS.
+    svid_serials: tuple[str, ...]
+    # What the latest join or renewal reported (None: not reported): the kernel boot id and the
+    # measured-boot policy class that matched. Each commit replaces both.
+    boot_id: str | None = None
+    measured_boot_class: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +91,8 @@ class Attestation:
     svid_serial: str
     attested_at: datetime
     expires_at: datetime
-    boot_id: str | None = None
-    measured_boot_class: str | None = None
+    boot_id: str | None = None  # /proc/sys/kernel/random/boot_id as the node reported it
+    measured_boot_class: str | None = None  # the measured-boot policy class that matched
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +120,8 @@ class Store(Protocol):
     ) -> NodeRecord:
         """One atomic step: (1) ``session_id`` already used -> SessionReused; (2) ``att.ek_sha256``
         bound to another node name -> NodeNameConflict; (3) ``check(existing record)``, whose
-        exceptions propagate with nothing written; (4) write the record (serial appended), mark the
+        exceptions propagate with nothing written; (4) write the record (a renewal appends its
+        serial, a join replaces the serials: it supersedes the SVIDs of earlier joins), mark the
         session used until ``session_expires_at``, append an audit entry (actor "node")."""
         ...
 
@@ -195,19 +201,29 @@ def check_attestation(att: object) -> Attestation:
     if not isinstance(att.svid_serial, str) or _SERIAL.fullmatch(att.svid_serial) is None:
         raise ValueError("svid_serial must be 1..64 lowercase hex characters")
     check_counters(att.counters)
+    check_boot_id(att.boot_id)
+    check_measured_boot_class(att.measured_boot_class)
     attested = check_time(att.attested_at, "attested_at")
     expires = check_time(att.expires_at, "expires_at")
     if expires < attested:
         raise ValueError("expires_at is before attested_at")
-    if att.boot_id is not None and (
-        not isinstance(att.boot_id, str) or _BOOT_ID.fullmatch(att.boot_id) is None
-    ):
-        raise ValueError("boot_id must be a kernel boot id (lowercase UUID)")
-    if att.measured_boot_class is not None and (
-        not isinstance(att.measured_boot_class, str) or _CLASS.fullmatch(att.measured_boot_class) is None
-    ):
-        raise ValueError("measured_boot_class must be a policy class name")
     return att
+
+
+def check_boot_id(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or _BOOT_ID.fullmatch(value) is None):
+        raise ValueError(f"boot_id must be 1..{MAX_BOOT_ID} characters of [0-9a-f-]")
+    return value
+
+
+def check_measured_boot_class(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_MEASURED_BOOT_CLASS:
+        raise ValueError(f"measured_boot_class must be 1..{MAX_MEASURED_BOOT_CLASS} characters")
+    if not value.isprintable():
+        raise ValueError("measured_boot_class must be printable")
+    return value
 
 
 def check_action(action: object, allowed: frozenset[str] = COMMIT_ACTIONS) -> str:
@@ -245,8 +261,11 @@ def with_serial(serials: tuple[str, ...], serial: str) -> tuple[str, ...]:
     return (*serials, serial)[-MAX_SERIALS:]
 
 
-def record_from(att: Attestation, *, revoked: bool, serials: tuple[str, ...]) -> NodeRecord:
-    """The record a commit writes, given what it replaces (revoked flag and serial history)."""
+def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -> NodeRecord:
+    """The record a commit writes, given the one it replaces: the revoked flag stays (only an
+    admin clears it); a renewal adds its serial to the history, a join starts a new one, so the
+    SVIDs of earlier joins can no longer renew (docs/protocol.md)."""
+    kept = existing.svid_serials if existing is not None and action == "renew" else ()
     return NodeRecord(
         node_name=att.node_name,
         ek_sha256=att.ek_sha256,
@@ -255,8 +274,8 @@ def record_from(att: Attestation, *, revoked: bool, serials: tuple[str, ...]) ->
         counters=Counters(*att.counters),
         attested_at=att.attested_at.astimezone(UTC),
         expires_at=att.expires_at.astimezone(UTC),
-        revoked=revoked,
-        svid_serials=with_serial(serials, att.svid_serial),
+        revoked=existing.revoked if existing is not None else False,
+        svid_serials=with_serial(kept, att.svid_serial),
         boot_id=att.boot_id,
         measured_boot_class=att.measured_boot_class,
     )

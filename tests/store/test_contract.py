@@ -172,6 +172,38 @@ async def test_renewal_updates_and_keeps_history(store: Store) -> None:
     assert [e.action for e in await store.audit("gpu-1", limit=3)] == ["renew"] * 3
 
 
+async def test_a_rejoin_supersedes_the_svids_of_the_previous_join(store: Store) -> None:
+    """join, renew, renew, join: only the second join's SVID may renew (docs/protocol.md)."""
+    await commit(store, make_att(serial="a1"), "s1")
+    for n, serial in enumerate(("a2", "a3"), start=2):
+        renewal = make_att(serial=serial, at=T0 + timedelta(minutes=n), counters=Counters(1, 0, 100 + n))
+        await commit(store, renewal, f"s{n}", "renew")
+    before = await store.get("gpu-1")
+    assert before is not None
+    assert before.svid_serials == ("a1", "a2", "a3")
+    rejoin = await commit(store, make_att(serial="b1", at=T0 + timedelta(minutes=9)), "s9")
+    assert rejoin.svid_serials == ("b1",)
+    renewed = await commit(store, make_att(serial="b2", at=T0 + timedelta(minutes=10)), "s10", "renew")
+    assert renewed.svid_serials == ("b1", "b2")
+    assert await store.get("gpu-1") == renewed
+
+
+async def test_boot_id_and_measured_boot_class_round_trip(backend: Backend) -> None:
+    store = await backend.open()
+    boot = "0f3c1b9e-7a2d-4c55-9e61-2d0b8f7a1c34"
+    att = replace(make_att(), boot_id=boot, measured_boot_class="dgx-h100 / uefi-2.9")
+    rec = await commit(store, att, "s1")
+    assert (rec.boot_id, rec.measured_boot_class) == (boot, "dgx-h100 / uefi-2.9")
+    assert await store.get("gpu-1") == rec
+    later = replace(make_att(serial="02", at=T0 + timedelta(minutes=5)), boot_id="ab-1")
+    renewed = await commit(store, later, "s2", "renew")
+    assert (renewed.boot_id, renewed.measured_boot_class) == ("ab-1", None)  # what the latest reported
+    await store.close()
+    again = await backend.open()
+    assert await again.get("gpu-1") == renewed
+    assert await again.list_nodes() == [renewed]
+
+
 async def test_time_zones_are_normalised_to_utc(store: Store) -> None:
     plus2 = T0.astimezone(timezone(timedelta(hours=2)))
     rec = await commit(store, make_att(at=plus2), "s1")
@@ -424,6 +456,13 @@ async def test_prune_drops_expired_sessions_only(store: Store) -> None:
         {"counters": Counters(0, 0, 1 << 64)},
         {"attested_at": datetime(2026, 1, 1)},  # naive on purpose
         {"expires_at": T0 - timedelta(seconds=1)},
+        {"boot_id": ""},
+        {"boot_id": "0F3C1B9E"},  # the kernel writes lowercase
+        {"boot_id": "a" * 65},
+        {"boot_id": "ab cd"},
+        {"measured_boot_class": ""},
+        {"measured_boot_class": "x" * 129},
+        {"measured_boot_class": "a\nb"},
     ],
 )
 async def test_bad_attestations_are_value_errors(store: Store, change: dict[str, object]) -> None:
@@ -457,7 +496,14 @@ NAMES = ["n1", "n2", "n3"]
 EKS = ["1" * 64, "2" * 64, "3" * 64]
 ops = st.lists(
     st.one_of(
-        st.tuples(st.just("commit"), st.sampled_from(NAMES), st.sampled_from(EKS), st.integers(0, 5)),
+        st.tuples(
+            st.just("commit"),
+            st.sampled_from(NAMES),
+            st.sampled_from(EKS),
+            st.integers(0, 5),
+            st.sampled_from(["join", "renew"]),
+            st.sampled_from([None, "0f3c1b9e-7a2d-4c55-9e61-2d0b8f7a1c34", "ab-1"]),
+        ),
         st.tuples(st.just("revoke"), st.sampled_from(NAMES), st.booleans()),
         st.tuples(st.just("forget"), st.sampled_from(NAMES)),
     ),
@@ -486,7 +532,7 @@ class Model:
             return session in self.sessions.get(name, set())
         return any(session in used for used in self.sessions.values())
 
-    def commit(self, att: Attestation, session: str) -> NodeRecord | type[Exception]:
+    def commit(self, att: Attestation, session: str, action: str = "join") -> NodeRecord | type[Exception]:
         if self.used(session, att.node_name):
             return SessionReused
         if any(r.ek_sha256 == att.ek_sha256 and n != att.node_name for n, r in self.nodes.items()):
@@ -496,7 +542,9 @@ class Model:
             if self.claims.get(att.ek_sha256, att.node_name) != att.node_name:
                 return NodeNameConflict
             self.claims[att.ek_sha256] = att.node_name
-        serials = (*(old.svid_serials if old else ()), att.svid_serial)[-MAX_SERIALS:]
+        # a renewal adds to the serial history; a join starts a new one (it supersedes older SVIDs)
+        history = old.svid_serials if old is not None and action == "renew" else ()
+        serials = (*history, att.svid_serial)[-MAX_SERIALS:]
         rec = NodeRecord(
             att.node_name,
             att.ek_sha256,
@@ -507,6 +555,8 @@ class Model:
             att.expires_at,
             old.revoked if old else False,
             serials,
+            att.boot_id,
+            att.measured_boot_class,
         )
         self.nodes[att.node_name] = rec
         self.sessions.setdefault(att.node_name, set()).add(session)
@@ -523,14 +573,15 @@ async def _run_ops(store: Store, model: Model, steps: list[tuple[object, ...]]) 
     exp = T0 + timedelta(days=1)  # sessions stay live: the kubernetes store drops expired ones on writes
     for i, step in enumerate(steps):
         match step:
-            case ("commit", str(name), str(ek), int(s)):
+            case ("commit", str(name), str(ek), int(s), str(action), boot):
                 att = make_att(name, ek, serial=f"{i + 1:x}", at=T0 + timedelta(seconds=i))
-                want = model.commit(att, f"s{s}")
+                att = replace(att, boot_id=boot, measured_boot_class=f"class-{boot}" if boot else None)
+                want = model.commit(att, f"s{s}", action)
                 if isinstance(want, NodeRecord):
-                    assert await commit(store, att, f"s{s}", exp=exp) == want
+                    assert await commit(store, att, f"s{s}", action, exp=exp) == want
                 else:
                     with pytest.raises(want):
-                        await commit(store, att, f"s{s}", exp=exp)
+                        await commit(store, att, f"s{s}", action, exp=exp)
             case ("revoke", str(name), bool(flag)):
                 if name in model.nodes:
                     model.nodes[name] = replace(model.nodes[name], revoked=flag)

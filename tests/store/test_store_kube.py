@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,9 @@ from bootstrap.problems import NodeNameConflict, NodeRevoked, SessionReused
 from bootstrap.store import NodeRecord, StoreUnavailable, open_store
 from bootstrap.store.kube import (
     ANN_AUDIT,
+    ANN_BOOT_ID,
     ANN_COUNTERS,
+    ANN_MEASURED_BOOT_CLASS,
     ANN_SESSIONS,
     LABEL_EK,
     MAX_AUDIT,
@@ -116,8 +119,11 @@ async def test_record_round_trip_and_object_layout(kmock: Any, store: KubeStore)
     assert obj["apiVersion"] == "nodegate.io/v1alpha1"
     assert obj["kind"] == "NodeAttestation"
     assert obj["spec"] == {"ekSha256": EK_A, "spiffeId": "spiffe://example.org/node/gpu-1", "revoked": False}
-    times = {"attestedAt": "2026-03-01T12:00:00Z", "expiresAt": "2026-03-01T13:00:00Z"}
-    assert obj["status"] == {**times, "resetCount": 1}
+    assert obj["status"] == {
+        "attestedAt": "2026-03-01T12:00:00Z",
+        "expiresAt": "2026-03-01T13:00:00Z",
+        "resetCount": 1,  # no bootID: this attestation reported none
+    }
     assert obj["metadata"]["labels"] == {LABEL_EK: EK_A[:63]}
     assert annotation(kmock, ANN_COUNTERS) == {"resetCount": 1, "restartCount": 0, "clock": 100}
     assert [s["id"] for s in annotation(kmock, ANN_SESSIONS)] == ["s1"]
@@ -125,6 +131,69 @@ async def test_record_round_trip_and_object_layout(kmock: Any, store: KubeStore)
     patches = list(kmock[enums.method.PATCH])
     assert patches
     assert all(p.headers["Content-Type"] == "application/merge-patch+json" for p in patches)
+
+
+async def test_boot_id_and_reset_count_reach_the_status_at_join_and_renewal(
+    kmock: Any, store: KubeStore
+) -> None:
+    """status.bootID and status.resetCount (the gate compares the Node's bootID with the attested
+    one) are written with attestedAt/expiresAt; the measured-boot class stays an annotation."""
+    boot1, boot2 = "0f3c1b9e-7a2d-4c55-9e61-2d0b8f7a1c34", "5b1d2e3f-0000-4aaa-8bbb-ccccdddd0001"
+    await commit(store, replace(make_att(), boot_id=boot1, measured_boot_class="uefi-sb"), "s1")
+    obj = stored(kmock)
+    assert obj["status"]["bootID"] == boot1
+    assert obj["status"]["resetCount"] == 1
+    assert obj["metadata"]["annotations"][ANN_BOOT_ID] == boot1
+    assert obj["metadata"]["annotations"][ANN_MEASURED_BOOT_CLASS] == "uefi-sb"
+    later = T0 + timedelta(minutes=20)
+    renewed = replace(make_att(serial="02", at=later, counters=Counters(2, 0, 5)), boot_id=boot2)
+    rec = await commit(store, renewed, "s2", "renew")
+    assert (rec.boot_id, rec.measured_boot_class) == (boot2, None)
+    obj = stored(kmock)
+    assert (obj["status"]["bootID"], obj["status"]["resetCount"]) == (boot2, 2)
+    assert ANN_MEASURED_BOOT_CLASS not in obj["metadata"]["annotations"]  # the latest reported none
+    assert await store.get("gpu-1") == rec
+
+
+async def test_a_forgotten_node_loses_its_boot_status(kmock: Any, store: KubeStore) -> None:
+    await commit(store, replace(make_att(), boot_id="ab-12"), "s1")
+    assert await store.forget("gpu-1", actor="alice", reason="re-imaged")
+    status = stored(kmock).get("status") or {}
+    assert {k: v for k, v in status.items() if v is not None} == {}
+    assert ANN_BOOT_ID not in stored(kmock)["metadata"]["annotations"]
+
+
+async def test_a_lost_status_write_republishes_the_boot_id(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], store: KubeStore
+) -> None:
+    await commit(store, make_att(), "s1")
+    real = Kube.patch_cluster_object
+
+    async def no_status(self: Kube, *args: Any, status: bool = False) -> dict[str, Any]:
+        if status:
+            raise KubeUnavailable("crash")
+        return await real(self, *args, status=status)
+
+    kubes[0].patch_cluster_object = no_status.__get__(kubes[0])  # type: ignore[method-assign]
+    later = T0 + timedelta(minutes=30)
+    await commit(store, replace(make_att(serial="02", at=later), boot_id="cafe-01"), "s2", "renew")
+    assert "bootID" not in stored(kmock)["status"]
+    del kubes[0].patch_cluster_object
+    await store.get("gpu-1")
+    assert stored(kmock)["status"]["bootID"] == "cafe-01"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("nodegate.io/boot-id", "NOT A BOOT ID"), ("nodegate.io/measured-boot-class", "x" * 129)],
+)
+async def test_a_damaged_boot_annotation_is_not_trusted(
+    kmock: Any, store: KubeStore, key: str, value: str
+) -> None:
+    await commit(store, make_att(), "s1")
+    kmock.objects[RES, None, "gpu-1"].patch({"metadata": {"annotations": {key: value}}})
+    with pytest.raises(StoreUnavailable, match="gpu-1"):
+        await store.get("gpu-1")
 
 
 async def test_list_nodes_and_open_store(kubes: tuple[HookedKube, HookedKube], tmp_path: Path) -> None:

@@ -78,9 +78,6 @@ def v2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE nodes ADD COLUMN labels TEXT NOT NULL DEFAULT '{}'")
 
 
-NEXT = SCHEMA_VERSION + 1  # the version the test's own steps start at
-
-
 def v3(db: sqlite3.Connection) -> None:  # needs v2's column: only right when run after it
     db.execute("UPDATE nodes SET labels = json_object('pool', 'a100')")
 
@@ -97,7 +94,8 @@ async def test_an_old_file_is_migrated_in_order_keeping_its_data(
     path = tmp_path / "nodegate.db"
     await v1_file(path)
     calls: list[int] = []
-    steps = (*SCHEMA, recording(calls, NEXT, v2), recording(calls, NEXT + 1, v3))
+    n = SCHEMA_VERSION
+    steps = (*SCHEMA, recording(calls, n + 1, v2), recording(calls, n + 2, v3))
     with caplog.at_level(logging.INFO, logger="nodegate.store"):
         store = await SqliteStore.open(path, _migrations=steps)
     try:
@@ -107,14 +105,14 @@ async def test_an_old_file_is_migrated_in_order_keeping_its_data(
         assert await store.session_used("s1")
     finally:
         await store.close()
-    assert calls == [NEXT, NEXT + 1]
-    assert version(path) == NEXT + 1
+    assert calls == [n + 1, n + 2]
+    assert version(path) == n + 2
     assert query(path, "SELECT labels FROM nodes") == [('{"pool":"a100"}',)]
-    assert f"from version {SCHEMA_VERSION} to {NEXT + 1}" in caplog.text
+    assert f"from version {n} to {n + 2}" in caplog.text
 
     store = await SqliteStore.open(path, _migrations=steps)  # already there: no step runs again
     await store.close()
-    assert calls == [NEXT, NEXT + 1]
+    assert calls == [n + 1, n + 2]
 
 
 async def test_a_failing_step_leaves_the_file_unchanged(tmp_path: Path) -> None:
@@ -124,15 +122,16 @@ async def test_a_failing_step_leaves_the_file_unchanged(tmp_path: Path) -> None:
     def broken(db: sqlite3.Connection) -> None:
         db.execute("INSERT INTO nodes (node_name) VALUES ('x')")  # NOT NULL columns: IntegrityError
 
-    with pytest.raises(StoreSchemaError, match=f"version {NEXT + 1} failed") as info:
+    n = SCHEMA_VERSION
+    with pytest.raises(StoreSchemaError, match=f"version {n + 2} failed") as info:
         await SqliteStore.open(path, _migrations=(*SCHEMA, v2, broken))
     assert not isinstance(info.value, StoreUnavailable)  # retrying would not help
-    assert f"unchanged at version {SCHEMA_VERSION}" in str(info.value)
-    assert version(path) == SCHEMA_VERSION
+    assert f"unchanged at version {n}" in str(info.value)
+    assert version(path) == n
     assert "labels" not in columns(path, "nodes")  # v2 ran, and was rolled back with the rest
     store = await SqliteStore.open(path, _migrations=(*SCHEMA, v2, v3))  # a fixed release goes on
     await store.close()
-    assert version(path) == NEXT + 1
+    assert version(path) == n + 2
 
 
 async def test_a_step_must_not_commit(tmp_path: Path) -> None:
@@ -211,3 +210,29 @@ async def test_two_stores_opening_a_new_file_at_once(tmp_path: Path) -> None:
         await store.close()
     assert calls == [1]  # one opener created the schema, the others found it
     assert query(path, "SELECT version FROM schema_version") == [(1,)]
+
+
+async def test_a_file_of_the_first_release_gains_the_boot_columns(tmp_path: Path) -> None:
+    """Schema 1 -> 2: the boot id and measured-boot class columns arrive empty, the data stays."""
+    path = tmp_path / "nodegate.db"
+    await (await SqliteStore.open(path, _migrations=SCHEMA[:1])).close()
+    db = sqlite3.connect(path)
+    db.execute(
+        "INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, "
+        "revoked, svid_serials) VALUES ('gpu-1', ?, x'0010', 'spiffe://example.org/node/gpu-1', "
+        "'[1, 0, 100]', 0, 3600000000, 0, '[\"01\"]')",
+        ("c" * 64,),
+    )
+    db.commit()
+    db.close()
+    store = await SqliteStore.open(path)
+    try:
+        rec = await store.get("gpu-1")
+        assert rec is not None
+        assert (rec.boot_id, rec.measured_boot_class) == (None, None)
+        assert rec.svid_serials == ("01",)
+        assert rec.counters == Counters(1, 0, 100)
+    finally:
+        await store.close()
+    assert {"boot_id", "measured_boot_class"} <= set(columns(path, "nodes"))
+    assert version(path) == SCHEMA_VERSION

@@ -2,17 +2,20 @@
 kubernetes store reads and writes them.
 
 The CRD (charts/nodegate/crds/nodeattestations.yaml) is ``spec: {ekSha256, spiffeId, revoked}``
-and ``status: {attestedAt, expiresAt}``; the gate owns the other status fields and the store never
-touches them (merge patches only carry the store's keys). Bookkeeping outside the CRD lives in
-``nodegate.io/`` annotations on the same object, so one write carries the binding, the used
-session and the audit entry together:
+and ``status: {attestedAt, expiresAt, bootID, resetCount}`` as far as this store is concerned;
+the gate owns the other status fields and the store never touches them (merge patches only carry
+the store's keys). Bookkeeping outside the CRD lives in ``nodegate.io/`` annotations on the same
+object, so one write carries the binding, the used session and the audit entry together:
 
 - ``ak-public`` (base64), ``counters`` (JSON), ``svid-serials`` (JSON, newest 32),
+- ``boot-id``, ``measured-boot-class``: what the last join or renewal reported (absent: nothing),
 - ``used-sessions`` (JSON list of ``{id, exp}``, expired entries dropped on every write),
 - ``audit`` (JSON, newest 20),
-- ``attested-at`` / ``expires-at``: copies of the status fields. The status subresource cannot be
+- ``attested-at`` / ``expires-at``: copies of the status times. The status subresource cannot be
   written in the same request as the spec, so a crash between the two leaves the status behind;
-  reads notice (status older than the copies) and re-publish it.
+  reads notice (status older than the copies) and re-publish it, with ``bootID`` (from
+  ``boot-id``) and ``resetCount`` (from ``counters``), which are always published together with
+  the times.
 
 A forgotten node keeps its object (for the audit trail and the used sessions) without
 ``spec.ekSha256``; such a tombstone reads as "no record".
@@ -30,15 +33,24 @@ from typing import Any, Final
 
 from attest.tpm import Counters
 from bootstrap.kube import Kube
-from bootstrap.store.model import NodeRecord, StoreUnavailable, check_counters, check_ek
+from bootstrap.store.model import (
+    NodeRecord,
+    StoreUnavailable,
+    check_boot_id,
+    check_counters,
+    check_ek,
+    check_measured_boot_class,
+)
 from bootstrap.times import parse_time, rfc3339_exact
 
 __all__ = [
     "ANN_AK",
     "ANN_ATTESTED",
     "ANN_AUDIT",
+    "ANN_BOOT_ID",
     "ANN_COUNTERS",
     "ANN_EXPIRES",
+    "ANN_MEASURED_BOOT_CLASS",
     "ANN_SERIALS",
     "ANN_SESSIONS",
     "GROUP",
@@ -50,6 +62,7 @@ __all__ = [
     "VERSION",
     "Corrupt",
     "NodeObject",
+    "Published",
     "Session",
     "audit_entry",
     "audit_value",
@@ -59,6 +72,8 @@ __all__ = [
     "optional_time",
     "parse",
     "published_copies",
+    "published_from",
+    "status_patch",
     "read",
     "required_time",
     "sessions_json",
@@ -79,35 +94,7 @@ ANN_AUDIT: Final = "nodegate.io/audit"
 ANN_ATTESTED: Final = "nodegate.io/attested-at"
 ANN_EXPIRES: Final = "nodegate.io/expires-at"
 ANN_BOOT_ID: Final = "nodegate.io/boot-id"
-ANN_MB_CLASS: Final = "nodegate.io/measured-boot-class"
-
-
-@dataclass(frozen=True, slots=True)
-class Published:
-    """What the store publishes in the NodeAttestation status (from its annotation copies):
-    attestedAt, expiresAt, and, for the gate's reboot check, bootID and resetCount."""
-
-    attested_at: datetime | None = None
-    expires_at: datetime | None = None
-    boot_id: str | None = None
-    reset_count: int | None = None
-
-    def status(self) -> dict[str, Any]:
-        return {
-            "attestedAt": rfc3339_exact(self.attested_at) if self.attested_at else None,
-            "expiresAt": rfc3339_exact(self.expires_at) if self.expires_at else None,
-            "bootID": self.boot_id,
-            "resetCount": self.reset_count,
-        }
-
-
-def published(rec: NodeRecord | None) -> Published:
-    if rec is None:
-        return Published()
-    reset = rec.counters.reset_count if rec.counters is not None else None
-    return Published(rec.attested_at, rec.expires_at, rec.boot_id, reset)
-
-
+ANN_MEASURED_BOOT_CLASS: Final = "nodegate.io/measured-boot-class"
 MAX_AUDIT: Final = 20
 MAX_ANNOTATION: Final = 256 * 1024  # the API server's limit for all annotations together
 
@@ -152,6 +139,16 @@ class Session:
 
 
 @dataclass(frozen=True, slots=True)
+class Published:
+    """The status fields this store writes: ``attestedAt``, ``expiresAt``, ``bootID``, ``resetCount``."""
+
+    attested_at: datetime | None = None
+    expires_at: datetime | None = None
+    boot_id: str | None = None
+    reset_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NodeObject:
     """One NodeAttestation as this store reads it."""
 
@@ -161,7 +158,7 @@ class NodeObject:
     sessions: tuple[Session, ...]
     audit: tuple[dict[str, str], ...]  # oldest first, as stored
     status_behind: bool  # status attestedAt/expiresAt differ from what the last write published
-    status_set: bool  # status carries attestedAt or expiresAt
+    status_set: bool  # status carries one of the fields this store writes
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -235,9 +232,11 @@ def _record(
     serials = _json(annotations, ANN_SERIALS) or []
     if not isinstance(serials, list) or not all(isinstance(s, str) for s in serials):
         raise Corrupt(f"annotation {ANN_SERIALS} is malformed")
-    boot_id, mb_class = annotations.get(ANN_BOOT_ID), annotations.get(ANN_MB_CLASS)
-    if not isinstance(boot_id, str | None) or not isinstance(mb_class, str | None):
-        raise Corrupt(f"annotation {ANN_BOOT_ID} or {ANN_MB_CLASS} is not text")
+    try:
+        boot_id = check_boot_id(annotations.get(ANN_BOOT_ID))
+        mb_class = check_measured_boot_class(annotations.get(ANN_MEASURED_BOOT_CLASS))
+    except ValueError as exc:
+        raise Corrupt(f"annotation {ANN_BOOT_ID} or {ANN_MEASURED_BOOT_CLASS}: {exc}") from None
     return NodeRecord(
         node_name=name,
         ek_sha256=ek,
@@ -248,8 +247,8 @@ def _record(
         expires_at=times[1],
         revoked=revoked,
         svid_serials=tuple(serials),
-        boot_id=boot_id or None,
-        measured_boot_class=mb_class or None,
+        boot_id=boot_id,
+        measured_boot_class=mb_class,
     )
 
 
@@ -274,8 +273,11 @@ def parse(obj: dict[str, Any]) -> NodeObject:
         behind = (copies[0] is not None and (published[0] is None or published[0] < copies[0])) or (
             copies[1] is not None and published[1] is None
         )
+        ours_set = published != (None, None) or any(
+            status.get(k) is not None for k in ("bootID", "resetCount")
+        )
         if not bound:
-            behind = published != (None, None)  # a forgotten node must not look attested
+            behind = ours_set  # a forgotten node must not look attested
         times = copies if behind or published[0] is None else published
         return NodeObject(
             name=name,
@@ -284,7 +286,7 @@ def parse(obj: dict[str, Any]) -> NodeObject:
             sessions=_sessions(annotations),
             audit=_audit(annotations),
             status_behind=behind,
-            status_set=published != (None, None),
+            status_set=ours_set,
         )
     except Corrupt as exc:
         raise StoreUnavailable(f"NodeAttestation {name}: {exc}; fix or forget it") from None
@@ -300,16 +302,41 @@ def exhausted(name: str, attempts: int) -> StoreUnavailable:
 
 
 def published_copies(obj: dict[str, Any]) -> Published:
-    """What the status should show, from the annotation copies; Corrupt when unreadable."""
+    """What the status should say, from the object's annotations; Corrupt when unreadable."""
     ann = field(field(obj, "metadata"), "annotations")
     counters = _counters(ann)
     boot_id = ann.get(ANN_BOOT_ID)
+    try:
+        check_boot_id(boot_id)
+    except ValueError:
+        raise Corrupt(f"annotation {ANN_BOOT_ID} is malformed") from None
     return Published(
         optional_time(ann.get(ANN_ATTESTED), ANN_ATTESTED),
         optional_time(ann.get(ANN_EXPIRES), ANN_EXPIRES),
-        boot_id if isinstance(boot_id, str) and boot_id else None,
+        boot_id,
         counters.reset_count if counters is not None else None,
     )
+
+
+def published_from(rec: NodeRecord | None) -> Published:
+    """What the status says for ``rec`` (all unset for no record: a forgotten node)."""
+    if rec is None:
+        return Published()
+    reset = rec.counters.reset_count if rec.counters is not None else None
+    return Published(rec.attested_at, rec.expires_at, rec.boot_id, reset)
+
+
+def status_patch(rv: str, pub: Published) -> dict[str, Any]:
+    """A merge patch of the status subresource guarded by ``rv``; None values remove the field."""
+    return {
+        "metadata": {"resourceVersion": rv},
+        "status": {
+            "attestedAt": rfc3339_exact(pub.attested_at) if pub.attested_at else None,
+            "expiresAt": rfc3339_exact(pub.expires_at) if pub.expires_at else None,
+            "bootID": pub.boot_id,
+            "resetCount": pub.reset_count,
+        },
+    }
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -352,15 +379,16 @@ def written_annotations(rec: NodeRecord, *, sessions: str, audit: str) -> dict[s
         ANN_AUDIT: audit,
         ANN_ATTESTED: rfc3339_exact(rec.attested_at),
         ANN_EXPIRES: rfc3339_exact(rec.expires_at),
-        ANN_BOOT_ID: rec.boot_id,  # None removes it (merge patch): no stale boot id survives
-        ANN_MB_CLASS: rec.measured_boot_class,
+        # None removes a value an earlier commit wrote: the record says what the latest reported
+        ANN_BOOT_ID: rec.boot_id,
+        ANN_MEASURED_BOOT_CLASS: rec.measured_boot_class,
     }
 
 
 def forget_patch(*, sessions: str, audit: str) -> dict[str, Any]:
     """Drops the binding and its bookkeeping; the used sessions and the audit trail stay."""
     ann: dict[str, Any] = dict.fromkeys(
-        (ANN_AK, ANN_COUNTERS, ANN_SERIALS, ANN_ATTESTED, ANN_EXPIRES, ANN_BOOT_ID, ANN_MB_CLASS)
+        (ANN_AK, ANN_COUNTERS, ANN_SERIALS, ANN_ATTESTED, ANN_EXPIRES, ANN_BOOT_ID, ANN_MEASURED_BOOT_CLASS)
     )
     ann[ANN_SESSIONS] = sessions
     ann[ANN_AUDIT] = audit

@@ -37,12 +37,13 @@ from bootstrap.store.kube.objects import (
     field,
     forget_patch,
     parse,
-    published,
     published_copies,
+    published_from,
     read,
     required_time,
     sessions_json,
     sessions_value,
+    status_patch,
     written_annotations,
 )
 from bootstrap.store.model import (
@@ -120,14 +121,13 @@ class KubeStore:
     def _sessions_value(self, obj: NodeObject | None, extra: Session | None = None) -> str:
         return sessions_value(obj, self._clock(), extra)
 
-    async def _publish(self, name: str, rv: str, shown: Published) -> bool:
-        """Write status.attestedAt/expiresAt/bootID/resetCount from our annotation copies, guarded
-        by the resourceVersion so an older writer cannot overwrite a newer one's status. False
-        when it did not land (the next read repairs it)."""
+    async def _publish(self, name: str, rv: str, pub: Published) -> bool:
+        """Write status.attestedAt/expiresAt/bootID/resetCount, guarded by the resourceVersion so
+        an older writer cannot overwrite a newer one's status. False when it did not land (the
+        next read repairs it)."""
         for attempt in range(self._attempts):
-            patch = {"metadata": {"resourceVersion": rv}, "status": shown.status()}
             try:
-                await self._patch(name, patch, status=True)
+                await self._patch(name, status_patch(rv, pub), status=True)
             except Conflict:  # the gate (or another replica) wrote meanwhile: publish what is there now
                 await self._pause(attempt)
                 fresh = await self._kube.get_cluster_object(GROUP, VERSION, PLURAL, name)
@@ -135,7 +135,7 @@ class KubeStore:
                     return False
                 rv = str(field(fresh, "metadata").get("resourceVersion", ""))
                 try:
-                    shown = published_copies(fresh)
+                    pub = published_copies(fresh)
                 except Corrupt:
                     return False
                 continue
@@ -148,8 +148,7 @@ class KubeStore:
 
     async def _repair(self, obj: NodeObject) -> None:
         if obj.status_behind:
-            rec = obj.record
-            await self._publish(obj.name, obj.rv, published(rec))
+            await self._publish(obj.name, obj.rv, published_from(obj.record))
 
     def _exhausted(self, name: str) -> StoreUnavailable:
         return exhausted(name, self._attempts)
@@ -248,11 +247,7 @@ class KubeStore:
             if existing is None or existing.ek_sha256 != att.ek_sha256:
                 await self._claims.claim(att.ek_sha256, name)
             check(existing)
-            rec = record_from(
-                att,
-                revoked=existing.revoked if existing else False,
-                serials=existing.svid_serials if existing else (),
-            )
+            rec = record_from(att, action=action, existing=existing)
             detail = f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
             annotations = written_annotations(
                 rec,
@@ -277,7 +272,7 @@ class KubeStore:
                 await self._pause(attempt)
                 continue
             rv = str(field(written, "metadata").get("resourceVersion", ""))
-            await self._publish(name, rv, published(rec))
+            await self._publish(name, rv, published_from(rec))
             return rec
         raise self._exhausted(name)
 

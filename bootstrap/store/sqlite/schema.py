@@ -55,8 +55,8 @@ def _v1(db: sqlite3.Connection) -> None:
 
 
 def _v2(db: sqlite3.Connection) -> None:
-    """The boot id and the measured-boot class of the last attestation (re-attestation after a
-    reboot, measured boot); NULL for records written before."""
+    """What a join or renewal reports beside the quote: the kernel boot id and the measured-boot
+    class that matched (NULL for records written before, and when not reported)."""
     db.execute("ALTER TABLE nodes ADD COLUMN boot_id TEXT")
     db.execute("ALTER TABLE nodes ADD COLUMN measured_boot_class TEXT")
 

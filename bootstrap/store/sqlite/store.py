@@ -19,6 +19,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -151,7 +152,7 @@ class SqliteStore:
         )
         try:
             db.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
-            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()
+            mode = self._wal(db)
             if not mode or str(mode[0]).lower() != "wal":
                 raise StoreUnavailable(f"sqlite: cannot use WAL on {self.path} (got {mode!r})")  # noqa: TRY301
             db.execute("PRAGMA synchronous = FULL")
@@ -165,6 +166,18 @@ class SqliteStore:
             raise
         self._db = db
         self._reader = reader
+
+    def _wal(self, db: sqlite3.Connection) -> Any:
+        """Switch to WAL. Two openers switching a new file at once get SQLITE_BUSY at once (sqlite
+        does not call the busy handler for this lock), so retry within ``busy_timeout``."""
+        deadline = time.monotonic() + self._busy_timeout
+        while True:
+            try:
+                return db.execute("PRAGMA journal_mode = WAL").fetchone()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.005)  # on the store's own thread, never the event loop
 
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """One ``BEGIN IMMEDIATE`` transaction: the write lock is taken before the first read, so
@@ -334,11 +347,7 @@ class SqliteStore:
                 raise NodeNameConflict(f"this TPM is bound to another node name ({other[0]})")
             existing = self._get(db, att.node_name)
             check(existing)
-            rec = record_from(
-                att,
-                revoked=existing.revoked if existing else False,
-                serials=existing.svid_serials if existing else (),
-            )
+            rec = record_from(att, action=action, existing=existing)
             try:
                 db.execute(
                     "INSERT INTO used_sessions (id, expires_at) VALUES (?, ?)",
