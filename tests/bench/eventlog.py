@@ -107,6 +107,10 @@ def _keylime_case(path: Path, data: bytes) -> Callable[[], None]:
     for kernel in refstate.get("kernels", []):  # type: ignore[attr-defined]
         kernel.setdefault("initrd_plain_sha256", "0x" + "00" * 32)
     policy = example.Example()
+    try:
+        policy.evaluate(refstate, parsed)
+    except Exception as exc:  # noqa: BLE001  (keylime raises bare Exception for refstates it cannot use)
+        raise RuntimeError(f"keylime's example policy cannot judge {path.name}: {exc}") from None
 
     def run() -> None:
         failure, log = tpm2_tools_elparser.parse_binary_bootlog(data)
