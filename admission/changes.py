@@ -39,6 +39,20 @@ def unchanged(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[bool, boo
     return same_spec(old.get("spec"), new.get("spec"), group_of(new)), gates(old) == gates(new)
 
 
+def uninstalls(obj: Mapping[str, Any]) -> bool:
+    """Whether some package of the object (as given) has ``uninstall.enabled``: the uninstall
+    rules then need its old state."""
+    spec = obj.get("spec")
+    packages = spec.get("packages") if isinstance(spec, Mapping) else None
+    if not isinstance(packages, Mapping):
+        return False
+    for pkg in packages.values():
+        uninstall = pkg.get("uninstall") if isinstance(pkg, Mapping) else None
+        if isinstance(uninstall, Mapping) and uninstall.get("enabled"):
+            return True
+    return False
+
+
 def spec_changed(old: PackageCR | CrView, new: PackageCR | CrView) -> bool:
     """Whether anything the operator acts on changed (spec, pause/disable annotations)."""
     a, b = as_view(old), as_view(new)

@@ -185,7 +185,9 @@ class Decider:
         found = rules.structural_violations(cr)
         old: CrView | None = None
         update_warnings: list[str] = []
-        if old_obj is not None and req.operation == "UPDATE":
+        # The old object is read only when a rule needs it: the uninstall rules, or which packages
+        # would reboot again.
+        if old_obj is not None and req.operation == "UPDATE" and (cr.reboot or changes.uninstalls(old_obj)):
             parsed_old = read_package_cr(old_obj)
             if isinstance(parsed_old, CrView):
                 old = parsed_old

@@ -226,5 +226,33 @@ def canonical_spec(spec: Any, group: str) -> Any:
 
 
 def same_spec(old: Any, new: Any, group: str) -> bool:
-    """Whether two specs are the same to the operator (equal as given: the quick answer)."""
-    return bool(old == new or canonical_spec(old, group) == canonical_spec(new, group))
+    """Whether two specs are the same to the operator: :func:`canonical_spec` of both compared,
+    field by field and package by package, only where the two differ as given (an UPDATE
+    usually changes one field of one package, and the operator's own UPDATE few fields)."""
+    if old == new:
+        return True
+    if type(old) is not dict or type(new) is not dict:
+        return bool(canonical_spec(old, group) == canonical_spec(new, group))
+    fields = _SPEC[1]
+    for key in old.keys() | new.keys():
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if key == "packages":
+            if not _same_packages(a, b, group):
+                return False
+        elif key == "priority":
+            if _norm(200 if a is None else a, "int") != _norm(200 if b is None else b, "int"):
+                return False
+        elif key not in fields or _norm(a, fields[key]) != _norm(b, fields[key]):
+            return False
+    return True
+
+
+def _same_packages(old: Any, new: Any, group: str) -> bool:
+    if type(old) is not dict or type(new) is not dict:
+        return bool(canonical_spec({"packages": old}, group) == canonical_spec({"packages": new}, group))
+    if old.keys() != new.keys():
+        return False
+    cut = group == "skyhook.nvidia.com"
+    return all(old[k] == new[k] or _package(k, old[k], cut) == _package(k, new[k], cut) for k in old)

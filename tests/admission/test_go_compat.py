@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from admission import globs, labels, versions
 from admission.godecode import DurationError, canonical_spec, parse_duration, same_spec
-from tests.admission.upstream.corpus import all_cases
+from tests.admission.upstream.corpus import all_cases, behind_mutating_webhook
 from tests.admission.upstream.gotypes import encode_skyhook_spec
 
 SKYHOOK, NODEWRIGHT = "skyhook.nvidia.com", "nodewright.nvidia.com"
@@ -325,5 +325,22 @@ def test_changing_any_value_is_a_change(spec: dict[str, Any], data: st.DataObjec
         place = place[part]
     # (not a digit: "0" and "00" are the same quantity)
     place[path[-1]] = place[path[-1]] + data.draw(st.sampled_from(["x", "-", " ", "é"]))
-    assert not same_spec(spec, changed, SKYHOOK)
-    assert not same_spec(spec, changed, NODEWRIGHT)
+    for group in (SKYHOOK, NODEWRIGHT):
+        assert not same_spec(spec, changed, group)
+        assert canonical_spec(spec, group) != canonical_spec(changed, group)
+
+
+def test_comparing_field_by_field_is_comparing_the_whole() -> None:
+    """same_spec compares only where two specs differ as given: the same answer as comparing their
+    canonical forms whole, on every UPDATE of the corpus (as sent and behind the mutating webhook)."""
+    pairs = 0
+    for case in all_cases():
+        for c in (case, behind_mutating_webhook(case)):
+            if c.operation != "UPDATE" or c.obj is None or c.old is None:
+                continue
+            for group in (SKYHOOK, NODEWRIGHT):
+                old, new = c.old.get("spec"), c.obj.get("spec")
+                whole = canonical_spec(old, group) == canonical_spec(new, group)
+                assert same_spec(old, new, group) is whole, str(c.provenance)
+                pairs += 1
+    assert pairs > 300
