@@ -255,4 +255,28 @@ def _same_packages(old: Any, new: Any, group: str) -> bool:
     if old.keys() != new.keys():
         return False
     cut = group == "skyhook.nvidia.com"
-    return all(old[k] == new[k] or _package(k, old[k], cut) == _package(k, new[k], cut) for k in old)
+    return all(old[k] == new[k] or _same_package(k, old[k], new[k], cut) for k in old)
+
+
+def _same_package(key: str, old: Any, new: Any, cut: bool) -> bool:
+    """As :func:`_package` of both compared, field by field where they differ as given."""
+    if type(old) is not dict or type(new) is not dict:
+        return bool(_package(key, old, cut) == _package(key, new, cut))
+    fields = _PACKAGE[1]
+    for field in old.keys() | new.keys():
+        a, b = old.get(field), new.get(field)
+        if a == b:
+            continue
+        if field == "name":
+            if (key if a is None or a == "" else _norm(a, "str")) != (
+                key if b is None or b == "" else _norm(b, "str")
+            ):
+                return False
+        elif field == "image":
+            if cut and type(a) is str and type(b) is str:
+                a, b = a.split(":", 1)[0], b.split(":", 1)[0]
+            if _norm(a, "str") != _norm(b, "str"):
+                return False
+        elif field not in fields or _norm(a, fields[field]) != _norm(b, fields[field]):
+            return False
+    return True
