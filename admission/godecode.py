@@ -186,12 +186,16 @@ def _norm(value: Any, kind: Any) -> Any:
     return out
 
 
+def _name(key: str, name: Any) -> Any:
+    """A package's name as decoded: an empty one is its key."""
+    return key if name is None or name == "" else _norm(name, "str")
+
+
 def _package(key: str, value: Any, cut_tag: bool) -> Any:
     if type(value) is not dict:
         return (_RAW, value)
     out = _norm({k: v for k, v in value.items() if k not in ("name", "image")}, _PACKAGE)
-    name = value.get("name")
-    out["name"] = key if name is None or name == "" else _norm(name, "str")
+    out["name"] = _name(key, value.get("name"))
     image = value.get("image")
     if cut_tag and type(image) is str:
         image = image.split(":", 1)[0]  # Packages.UnmarshalJSON keeps what is before the first ':'
@@ -268,9 +272,7 @@ def _same_package(key: str, old: Any, new: Any, cut: bool) -> bool:
         if a == b:
             continue
         if field == "name":
-            if (key if a is None or a == "" else _norm(a, "str")) != (
-                key if b is None or b == "" else _norm(b, "str")
-            ):
+            if _name(key, a) != _name(key, b):
                 return False
         elif field == "image":
             if cut and type(a) is str and type(b) is str:
