@@ -10,7 +10,8 @@ missing, revoked or expired. NodeWright does not look at tolerations; these rule
 
 from __future__ import annotations
 
-from admission.crs import CrView
+from admission.crs import CrView, PackageCR
+from admission.structural import as_view
 from admission.violations import Violation
 
 # The hold reasons under which package pods are meant to run (the mutating webhook adds Equal
@@ -18,9 +19,9 @@ from admission.violations import Violation
 PACKAGE_REASONS = frozenset({"packages-pending", "validation-failed"})
 
 
-def guard_violations(cr: CrView, hold_taint_key: str) -> list[Violation]:
+def guard_violations(cr: PackageCR | CrView, hold_taint_key: str) -> list[Violation]:
     out: list[Violation] = []
-    for i, (key, operator, value, _effect) in enumerate(cr.tolerations):
+    for i, (key, operator, value, _effect) in enumerate(as_view(cr).tolerations):
         where = f"spec.additionalTolerations[{i}]"
         if not key and operator == "Exists":
             out.append(

@@ -414,8 +414,15 @@ def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     over["spec"]["interruptionBudget"] = {"percent": 90}
     broken = copy.deepcopy(SAMPLE)
     broken["metadata"]["name"] = "broken"
-    broken["spec"]["packages"]["tuning"]["version"] = "v1"
-    listing = {"apiVersion": "v1", "kind": "List", "items": [SAMPLE, over, broken, {"kind": "ConfigMap"}]}
+    broken["spec"]["packages"]["tuning"]["version"] = "2024/01"  # NodeWright refuses it
+    everywhere = copy.deepcopy(SAMPLE)
+    everywhere["metadata"]["name"] = "tolerates-all"
+    everywhere["spec"]["additionalTolerations"] = [{"operator": "Exists"}]  # nodegate's own rule
+    listing = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [SAMPLE, over, broken, everywhere, {"kind": "ConfigMap"}],
+    }
     (tmp_path / "crs.yaml").write_text(yaml.safe_dump(listing))
     assert (
         cli.main(["policy", "audit", "--policy", str(tmp_path / "policies.yaml"), str(tmp_path / "crs.yaml")])
@@ -423,8 +430,10 @@ def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     )
     out = capsys.readouterr()
     refused = {json.loads(line)["name"]: json.loads(line)["violations"] for line in out.out.splitlines()}
-    assert set(refused) == {"over-budget", "broken"}
+    assert set(refused) == {"over-budget", "broken", "tolerates-all"}
     assert any("budget" in v for v in refused["over-budget"])
+    assert any("semantic version" in v for v in refused["broken"])
+    assert any("tolerates every taint" in v for v in refused["tolerates-all"])
     assert "identity-dependent rules are not audited" in out.err
 
 
