@@ -195,7 +195,8 @@ class Decider:
                 found += refused
         if found:
             return _deny("package CR refused (NodeWright's own rules)", found, found[0].rule)
-        guarded = guard_violations(cr, self.hold_taint_key)
+        # nodegate's rules judge the spec: a pause/disable alone leaves it as it was admitted.
+        guarded = [] if same_spec else guard_violations(cr, self.hold_taint_key)
         if guarded:
             return _deny("package CR refused by nodegate", guarded, guarded[0].rule)
         compiled = self.compiled_policies()

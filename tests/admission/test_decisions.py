@@ -101,6 +101,17 @@ async def test_pause_and_disable_need_deploy_on_the_pool_and_nothing_else() -> N
         assert d.allowed
 
 
+async def test_pausing_a_cr_admitted_under_older_rules_needs_deploy_only() -> None:
+    old = no_reboot(SAMPLE)
+    old["spec"]["additionalTolerations"] = [{"operator": "Exists"}]  # nodegate refuses this today
+    old["spec"]["interruptionBudget"] = {"percent": 90}  # beyond the gpu pool's cap
+    paused = copy.deepcopy(old)
+    paused["metadata"]["annotations"] = {"skyhook.nvidia.com/pause": "true"}
+    d = await decide(decider(), review(paused, op="UPDATE", old=old, user="alice"))
+    assert d.allowed, d.message
+    assert not (await decide(decider(), review(paused, op="UPDATE", old=old, user="mallory"))).allowed
+
+
 async def test_pause_with_a_spec_change_is_judged_as_a_change() -> None:
     old = no_reboot(SAMPLE)
     new = copy.deepcopy(old)
