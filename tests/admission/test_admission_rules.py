@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -543,8 +544,6 @@ def test_no_pool_violation_says_what_to_do() -> None:
     [("500m", "0.5"), ("1Gi", str(2**30)), ("2", "2"), ("1.5k", "1500"), ("1e3", "1000"), (3, "3")],
 )
 def test_quantities(text: object, value: str) -> None:
-    from decimal import Decimal
-
     assert parse_quantity(text) == Decimal(value)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import ssl
@@ -12,7 +13,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -364,8 +367,6 @@ def test_arbitrary_reviews_never_fail_the_server(request: dict[str, Any]) -> Non
         parsed = webhook.parse_review(body)
     except webhook.ReviewError:
         return
-    import asyncio
-
     decision = asyncio.run(decider().decide(parsed.request))
     assert isinstance(decision.allowed, bool)
 
@@ -374,8 +375,6 @@ def test_arbitrary_reviews_never_fail_the_server(request: dict[str, Any]) -> Non
 
 
 def test_policy_test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import yaml
-
     (tmp_path / "policies.yaml").write_text(
         yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
     )
@@ -404,8 +403,6 @@ def test_policy_test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import yaml
-
     (tmp_path / "policies.yaml").write_text(
         yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
     )
@@ -438,8 +435,6 @@ def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 async def test_readyz_follows_the_policy_source() -> None:
-    from aiohttp.test_utils import TestClient, TestServer
-
     class Flag:
         items: list[Any] | None = None
 
