@@ -1,32 +1,70 @@
-"""UPDATE and DELETE of package CRs: whether a change matters, which packages it would reboot,
-and the DELETE rule on pending uninstalls."""
+"""UPDATEs of package CRs: whether a change matters, which packages it would reboot, and
+NodeWright's uninstall rules, which read the old object's spec and its ``status.nodeState``.
+
+DELETE is not judged: NodeWright's finalizer holds a CR until its pending uninstalls ran.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from admission.crs import PACKAGE_GROUPS, CrView, PackageCR, packages_equal, specs_equal
-from admission.structural import as_view, read_package_cr
+from admission.crs import PACKAGE_GROUPS, CrView, PackageCR
+from admission.godecode import canonical_package, same_spec
+from admission.structural import as_view
+from admission.versions import compare
 from admission.violations import Violation
 
 # The annotations that pause or disable a CR, in both API groups.
-_GATES = tuple(f"{g}/{k}" for g in PACKAGE_GROUPS for k in ("pause", "disable"))
+GATES = tuple(f"{g}/{k}" for g in PACKAGE_GROUPS for k in ("pause", "disable"))
+
+
+def gates(obj: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """The pause/disable annotations of an object, as given."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(ann, Mapping) or not ann:
+        return ()
+    found = tuple(map(ann.get, GATES))
+    return () if found == (None,) * len(GATES) else found
+
+
+def group_of(obj: Mapping[str, Any]) -> str:
+    return str(obj.get("apiVersion", "")).split("/", 1)[0]
+
+
+def unchanged(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[bool, bool]:
+    """(spec the same to the operator, pause/disable annotations the same), from the objects as
+    given: nothing is read or checked before this answer."""
+    return same_spec(old.get("spec"), new.get("spec"), group_of(new)), gates(old) == gates(new)
+
+
+def uninstalls(obj: Mapping[str, Any]) -> bool:
+    """Whether some package of the object (as given) has ``uninstall.enabled``: the uninstall
+    rules then need its old state."""
+    spec = obj.get("spec")
+    packages = spec.get("packages") if isinstance(spec, Mapping) else None
+    if not isinstance(packages, Mapping):
+        return False
+    for pkg in packages.values():
+        uninstall = pkg.get("uninstall") if isinstance(pkg, Mapping) else None
+        if isinstance(uninstall, Mapping) and uninstall.get("enabled"):
+            return True
+    return False
 
 
 def spec_changed(old: PackageCR | CrView, new: PackageCR | CrView) -> bool:
     """Whether anything the operator acts on changed (spec, pause/disable annotations)."""
-    old_view, new_view = as_view(old), as_view(new)
-    return _gates(old_view) != _gates(new_view) or not specs_equal(old_view, new_view)
-
-
-def _gates(cr: CrView) -> tuple[str | None, ...]:
-    return tuple(map(cr.annotations.get, _GATES))
+    a, b = as_view(old), as_view(new)
+    if tuple(map(a.annotations.get, GATES)) != tuple(map(b.annotations.get, GATES)):
+        return True
+    return not same_spec(a.raw_spec, b.raw_spec, b.group)
 
 
 def new_reboots(old: PackageCR | CrView | None, new: PackageCR | CrView) -> list[str]:
     """Packages whose reboot interrupt this change would fire: packages with a reboot interrupt
-    that are new, or differ in any field from before (a version bump re-runs and reboots)."""
+    that are new, or differ in anything the operator reads from before (a version bump re-runs
+    and reboots)."""
     view = as_view(new)
     if not view.reboot:
         return []
@@ -35,42 +73,97 @@ def new_reboots(old: PackageCR | CrView | None, new: PackageCR | CrView) -> list
     for pkg in view.packages:
         if pkg.reboot:
             prior = before.get(pkg.key)
-            if prior is None or not packages_equal(prior, pkg):
+            if prior is None or (
+                prior.raw != pkg.raw
+                and canonical_package(pkg.key, prior.raw, view.group)
+                != canonical_package(pkg.key, pkg.raw, view.group)
+            ):
                 out.append(pkg.key)
     return out
 
 
-def delete_violations(old: Mapping[str, Any]) -> list[Violation]:
-    """Upstream's rule: a CR that is paused or disabled cannot run its pending uninstalls, so
-    deleting it would strand them (the operator blocks the finalizer; we refuse up front)."""
-    cr = read_package_cr(old)
-    if isinstance(cr, list):
-        return []  # nothing we understand to protect; RBAC on delete still applies
-    gate = next(
-        (k for g in PACKAGE_GROUPS for k in ("pause", "disable") if cr.annotations.get(f"{g}/{k}") == "true"),
-        None,
-    )
-    if gate is None:
-        return []
-    uninstalling = {p.key for p in cr.packages if p.uninstall is not None and p.uninstall[0]}
-    node_state = old.get("status", {}).get("nodeState", {}) if isinstance(old.get("status"), Mapping) else {}
-    pending = sorted(
-        {
-            str(entry).split("|", 1)[0]
-            for states in node_state.values()
-            if isinstance(states, Mapping)
-            for entry in states
-        }
-        & uninstalling
-    )
-    if not pending:
-        return []
-    return [
-        Violation(
-            "delete-pending-uninstall",
-            "metadata.annotations",
-            f"the CR is {'paused' if gate == 'pause' else 'disabled'} with uninstalls pending on nodes "
-            f"({', '.join(pending)})",
-            f"remove the {gate} annotation so the uninstalls run, then delete",
+def _installed(old: Mapping[str, Any]) -> set[str] | None:
+    """The ``name|version`` entries of ``status.nodeState`` on any node (None: unreadable)."""
+    status = old.get("status")
+    if status is None:
+        return set()
+    if not isinstance(status, Mapping):
+        return None
+    node_state = status.get("nodeState")
+    if node_state is None:
+        return set()
+    if not isinstance(node_state, Mapping):
+        return None
+    found: set[str] = set()
+    for states in node_state.values():
+        if states is None:
+            continue
+        if not isinstance(states, Mapping):
+            return None
+        found.update(states)
+    return found
+
+
+def update_rules(old_obj: Mapping[str, Any], old: CrView, new: CrView) -> tuple[list[Violation], list[str]]:
+    """NodeWright's uninstall rules: (violations, warnings).
+
+    A package with ``uninstall.enabled`` is uninstalled on a node when its ``name|version`` is
+    gone from that node's ``status.nodeState`` (no nodes at all counts as uninstalled). It may be
+    removed from the spec, or moved to an older version, only once it is uninstalled everywhere,
+    and the downgrade only after ``uninstall.apply`` was set. Switching ``apply`` off again is a
+    warning. A state that cannot be read counts as not uninstalled (fail closed)."""
+    violations: list[Violation] = []
+    warnings: list[str] = []
+    installed: set[str] | None = None
+    read = False
+    for key, before in old.by_key.items():
+        if before.uninstall is None or not before.uninstall[0]:
+            continue
+        applying = before.uninstall[1]
+        after = new.by_key.get(key)
+        downgrade = (
+            after is not None
+            and before.version is not None
+            and after.version is not None
+            and after.version != before.version
+            and compare(after.version, before.version) == -1
         )
-    ]
+        if after is None or downgrade:
+            if not read:
+                installed, read = _installed(old_obj), True
+            pending = installed is None or f"{key}|{before.version}" in installed
+            found = _uninstall_violation(key, removed=after is None, applying=applying, pending=pending)
+            if found is not None:
+                violations.append(found)
+        if after is not None and applying and not (after.uninstall is not None and all(after.uninstall)):
+            warnings.append(
+                f"package {key}: uninstall cancelled; nodes where it completed will install it again"
+            )
+    return violations, warnings
+
+
+def _uninstall_violation(key: str, *, removed: bool, applying: bool, pending: bool) -> Violation | None:
+    if removed:
+        if not pending:
+            return None
+        return Violation(
+            "uninstall-pending",
+            f"spec.packages.{key}",
+            f"{key} has uninstall.enabled and is not yet uninstalled on every node",
+            "set uninstall.apply: true, wait until it is uninstalled, then remove it",
+        )
+    if not applying:
+        return Violation(
+            "uninstall-pending",
+            f"spec.packages.{key}.version",
+            f"downgrade of {key} (uninstall.enabled) before its uninstall",
+            "set uninstall.apply: true first, wait until it is uninstalled, then change the version",
+        )
+    if pending:
+        return Violation(
+            "uninstall-pending",
+            f"spec.packages.{key}.version",
+            f"downgrade of {key} before its uninstall completed on every node",
+            "wait until the uninstall finished, then change the version",
+        )
+    return None

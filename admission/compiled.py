@@ -23,9 +23,12 @@ class CompiledPolicy:
     name: str
     pool: frozenset[tuple[str, str]]  # its labels
     prefixes: tuple[ImageRef, ...]
+    any_registry: bool  # the allowlist holds "*"
     bad_prefix: Violation | None  # an allowlist entry that does not parse: the policy admits nothing
     registry_fix: str
     require_digest: bool
+    tag_must_equal_version: bool
+    strict_versions: bool  # versions: semver
     allowed_interrupts: frozenset[str]
     interrupts_fix: str
     cap: Budget | None
@@ -34,9 +37,9 @@ class CompiledPolicy:
     allow_agent_image_override: bool
     priority: PriorityBounds | None
     checks: tuple[PolicyRule, ...]  # the policy rules that can find something with this policy
-    # image reference -> under an allowed registry (None: not a reference); a memo of a pure
-    # function, bounded, like the parsers' caches
-    images: dict[str, bool | None] = field(default_factory=dict, compare=False, repr=False)
+    # image reference -> under an allowed registry; a memo of a pure function, bounded, like the
+    # parsers' caches
+    images: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
     def contains(self, cr: CrView, labels: Mapping[str, str] | None) -> bool:
         """Whether the pool contains the CR's selector (``labels``:
@@ -50,16 +53,19 @@ class CompiledPolicy:
 PolicyRule = Callable[[CrView, CompiledPolicy, list[Violation]], None]
 
 
-def registry_ok(policy: CompiledPolicy, image: str) -> bool | None:
-    """Whether ``image`` is under one of the policy's registries; None when it does not parse."""
+def registry_ok(policy: CompiledPolicy, image: str) -> bool:
+    """Whether ``image`` is under one of the policy's registries. A reference that does not parse
+    is under none (unless the policy admits any registry): fail closed."""
+    if policy.any_registry:
+        return True
     memo = policy.images
     if image in memo:
         return memo[image]
     try:
         ref = parse_image(image)
-        ok: bool | None = any(allowed_by(ref, p) for p in policy.prefixes)
+        ok = any(allowed_by(ref, p) for p in policy.prefixes)
     except ImageError:
-        ok = None  # structural rules report it
+        ok = False
     if len(memo) >= _MAX_IMAGES:
         memo.clear()
     memo[image] = ok

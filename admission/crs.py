@@ -60,6 +60,11 @@ class Toleration(LaxModel):
     effect: str | None = None
 
 
+class DrainConfig(LaxModel):
+    timeout: str | None = None
+    grace_period: str | None = Field(default=None, alias="gracePeriod")
+
+
 class Package(LaxModel):
     name: str | None = None
     version: str | None = None
@@ -73,6 +78,8 @@ class Package(LaxModel):
     env: list[EnvVar] = Field(default_factory=list)
     resources: Resources | None = None
     uninstall: Uninstall | None = None
+    graceful_shutdown: str | None = Field(default=None, alias="gracefulShutdown")
+    stage_timeout: str | None = Field(default=None, alias="stageTimeout")
 
 
 class BudgetSpec(LaxModel):
@@ -82,6 +89,8 @@ class BudgetSpec(LaxModel):
 
 class PackageSpec(LaxModel):
     node_selectors: Selector | None = Field(default=None, alias="nodeSelectors")
+    pod_non_interrupt_labels: Selector | None = Field(default=None, alias="podNonInterruptLabels")
+    drain_config: DrainConfig | None = Field(default=None, alias="drainConfig")
     interruption_budget: BudgetSpec | None = Field(default=None, alias="interruptionBudget")
     deployment_policy: str | None = Field(default=None, alias="deploymentPolicy")
     packages: dict[str, Package] = Field(default_factory=dict)
@@ -140,7 +149,8 @@ def loc_path(loc: tuple[int | str, ...]) -> str:
 
 # ------------------------------------------------------------------------------------------
 # Views: what the rules read, taken from the dict by ``admission.structural`` without building
-# the models above (which stay the reference: where the reader is unsure, they decide).
+# the models above (which stay the reference: where the reader is unsure, they decide). Whether
+# two specs are the same is :mod:`admission.godecode`'s to say.
 
 
 @dataclass(slots=True)
@@ -180,9 +190,13 @@ class CrView:
     auto_taint_new_nodes: bool
     priority: int
     interrupt_kinds: frozenset[str]  # the types of all interrupts of all packages
-    # The structural violations found while reading, with the rank of their rule (all rules but
-    # the hold-taint toleration, whose key is the webhook's setting).
+    # The structural violations found while reading, with the rank of their rule.
     found: tuple[tuple[int, Violation], ...]
+    cycle: tuple[str, ...]  # a dependsOn cycle (NodeWright does not refuse one: a warning)
+
+    @property
+    def group(self) -> str:
+        return self.api_version.split("/", 1)[0]
 
     @property
     def reboot(self) -> bool:
@@ -192,58 +206,3 @@ class CrView:
     @property
     def selector_empty(self) -> bool:
         return not self.match_labels and not self.match_expressions
-
-
-def specs_equal(a: CrView, b: CrView) -> bool:
-    """Whether the two specs validate to equal models. Equal input gives equal models, and a
-    difference in a validated field the views hold means unequal models (the quick answers);
-    otherwise (a default spelled out, 1 vs 1.0, an unknown field) the models decide."""
-    if a.raw_spec == b.raw_spec:
-        return True
-    if _spec_fields(a) != _spec_fields(b) or any(
-        _package_fields(p) != _package_fields(b.by_key[p.key]) for p in a.packages
-    ):
-        return False
-    return _spec_model(a) == _spec_model(b)
-
-
-def _spec_fields(v: CrView) -> tuple[Any, ...]:
-    # Package keys as a set: the models compare their dicts of packages regardless of order.
-    return (
-        v.match_labels,
-        v.match_expressions,
-        v.budget,
-        v.deployment_policy,
-        v.by_key.keys(),
-        v.tolerations,
-        v.runtime_required,
-        v.auto_taint_new_nodes,
-        v.priority,
-    )
-
-
-def _package_fields(p: PackageView) -> tuple[Any, ...]:
-    return (
-        p.version,
-        p.image,
-        p.container_sha,
-        p.agent_image_override,
-        p.interrupt,
-        dict(p.config_interrupts),  # a dict in the model: order does not count
-        p.depends_on,
-        p.value_from,
-        p.uninstall,
-    )
-
-
-def _spec_model(view: CrView) -> PackageSpec:
-    return PackageSpec() if view.raw_spec is None else PackageSpec.model_validate(view.raw_spec)
-
-
-def packages_equal(a: PackageView, b: PackageView) -> bool:
-    """Whether the two packages validate to equal models (as :func:`specs_equal`)."""
-    if a.raw == b.raw:
-        return True
-    if _package_fields(a) != _package_fields(b):
-        return False
-    return Package.model_validate(a.raw) == Package.model_validate(b.raw)

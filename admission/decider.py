@@ -3,16 +3,24 @@
 authorizer that cannot answer, is a denial that says so.
 
 The decision for a NodeWright / Skyhook CREATE or UPDATE:
-1. the CR parses and passes every structural rule;
-2. an UPDATE that changes nothing the operator acts on (spec, pause/disable) is allowed;
-3. among the PackagePolicies whose pool contains the CR's selector (name order), the first for
-   which the requester holds ``deploy`` on ``packagepolicies/<name>`` (group nodegate.io), plus
-   ``reboot`` when the change fires a reboot interrupt, and whose limits all hold, admits it;
-4. otherwise the denial lists, per candidate policy, the missing verb or the violated limits.
+1. an UPDATE whose spec is the same to the operator (:mod:`admission.godecode`) and whose
+   pause/disable annotations did not change is allowed, whoever sends it, before anything is
+   read or checked: the operator's own finalizer UPDATE and status churn need no rights;
+2. the CR parses and passes every structural rule (what NodeWright's own webhook refuses without
+   looking at the cluster), and on UPDATE NodeWright's uninstall rules; then nodegate's
+   toleration rules (:mod:`admission.guards`);
+3. a change of pause/disable alone needs ``deploy`` on a policy whose pool contains the CR;
+4. otherwise, among the PackagePolicies whose pool contains the CR's selector (name order), the
+   first for which the requester holds ``deploy`` on ``packagepolicies/<name>`` (group
+   nodegate.io), plus ``reboot`` when the change fires a reboot interrupt, and whose limits all
+   hold, admits it;
+5. otherwise the denial lists, per candidate policy, the missing verb or the violated limits.
+DELETE and CONNECT are allowed (NodeWright's finalizer keeps a CR until its uninstalls ran).
 
-Per-review work that does not change the answer is avoided: the CR is read and checked in one pass
-(:mod:`admission.structural`), policies are compiled when the source hands out new ones, and texts
-of candidates that do not admit are only built for a denial.
+Per-review work that does not change the answer is avoided: the unchanged UPDATE is answered from
+the objects as given, the CR is read and checked in one pass (:mod:`admission.structural`),
+policies are compiled when the source hands out new ones, and texts of candidates that do not
+admit are only built for a denial.
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from admission import deploymentpolicy, nodes, rules
+from admission import changes, deploymentpolicy, nodes, rules
+from admission.advice import soft_warnings
 from admission.crs import PACKAGE_GROUPS, CrView
+from admission.guards import guard_violations
 from admission.policy import PackagePolicy
 from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.response import Decision
@@ -160,36 +170,73 @@ class Decider:
         return _deny("DeploymentPolicy refused by nodegate", found) if found else Decision(True)
 
     async def _package(self, req: Request) -> Decision:
-        if req.operation == "DELETE":
-            found = rules.delete_violations(req.old_object or {})
-            return _deny("delete refused by nodegate", found, found[0].rule) if found else Decision(True)
-        if req.operation == "CONNECT" or req.object is None:
-            return Decision(True)
-        cr = read_package_cr(req.object)
+        obj, old_obj = req.object, req.old_object
+        if req.operation not in ("CREATE", "UPDATE") or obj is None:
+            return Decision(True)  # DELETE, CONNECT: not judged
+        if req.operation != "UPDATE" or old_obj is None:
+            same_spec = same_gates = False
+        else:
+            same_spec, same_gates = changes.unchanged(old_obj, obj)
+            if same_spec and same_gates:
+                return Decision(True, audit={"decision": "allow", "reason": "spec unchanged"})
+        cr = read_package_cr(obj)
         if isinstance(cr, list):
             return _deny("package CR refused by nodegate: malformed", cr, "schema")
-        structural = rules.structural_violations(cr, self.hold_taint_key)
-        if structural:
-            return _deny("package CR refused by nodegate", structural, structural[0].rule)
-        old = read_package_cr(req.old_object) if req.operation == "UPDATE" and req.old_object else None
-        old_cr = old if isinstance(old, CrView) else None
-        if old_cr is not None and not rules.spec_changed(old_cr, cr):
-            return Decision(True, audit={"decision": "allow", "reason": "spec unchanged"})
+        found = rules.structural_violations(cr)
+        old: CrView | None = None
+        update_warnings: list[str] = []
+        # The old object is read only when a rule needs it: the uninstall rules, or which packages
+        # would reboot again.
+        if old_obj is not None and req.operation == "UPDATE" and (cr.reboot or changes.uninstalls(old_obj)):
+            parsed_old = read_package_cr(old_obj)
+            if isinstance(parsed_old, CrView):
+                old = parsed_old
+                refused, update_warnings = changes.update_rules(old_obj, old, cr)
+                found += refused
+        if found:
+            return _deny("package CR refused (NodeWright's own rules)", found, found[0].rule)
+        # nodegate's rules judge the spec: a pause/disable alone leaves it as it was admitted.
+        guarded = [] if same_spec else guard_violations(cr, self.hold_taint_key)
+        if guarded:
+            return _deny("package CR refused by nodegate", guarded, guarded[0].rule)
         compiled = self.compiled_policies()
         if compiled is None:
             return _deny(_NOT_LOADED)
         try:
-            return await self._authorize(req, cr, old_cr, compiled)
+            if same_spec:  # pause/disable alone: the spec, which the limits judge, is as admitted
+                return await self._toggle(req, cr, compiled)
+            decision = await self._authorize(req, cr, old, compiled)
         except AuthorizerUnavailable as exc:
             return _deny(
                 f"authorization is unavailable ({exc}); nodegate denies until it answers (fail closed)"
             )
+        if decision.allowed and update_warnings:
+            decision.warnings[:0] = update_warnings
+        return decision
+
+    async def _toggle(self, req: Request, cr: CrView, compiled: tuple[_Candidate, ...]) -> Decision:
+        """Pausing, disabling or resuming: ``deploy`` on some policy whose pool contains the CR."""
+        candidates = self._candidates(cr, compiled)
+        if not candidates:
+            return _deny("package CR refused by nodegate", [rules.no_pool_violation(cr)], "pool")
+        user = _user(req.user_info)
+        for candidate in candidates:
+            if await self.authorizer.allowed(user, candidate.deploy):
+                audit = {"decision": "allow", "policy": candidate.name, "reason": "pause/disable"}
+                return Decision(True, audit=audit)
+        reasons = [_missing_verbs(user, c.name, ["deploy"], []) for c in candidates]
+        message = "pause/disable refused by nodegate: no PackagePolicy admits it for this requester"
+        return _deny(message, reasons, "rbac")
+
+    @staticmethod
+    def _candidates(cr: CrView, compiled: tuple[_Candidate, ...]) -> list[_Candidate]:
+        labels = cr.match_labels if not cr.match_expressions else rules.required_labels_of(cr)
+        return [c for c in compiled if c.rules.contains(cr, labels)]
 
     async def _authorize(
         self, req: Request, cr: CrView, old: CrView | None, compiled: tuple[_Candidate, ...]
     ) -> Decision:
-        labels = cr.match_labels if not cr.match_expressions else rules.required_labels_of(cr)
-        candidates = [c for c in compiled if c.rules.contains(cr, labels)]
+        candidates = self._candidates(cr, compiled)
         if not candidates:
             return _deny("package CR refused by nodegate", [rules.no_pool_violation(cr)], "pool")
         user = _user(req.user_info)
@@ -212,7 +259,7 @@ class Decider:
             audit = {"decision": "allow", "policy": candidate.name}
             if reboots:
                 audit["reboot"] = ",".join(reboots)
-            return Decision(True, warnings=_soft_warnings(cr), audit=audit)
+            return Decision(True, warnings=soft_warnings(cr), audit=audit)
         reasons: list[Violation] = []
         for candidate, missing, violations in refused:
             if missing:
@@ -241,11 +288,3 @@ def _missing_verbs(user: UserInfo, policy: str, missing: list[str], reboots: lis
 
 def _attrs(verb: str, policy: str) -> ResourceAttributes:
     return ResourceAttributes(verb=verb, group=POLICY_GROUP, resource=POLICY_RESOURCE, name=policy)
-
-
-def _soft_warnings(cr: CrView) -> list[str]:
-    return [
-        f"package {pkg.key} is not pinned by digest (containerSHA); tags are mutable"
-        for pkg in cr.packages
-        if not pkg.container_sha
-    ]

@@ -1,4 +1,14 @@
-"""DeploymentPolicy objects (both API groups): shape, and budgets within every pool's cap."""
+"""DeploymentPolicy objects (both API groups): NodeWright's own rules on their shape, and budgets
+within every pool's cap.
+
+NodeWright's rules: the default budget has exactly one of percent or count; a strategy, where
+given, has exactly one of fixed, linear, exponential (a compartment may leave it out); a
+compartment's name is neither ``__default__`` nor one used before; its budget as the default's;
+its selector converts to a label selector; no two compartments have identical selectors
+(compared as given: the same requirements in another order are not identical, overlapping ones
+are allowed). Refusing a DELETE of a policy that Skyhooks still use needs the cluster and is left
+to NodeWright's webhook.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +19,7 @@ from pydantic import Field, ValidationError
 
 from admission.budgetcaps import budget_cap_text, budget_within
 from admission.crs import LaxModel, Metadata, Selector, loc_path
+from admission.labels import selector_problems
 from admission.policy import PackagePolicy
 from admission.pools import required_labels
 from admission.violations import Violation
@@ -44,11 +55,17 @@ class DeploymentPolicyCR(LaxModel):
 
 
 _STRATEGIES = ("fixed", "linear", "exponential")
+_SELECTOR_FIX = "use a label selector Kubernetes accepts"
 
 
 def _dp_budget(path: str, budget: DpBudget) -> Iterator[Violation]:
-    if (budget.percent is None) == (budget.count is None):
-        yield Violation("budget", f"{path}.budget", "set exactly one of percent or count", "keep one of them")
+    if budget.percent is None and budget.count is None:
+        yield Violation("budget", f"{path}.budget", "set exactly one of percent or count", "add one of them")
+    elif budget.percent is not None and budget.count is not None:
+        yield Violation(
+            "budget", f"{path}.budget", "percent and count are mutually exclusive", "keep one of them"
+        )
+    # The CRD's bounds, so that the caps below compare meaningful budgets.
     elif budget.percent is not None and not 1 <= budget.percent <= 100:
         yield Violation("budget", f"{path}.budget.percent", "percent is outside 1-100", "use 1-100")
     elif budget.count is not None and budget.count < 1:
@@ -56,7 +73,9 @@ def _dp_budget(path: str, budget: DpBudget) -> Iterator[Violation]:
 
 
 def _dp_strategy(path: str, strategy: dict[str, Any] | None) -> Iterator[Violation]:
-    chosen = [k for k in _STRATEGIES if strategy and strategy.get(k) is not None]
+    if strategy is None:
+        return  # optional to NodeWright's webhook (its CRD requires the default's)
+    chosen = [k for k in _STRATEGIES if strategy.get(k) is not None]
     if len(chosen) != 1:
         yield Violation(
             "strategy", f"{path}.strategy", "set exactly one of fixed, linear or exponential", "keep one"
@@ -92,29 +111,7 @@ def deployment_policy_violations(obj: Mapping[str, Any], policies: list[PackageP
             Violation("schema", loc_path(e["loc"]), e["msg"], "fix the field's type")
             for e in exc.errors(include_input=False)[:20]
         ]
-    out: list[Violation] = []
-    if dp.spec.default is None:
-        out.append(
-            Violation("default", "spec.default", "a default compartment is required", "add spec.default")
-        )
-    else:
-        out += [
-            *_dp_budget("spec.default", dp.spec.default.budget),
-            *_dp_strategy("spec.default", dp.spec.default.strategy),
-        ]
-    names = [c.name for c in dp.spec.compartments]
-    for i, comp in enumerate(dp.spec.compartments):
-        path = f"spec.compartments[{i}]"
-        out += [*_dp_budget(path, comp.budget), *_dp_strategy(path, comp.strategy)]
-        if not comp.name or comp.name == "__default__" or names.count(comp.name) > 1:
-            out.append(
-                Violation(
-                    "compartment-name",
-                    f"{path}.name",
-                    f"name {comp.name!r} is empty, reserved or repeated",
-                    "give each compartment a unique name",
-                )
-            )
+    out = _shape(obj, dp)
     if out:
         return out
     capped = [
@@ -135,4 +132,52 @@ def deployment_policy_violations(obj: Mapping[str, Any], policies: list[PackageP
                         f"use a budget within {budget_cap_text(cap)} (in the same unit)",
                     )
                 )
+    return out
+
+
+def _shape(obj: Mapping[str, Any], dp: DeploymentPolicyCR) -> list[Violation]:
+    """NodeWright's own rules on the policy's shape."""
+    default = dp.spec.default or DpDefault()
+    out = [*_dp_budget("spec.default", default.budget), *_dp_strategy("spec.default", default.strategy)]
+    spec = obj.get("spec")
+    raw = spec.get("compartments") if isinstance(spec, Mapping) else None
+    raw_compartments = raw if isinstance(raw, list) else []
+    seen: dict[str, int] = {}
+    selectors: list[tuple[str, Any]] = []
+    for i, comp in enumerate(dp.spec.compartments):
+        path = f"spec.compartments[{i}]"
+        if not comp.name or comp.name == "__default__" or comp.name in seen:
+            out.append(
+                Violation(
+                    "compartment-name",
+                    f"{path}.name",
+                    f"name {comp.name!r} is empty, reserved or used before",
+                    "give each compartment a unique name other than __default__",
+                )
+            )
+        seen.setdefault(comp.name, i)
+        out += [*_dp_budget(path, comp.budget), *_dp_strategy(path, comp.strategy)]
+        sel = comp.selector
+        expressions = [(r.key, r.operator, tuple(r.values)) for r in sel.match_expressions]
+        out += [
+            Violation(
+                "selector", f"{path}.selector.{where}", problem, "use a label selector Kubernetes accepts"
+            )
+            for where, problem in selector_problems(sel.match_labels, expressions)
+        ]
+        # As given, like NodeWright's deep comparison of the decoded selectors (absent and {} are
+        # the same, an empty matchLabels map is not an absent one).
+        given = raw_compartments[i].get("selector") if i < len(raw_compartments) else None
+        given = given if isinstance(given, dict) and given else None
+        twin = next((name for name, other in selectors if other == given), None)
+        if twin is not None:
+            out.append(
+                Violation(
+                    "compartment-selector",
+                    f"{path}.selector",
+                    f"identical to the selector of compartment {twin!r}",
+                    "merge the two compartments or tell their selectors apart",
+                )
+            )
+        selectors.append((comp.name, given))
     return out

@@ -99,3 +99,10 @@ def allowed_by(ref: ImageRef, prefix: ImageRef) -> bool:
         and ref.port == prefix.port
         and ref.path[: len(prefix.path)] == prefix.path
     )
+
+
+def pulled_repository(image: str, group: str) -> str:
+    """The repository the operator pulls for a package's ``image``: ``skyhook.nvidia.com`` cuts
+    the image at its first ``:`` while decoding (so ``reg:5000/team/pkg`` becomes ``reg``, a
+    Docker Hub name); ``nodewright.nvidia.com`` refuses a tag or digest and keeps the image."""
+    return image.split(":", 1)[0] if group == "skyhook.nvidia.com" else image

@@ -3,7 +3,9 @@ NodeWright / Skyhook package CRs that target it.
 
     spec:
       nodeSelector: {matchLabels: {nodegate.io/pool: h100}}   # the pool; {} = every node
-      images: {registries: ["registry.example.com/nodewright"], requireDigest: true}
+      images: {registries: ["registry.example.com/nodewright"], requireDigest: true,
+               tagMustEqualVersion: true}                   # "*" admits any registry
+      versions: semver                                      # or: upstream (the default)
       interrupts: {allowed: [noop, service, restartAllServices]}  # reboot only if listed
       maxInterruptionBudget: {percent: 33}                  # or count
       allowRuntimeRequired: false
@@ -11,8 +13,10 @@ NodeWright / Skyhook package CRs that target it.
       allowAgentImageOverride: false
       priority: {min: 100, max: 1000}                       # optional bounds
 
-Omitted limits take the strict side: only ``noop`` interrupts, no budget ceiling beyond the
-CR's own, no runtime-required CRs, no secret env, no agent image override.
+Omitted limits on what a package may do take the strict side: no registry, only ``noop``
+interrupts, no runtime-required CRs, no secret env, no agent image override. The limits on how a
+CR is written (``versions``, ``tagMustEqualVersion``, ``requireDigest``) default to what NodeWright
+itself accepts.
 """
 
 from __future__ import annotations
@@ -78,9 +82,14 @@ class Budget(_Model):
         return self
 
 
+ANY_REGISTRY = "*"
+
+
 class ImagesPolicy(_Model):
-    registries: tuple[str, ...] = ()  # "host[:port]/path" prefixes, compared part by part
+    registries: tuple[str, ...] = ()  # "host[:port]/path" prefixes, compared part by part; "*": any
     require_digest: bool = Field(default=False, alias="requireDigest")
+    # An image tag, where the operator drops it, must equal the version (no misleading tags).
+    tag_must_equal_version: bool = Field(default=False, alias="tagMustEqualVersion")
 
 
 class InterruptsPolicy(_Model):
@@ -101,6 +110,9 @@ class PriorityBounds(_Model):
 class PackagePolicySpec(_Model):
     node_selector: LabelSelector = Field(default_factory=LabelSelector, alias="nodeSelector")
     images: ImagesPolicy = Field(default_factory=ImagesPolicy)
+    # "semver": versions are semver.org's MAJOR.MINOR.PATCH (no "v", no 1.2 shorthand); "upstream":
+    # whatever NodeWright accepts.
+    versions: Literal["upstream", "semver"] = "upstream"
     interrupts: InterruptsPolicy = Field(default_factory=InterruptsPolicy)
     max_interruption_budget: Budget | None = Field(default=None, alias="maxInterruptionBudget")
     allow_runtime_required: bool = Field(default=False, alias="allowRuntimeRequired")

@@ -1,5 +1,6 @@
-"""The policy rules: what one PackagePolicy forbids in a package CR (registries, digest pinning,
-interrupts, budget caps, runtime-required, secret env, agent image override, priority).
+"""The policy rules: what one PackagePolicy forbids in a package CR (registries of the images the
+operator will pull, digest pinning, tags, strict versions, interrupts, budget caps,
+runtime-required, secret env, agent image override, priority).
 
 Each rule reads a :class:`~admission.crs.CrView` and a :class:`~admission.compiled.CompiledPolicy`
 and appends what it finds. :func:`compile_policy` keeps, per policy, only the rules that can find
@@ -10,26 +11,42 @@ for a violation, negated, in one pass over the CR) and runs the rules only when 
 from __future__ import annotations
 
 from admission.budgetcaps import budget_cap_text, budget_within
+from admission.checks.images import valid_digest
 from admission.checks.interrupts import INTERRUPT_TYPE_SET
 from admission.compiled import CompiledPolicy, PolicyRule, registry_ok
 from admission.crs import CrView, PackageView
-from admission.images import ImageError, ImageRef, parse_image, parse_prefix
-from admission.policy import PackagePolicy
+from admission.images import ImageError, ImageRef, parse_image, parse_prefix, pulled_repository
+from admission.policy import ANY_REGISTRY, PackagePolicy
+from admission.versions import strict_semver
 from admission.violations import Violation
+
+
+def _repository_text(image: str) -> str:
+    try:
+        return parse_image(image).repository
+    except ImageError:
+        return repr(image)
 
 
 def prule_registries(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
     if policy.bad_prefix is not None:
         out.append(policy.bad_prefix)
         return
+    group = cr.group
     for pkg in cr.packages:
-        for field_name, value in (("image", pkg.image), ("agentImageOverride", pkg.agent_image_override)):
-            if value and registry_ok(policy, value) is False:
+        # What the operator pulls: the image as it decodes it (with version or containerSHA),
+        # and the agent image override as given.
+        pulled = [("image", pulled_repository(pkg.image or "", group))]
+        if pkg.agent_image_override:
+            pulled.append(("agentImageOverride", pkg.agent_image_override))
+        for field_name, value in pulled:
+            if not registry_ok(policy, value):
                 out.append(
                     Violation(
                         "registry",
                         f"{pkg.path}.{field_name}",
-                        f"{parse_image(value).repository} is not under an allowed registry",
+                        f"{_repository_text(value)} is not under an allowed registry"
+                        + (f" (the operator pulls {value!r})" if value != (pkg.image or "") else ""),
                         policy.registry_fix,
                     )
                 )
@@ -39,13 +56,55 @@ def prule_digest(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> No
     if not policy.require_digest:
         return
     for pkg in cr.packages:
-        if not pkg.container_sha:
+        sha = pkg.container_sha
+        if not sha or not valid_digest(sha):
             out.append(
                 Violation(
                     "require-digest",
                     f"{pkg.path}.containerSHA",
-                    "the pool requires images pinned by digest",
+                    "the pool requires images pinned by digest"
+                    + ("" if not sha else f" ({sha!r} is not sha256:<64 hex>)"),
                     "set containerSHA to the image's sha256 digest",
+                )
+            )
+
+
+def image_tag(image: str | None, group: str) -> str | None:
+    """The tag the operator drops from a skyhook.nvidia.com image (after its first ``:``), or
+    None. nodewright.nvidia.com refuses tags outright."""
+    if group != "skyhook.nvidia.com" or not image or ":" not in image:
+        return None
+    return image.split(":", 1)[1]
+
+
+def prule_tag(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    if not policy.tag_must_equal_version:
+        return
+    for pkg in cr.packages:
+        tag = image_tag(pkg.image, cr.group)
+        if tag is not None and tag != pkg.version:
+            out.append(
+                Violation(
+                    "tag-version",
+                    f"{pkg.path}.image",
+                    f"image tag {tag!r} differs from version {pkg.version!r} (the operator pulls the "
+                    "version)",
+                    "drop the tag from image; version is the tag",
+                )
+            )
+
+
+def prule_versions(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> None:
+    if not policy.strict_versions:
+        return
+    for pkg in cr.packages:
+        if pkg.version and not strict_semver(pkg.version):
+            out.append(
+                Violation(
+                    "semver",
+                    f"{pkg.path}.version",
+                    f"version {pkg.version!r} is not MAJOR.MINOR.PATCH semver, as this pool requires",
+                    "use a version such as 1.2.3 (no 'v', no shorthand)",
                 )
             )
 
@@ -169,6 +228,8 @@ def prule_priority(cr: CrView, policy: CompiledPolicy, out: list[Violation]) -> 
 POLICY_RULES: tuple[PolicyRule, ...] = (
     prule_registries,
     prule_digest,
+    prule_tag,
+    prule_versions,
     prule_interrupts,
     prule_budget,
     prule_runtime_required,
@@ -183,6 +244,8 @@ def compile_policy(policy: PackagePolicy) -> CompiledPolicy:
     prefixes: list[ImageRef] = []
     bad = None
     for entry in spec.images.registries:
+        if entry == ANY_REGISTRY:
+            continue
         try:
             prefixes.append(parse_prefix(entry))
         except ImageError as exc:
@@ -197,9 +260,12 @@ def compile_policy(policy: PackagePolicy) -> CompiledPolicy:
         name=policy.name,
         pool=frozenset(policy.pool.items()),
         prefixes=tuple(prefixes),
+        any_registry=ANY_REGISTRY in spec.images.registries,
         bad_prefix=bad,
         registry_fix=f"use an image from {', '.join(spec.images.registries) or '(none allowed)'}",
         require_digest=spec.images.require_digest,
+        tag_must_equal_version=spec.images.tag_must_equal_version,
+        strict_versions=spec.versions == "semver",
         allowed_interrupts=frozenset(spec.interrupts.allowed),
         interrupts_fix=f"use one of {', '.join(spec.interrupts.allowed)}",
         cap=spec.max_interruption_budget,
@@ -210,8 +276,10 @@ def compile_policy(policy: PackagePolicy) -> CompiledPolicy:
         checks=tuple(
             rule
             for rule, applies in (
-                (prule_registries, True),
+                (prule_registries, ANY_REGISTRY not in spec.images.registries or bad is not None),
                 (prule_digest, spec.images.require_digest),
+                (prule_tag, spec.images.tag_must_equal_version),
+                (prule_versions, spec.versions == "semver"),
                 (prule_interrupts, True),
                 (prule_budget, spec.max_interruption_budget is not None),
                 (prule_runtime_required, not spec.allow_runtime_required),
@@ -239,12 +307,15 @@ def _nothing_to_find(cr: CrView, p: CompiledPolicy) -> bool:
     negated, in one pass (the usual CR). False sends the CR through the rules themselves."""
     if p.bad_prefix is not None or not cr.interrupt_kinds <= p.allowed_interrupts:
         return False
+    group = cr.group
     for pkg in cr.packages:
-        agent = pkg.agent_image_override
+        agent, sha = pkg.agent_image_override, pkg.container_sha
         if (
-            (pkg.image and registry_ok(p, pkg.image) is False)
-            or (agent and (not p.allow_agent_image_override or registry_ok(p, agent) is False))
-            or (p.require_digest and not pkg.container_sha)
+            not registry_ok(p, pulled_repository(pkg.image or "", group))
+            or (agent and (not p.allow_agent_image_override or not registry_ok(p, agent)))
+            or (p.require_digest and (not sha or not valid_digest(sha)))
+            or (p.tag_must_equal_version and image_tag(pkg.image, group) not in (None, pkg.version))
+            or (p.strict_versions and pkg.version and not strict_semver(pkg.version))
             or (pkg.value_from and not p.allow_secret_env)
         ):
             return False

@@ -2,20 +2,24 @@
 
 Two layers of small named rules:
 
-* structural rules hold for every CR whatever the policy (names, semver, tags, digests, the
-  dependency graph, resources, uninstall, budget shape, tolerations, the hold-taint toleration);
+* structural rules are NodeWright's own: exactly what its validating webhook refuses without
+  looking at the cluster (budget shape, selectors, package names, config interrupts, versions,
+  resources, uninstall, durations, the dependency graph, image references of NodeWright CRs);
   they are applied while the CR is read (:mod:`admission.structural`, one module of
   :mod:`admission.checks` per part of the spec), in one pass;
-* policy rules hold for one PackagePolicy (pool containment, registries, digest pinning,
-  interrupts, budget caps, runtime-required, secret env, agent image override, priority):
+* nodegate's own rules on every CR (:mod:`admission.guards`: no toleration of every taint or of
+  the hold taint beyond the reasons package pods need);
+* policy rules hold for one PackagePolicy (pool containment, registries of what the operator
+  pulls, digest pinning, tags, strict versions, interrupts, budget caps, runtime-required, secret
+  env, agent image override, priority):
   :mod:`admission.pools`, :mod:`admission.budgetcaps`, :mod:`admission.policyrules` on a
   :class:`~admission.compiled.CompiledPolicy` (a PackagePolicy with its allowlist parsed and its
   texts built once, when it loads), and :mod:`admission.verdicts` over all the policies.
 
-UPDATE and DELETE have their own rules (:mod:`admission.changes`). Each violation names its rule,
-the field path, what is wrong and a one-line fix. Who may use which policy (RBAC) is decided
-elsewhere; :func:`policy_verdicts` gives, per candidate policy, what would still be violated, so
-the authorizer can pick the first the requester may use.
+UPDATE has NodeWright's uninstall rules (:mod:`admission.changes`); DELETE is not judged. Each
+violation names its rule, the field path, what is wrong and a one-line fix. Who may use which
+policy (RBAC) is decided elsewhere; :func:`policy_verdicts` gives, per candidate policy, what
+would still be violated, so the authorizer can pick the first the requester may use.
 
 This module is the public surface: it re-exports the names the webhook, the service and the
 tests use. The public functions take a :class:`~admission.crs.CrView` (the webhook reads one
@@ -25,9 +29,10 @@ straight from the review) or the pydantic models.
 from __future__ import annotations
 
 from admission.budgetcaps import budget_cap_text, budget_within
-from admission.changes import delete_violations, new_reboots, spec_changed
+from admission.changes import new_reboots, spec_changed, update_rules
 from admission.compiled import CompiledPolicy, PolicyRule
 from admission.crs import PACKAGE_GROUPS, CrView, PackageCR, Selector, parse_package_cr
+from admission.guards import guard_violations
 from admission.nodes import HOLD_TAINT_KEY
 from admission.policyrules import (
     POLICY_RULES,
@@ -41,6 +46,8 @@ from admission.policyrules import (
     prule_registries,
     prule_runtime_required,
     prule_secret_env,
+    prule_tag,
+    prule_versions,
 )
 from admission.pools import pool_contains, required_labels, required_labels_of
 from admission.structural import read_package_cr, structural_violations
@@ -72,7 +79,7 @@ __all__ = [  # re-exported
     "candidates",
     "compile_policy",
     "compiled_violations",
-    "delete_violations",
+    "guard_violations",
     "new_reboots",
     "no_pool_violation",
     "parse_package_cr",
@@ -87,10 +94,13 @@ __all__ = [  # re-exported
     "prule_registries",
     "prule_runtime_required",
     "prule_secret_env",
+    "prule_tag",
+    "prule_versions",
     "read_package_cr",
     "required_labels",
     "required_labels_of",
     "spec_changed",
     "structural_violations",
+    "update_rules",
     "uses_reboot",
 ]

@@ -7,11 +7,12 @@ null where a model has no None, a snake_case field name that populate_by_name wo
 pydantic validates, with its coercions and its error messages, and the reader reads the validated
 model's dump. Either way the rules see what the models hold; unknown fields stay in ``raw``.
 
-While reading, it applies the structural rules that hold for every CR whatever the policy (names,
-semver, tags, digests, the dependency graph, resources, uninstall, interrupts, budget shape,
-tolerations, selectors; one module of :mod:`admission.checks` per part of the spec), so a CR is
-walked once. Each violation carries the rank of its rule (:mod:`admission.checks.ranks`); a
-stable sort by rank gives the order of checking the rules one after the other.
+While reading, it applies the structural rules: exactly the checks NodeWright's own validating
+webhook makes without looking at the cluster (budget shape, selectors, package names, config
+interrupts, versions, resources, uninstall, durations, the dependency graph, and for
+nodewright.nvidia.com image references; one module of :mod:`admission.checks` per part of the
+spec), so a CR is walked once. Each violation carries the rank of its rule
+(:mod:`admission.checks.ranks`); a stable sort by rank gives NodeWright's order of checking.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from typing import Any
 
 from admission.checks.budget import read_budget
 from admission.checks.dependencies import dependency_rules
+from admission.checks.durations import drain_rules
 from admission.checks.interrupts import INTERRUPT_TYPE_SET
 from admission.checks.package import read_package
 from admission.checks.ranks import Found
 from admission.checks.selector import read_selector
-from admission.checks.tolerations import hold_toleration, read_tolerations
+from admission.checks.tolerations import read_tolerations
 from admission.checks.values import ABSENT, NO_MAP, Names, NotCanonical, aliased, flag, opt_str, str_map
 from admission.crs import (
     PACKAGE_GROUPS,
     CrView,
+    DrainConfig,
     EnvVar,
     Package,
     PackageCR,
@@ -40,7 +43,6 @@ from admission.crs import (
     Selector,
     parse_package_cr,
 )
-from admission.nodes import HOLD_TAINT_KEY
 from admission.violations import Violation
 
 __all__ = [  # re-exported
@@ -63,6 +65,7 @@ _INPUT = Names(
     aliased(Selector),
     aliased(Resources),
     aliased(EnvVar),
+    aliased(DrainConfig),
 )
 _DUMP = Names(*(frozenset[str]() for _ in _INPUT))
 _rank = itemgetter(0)
@@ -91,15 +94,35 @@ def as_view(cr: PackageCR | CrView) -> CrView:
     return cr if isinstance(cr, CrView) else view_of(cr)
 
 
-def structural_violations(cr: PackageCR | CrView, hold_taint_key: str = HOLD_TAINT_KEY) -> list[Violation]:
-    """Every structural violation, rule by rule in a fixed order, each rule in package order."""
+def structural_violations(cr: PackageCR | CrView) -> list[Violation]:
+    """Every structural violation, rule by rule in NodeWright's order, each rule in package order."""
     view = as_view(cr)
-    out = [v for _, v in view.found] if view.found else []
-    if view.runtime_required:
-        hold = hold_toleration(view, hold_taint_key)
-        if hold is not None:
-            out.append(hold)
-    return out
+    return [v for _, v in view.found] if view.found else []
+
+
+def _pods_and_drain(spec: Mapping[str, Any], names: Names, found: Found, nodewright: bool) -> None:
+    """podNonInterruptLabels and drainConfig, which only NodeWright's webhook checks (Skyhook's
+    never did): read for their types either way."""
+    read_selector(
+        spec.get("podNonInterruptLabels"), names.selector, found, "spec.podNonInterruptLabels", nodewright
+    )
+    drain = spec.get("drainConfig")
+    if drain is not None and (type(drain) is not dict or not names.drain.isdisjoint(drain)):
+        raise NotCanonical
+    drain_rules(drain, found, nodewright)
+
+
+def _metadata(meta: Any) -> tuple[str, Mapping[str, str]]:
+    """The name and annotations."""
+    if meta is ABSENT:
+        return "", NO_MAP
+    if type(meta) is not dict:
+        raise NotCanonical
+    name = meta.get("name", "")
+    if type(name) is not str:
+        raise NotCanonical
+    ann = meta.get("annotations", ABSENT)
+    return name, (NO_MAP if ann is ABSENT else str_map(ann))
 
 
 def _read(obj: Any, names: Names) -> CrView:
@@ -109,17 +132,7 @@ def _read(obj: Any, names: Names) -> CrView:
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     if type(api_version) is not str or type(kind) is not str or kind not in _KINDS:
         raise NotCanonical
-    name, annotations = "", NO_MAP
-    meta = obj.get("metadata", ABSENT)
-    if meta is not ABSENT:
-        if type(meta) is not dict:
-            raise NotCanonical
-        name = meta.get("name", "")
-        if type(name) is not str:
-            raise NotCanonical
-        ann = meta.get("annotations", ABSENT)
-        if ann is not ABSENT:
-            annotations = str_map(ann)
+    name, annotations = _metadata(obj.get("metadata", ABSENT))
     raw_spec = obj.get("spec")
     if raw_spec is None:
         if "spec" in obj:
@@ -130,9 +143,11 @@ def _read(obj: Any, names: Names) -> CrView:
     else:
         spec = raw_spec
     found: Found = []
-    labels, expressions = read_selector(spec.get("nodeSelectors"), names.selector, found)
+    nodewright = kind == "NodeWright"
     deployment_policy = opt_str(spec.get("deploymentPolicy"))
     budget = read_budget(spec.get("interruptionBudget"), deployment_policy, found)
+    labels, expressions = read_selector(spec.get("nodeSelectors"), names.selector, found)
+    _pods_and_drain(spec, names, found, nodewright)
     packages_raw = spec.get("packages", ABSENT)
     packages: list[PackageView] = []
     by_key: dict[str, PackageView] = {}
@@ -142,13 +157,12 @@ def _read(obj: Any, names: Names) -> CrView:
         if type(packages_raw) is not dict:
             raise NotCanonical
         for key, raw in packages_raw.items():
-            view = read_package(key, raw, names, kinds, found)
+            view = read_package(key, raw, names, kinds, found, nodewright)
             packages.append(view)
             by_key[key] = view
             depends = depends or bool(view.depends_on)
-    if depends:
-        dependency_rules(packages, by_key, found)
-    tolerations = read_tolerations(spec.get("additionalTolerations", ABSENT), found)
+    cycle = dependency_rules(packages, by_key, found) if depends else ()
+    tolerations = read_tolerations(spec.get("additionalTolerations", ABSENT))
     priority = spec.get("priority", 200)
     if type(priority) is not int:
         raise NotCanonical
@@ -172,4 +186,5 @@ def _read(obj: Any, names: Names) -> CrView:
         priority,
         frozenset(kinds),
         tuple(found) if found else (),
+        cycle,
     )

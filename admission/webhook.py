@@ -1,10 +1,12 @@
-"""`POST /admission/validate`: AdmissionReview v1 in, AdmissionReview v1 out.
+"""`POST /admission/validate` and `POST /admission/mutate`: AdmissionReview v1 in, AdmissionReview
+v1 out.
 
 Always HTTP 200 with the request's uid for a well-formed review. A body that is not one (not JSON,
 not a review, too large, not ``application/json``) raises :class:`WebhookProblem`, which the server
 answers as ``application/problem+json`` (400, 413 or 415); never a 500. The decision itself is
-:mod:`admission.decider`'s; reading reviews and composing responses are :mod:`admission.review`'s
-and :mod:`admission.response`'s. This module also re-exports the names callers import from it.
+:mod:`admission.decider`'s (validating) and :mod:`admission.mutate`'s (package pods' tolerations);
+reading reviews and composing responses are :mod:`admission.review`'s and
+:mod:`admission.response`'s. This module also re-exports the names callers import from it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from admission.decider import (
     StaticPolicies,
     rbac_authorizer,
 )
+from admission.mutate import PodMutator, encode_mutation_response
 from admission.response import MAX_LISTED, Decision, encode_review_response
 from admission.review import (
     AdmissionRequest,
@@ -52,6 +55,7 @@ __all__ = [
     "Decision",
     "GroupVersionKind",
     "LocalRbac",
+    "PodMutator",
     "PolicySource",
     "Request",
     "RequestKind",
@@ -62,6 +66,7 @@ __all__ = [
     "WireUserInfo",
     "encode_review_response",
     "make_handler",
+    "make_mutate_handler",
     "parse_review",
     "rbac_authorizer",
     "read_review",
@@ -83,23 +88,28 @@ class WebhookProblem(Exception):
         self.detail = detail
 
 
+async def _read(request: web.Request) -> Request:
+    """The review's request; WebhookProblem for a body that is not one."""
+    if request.content_type != "application/json":
+        raise WebhookProblem(415, "malformed_request", "send application/json")
+    body = b""
+    too_large = request.content_length is not None and request.content_length > MAX_REVIEW_BYTES
+    if not too_large:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            too_large = True
+    if too_large:
+        raise WebhookProblem(413, "payload_too_large", f"reviews are limited to {MAX_REVIEW_BYTES} bytes")
+    try:
+        return read_review(body)
+    except ReviewError as exc:
+        raise WebhookProblem(400, "malformed_request", str(exc)) from None
+
+
 def make_handler(decider: Decider) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def validate(request: web.Request) -> web.StreamResponse:
-        if request.content_type != "application/json":
-            raise WebhookProblem(415, "malformed_request", "send application/json")
-        body = b""
-        too_large = request.content_length is not None and request.content_length > MAX_REVIEW_BYTES
-        if not too_large:
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                too_large = True
-        if too_large:
-            raise WebhookProblem(413, "payload_too_large", f"reviews are limited to {MAX_REVIEW_BYTES} bytes")
-        try:
-            req = read_review(body)
-        except ReviewError as exc:
-            raise WebhookProblem(400, "malformed_request", str(exc)) from None
+        req = await _read(request)
         decision = await decider.decide(req)
         if log.isEnabledFor(logging.INFO):
             log.info(
@@ -121,3 +131,24 @@ def make_handler(decider: Decider) -> Callable[[web.Request], Awaitable[web.Stre
         )
 
     return validate
+
+
+def make_mutate_handler(mutator: PodMutator) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def mutate(request: web.Request) -> web.StreamResponse:
+        req = await _read(request)
+        mutation = mutator.mutate(req)
+        if mutation.patch and log.isEnabledFor(logging.INFO):
+            log.info(
+                "admission mutated %s/%s %s/%s by %s: hold-taint tolerations",
+                req.kind.group or "core",
+                req.kind.kind,
+                req.namespace,
+                req.name or "(generated name)",
+                req.user_info.username,
+                extra={"uid": req.uid, "dry_run": req.dry_run},
+            )
+        return web.Response(
+            body=encode_mutation_response(mutation, req.uid), content_type="application/json", charset="utf-8"
+        )
+
+    return mutate

@@ -152,6 +152,26 @@ class AdmissionSettings(_Model):
     owner: str = "system:serviceaccount:nodegate:nodegate"
 
 
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SERVICE_ACCOUNT = re.compile(rf"system:serviceaccount:{_DNS_LABEL}:[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+class NodeWrightSettings(_Model):
+    # The NodeWright operator's service accounts: Pods they create (its package and interrupt pods)
+    # get the hold-taint tolerations from POST /admission/mutate (docs/admission.md).
+    operator_service_accounts: tuple[str, ...] = (
+        "system:serviceaccount:skyhook:skyhook-operator-controller-manager",
+    )
+
+    @field_validator("operator_service_accounts")
+    @classmethod
+    def _accounts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for account in v:
+            if not _SERVICE_ACCOUNT.fullmatch(account):
+                raise ValueError(f"{account!r} is not system:serviceaccount:<namespace>:<name>")
+        return v
+
+
 class Limits(_Model):
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=64 * 1024)  # the protocol's cap
     join_rate: float = Field(default=50.0, gt=0)  # requests per second per client address
@@ -190,6 +210,7 @@ class Settings(_Model):
     kubernetes: KubernetesSettings = KubernetesSettings()
     gate: GateSettings = GateSettings()
     admission: AdmissionSettings = AdmissionSettings()
+    nodewright: NodeWrightSettings = NodeWrightSettings()
     limits: Limits = Limits()
     admin: AdminSettings = AdminSettings()
 

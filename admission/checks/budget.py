@@ -1,5 +1,6 @@
-"""spec.interruptionBudget: exactly one of percent or count, in range, and not together with a
-deploymentPolicy (rule "budget"). Whether it fits a pool's cap is a policy rule."""
+"""spec.interruptionBudget: not both percent and count, and neither together with a
+deploymentPolicy (rule "budget"). An empty budget is valid (NodeWright's own re-encoding writes
+``interruptionBudget: {}``). Whether a budget fits a pool's cap is a policy rule."""
 
 from __future__ import annotations
 
@@ -13,24 +14,25 @@ from admission.violations import Violation
 def read_budget(
     value: Any, deployment_policy: str | None, found: Found
 ) -> tuple[int | None, int | None] | None:
-    """(percent, count), or None without a budget."""
+    """(percent, count), or None when neither is set."""
     if value is None:
         return None
     if type(value) is not dict:
         raise NotCanonical
     percent, count = opt_int(value.get("percent")), opt_int(value.get("count"))
-    if (percent is None) == (count is None):
+    if percent is not None and count is not None:
         found.append(
             (
                 BUDGET,
                 Violation(
                     "budget",
                     "spec.interruptionBudget",
-                    "set exactly one of percent or count",
+                    "percent and count cannot be set at the same time",
                     "keep one of them",
                 ),
             )
         )
+    # The CRD's bounds, so that a budget the cap rules compare is always a meaningful one.
     if percent is not None and not 0 <= percent <= 100:
         found.append(
             (
@@ -47,16 +49,16 @@ def read_budget(
                 Violation("budget", "spec.interruptionBudget.count", "count is negative", "use 0 or more"),
             )
         )
-    if deployment_policy:
+    if deployment_policy and (percent is not None or count is not None):
         found.append(
             (
                 BUDGET,
                 Violation(
                     "budget",
                     "spec.deploymentPolicy",
-                    "interruptionBudget and deploymentPolicy exclude each other",
+                    "deploymentPolicy and interruptionBudget are mutually exclusive",
                     "keep one of them",
                 ),
             )
         )
-    return percent, count
+    return None if percent is None and count is None else (percent, count)

@@ -1,5 +1,6 @@
-"""dependsOn: each names a package of this CR at its version, and there are no cycles (rule
-"depends-on")."""
+"""dependsOn: each names a package of this CR at exactly its version, with a version (rule
+"depends-on"). NodeWright does not look for cycles; a cycle (its packages never start) is found
+here for a warning, not refused."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from admission.crs import PackageView
 from admission.violations import Violation
 
 
-def dependency_rules(packages: list[PackageView], by_key: dict[str, PackageView], found: Found) -> None:
+def dependency_rules(
+    packages: list[PackageView], by_key: dict[str, PackageView], found: Found
+) -> tuple[str, ...]:
+    """Records the dangling edges; returns a cycle, if there is one (for a warning)."""
     chained = False
     for pkg in packages:
         for dep, version in pkg.depends_on.items():
@@ -20,7 +24,9 @@ def dependency_rules(packages: list[PackageView], by_key: dict[str, PackageView]
                         Violation(
                             "depends-on",
                             f"{pkg.path}.dependsOn.{dep}",
-                            f"no package {dep}|{version} in this CR",
+                            f"dependsOn version is empty for {dep}"
+                            if not version
+                            else f"no package {dep}|{version} in this CR",
                             "depend on a package of this CR at its current version",
                         ),
                     )
@@ -28,19 +34,7 @@ def dependency_rules(packages: list[PackageView], by_key: dict[str, PackageView]
             # A cycle needs a package depending on one that depends on another; without such a
             # chain (the usual case) there is nothing to search.
             chained = chained or (target is not None and bool(target.depends_on))
-    cycle = find_cycle({p.key: list(p.depends_on) for p in packages}) if chained else []
-    if cycle:
-        found.append(
-            (
-                DEPENDS_ON,
-                Violation(
-                    "depends-on",
-                    "spec.packages",
-                    "dependency cycle " + " -> ".join(cycle),
-                    "remove one dependsOn edge of the cycle",
-                ),
-            )
-        )
+    return tuple(find_cycle({p.key: list(p.depends_on) for p in packages})) if chained else ()
 
 
 def find_cycle(graph: dict[str, list[str]]) -> list[str]:

@@ -1,5 +1,7 @@
-"""A package's name and version: its key a DNS-style name, any name field equal to the key (rule
-"package-name"); its version strict semver (rule "semver")."""
+"""A package's name and version: its key a DNS-style name and any name field equal to the key
+(rule "package-name"); its version one NodeWright reads (rule "semver": ``1.2``, ``v1.0.0`` and
+``2024.7.6`` pass, as upstream; a PackagePolicy may ask for strict semver, see
+:mod:`admission.policyrules`)."""
 
 from __future__ import annotations
 
@@ -7,32 +9,16 @@ import re
 from functools import lru_cache
 
 from admission.checks.ranks import PACKAGE_NAME, SEMVER, Found
+from admission.versions import upstream_valid
 from admission.violations import Violation
 
 _NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
-# semver.org's regular expression: no "v" prefix, no shorthand versions.
-_SEMVER_RE = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
-    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
-)
 
 
 def identity_rules(path: str, key: str, name: str | None, version: str | None, found: Found) -> None:
     """The package at ``path`` (spec.packages.<key>): its key, name and version."""
-    if not valid_name(key):
-        found.append(
-            (
-                PACKAGE_NAME,
-                Violation(
-                    "package-name",
-                    path,
-                    f"package name {key!r} is not a DNS-style name of 2-43 characters",
-                    "use lower-case letters, digits and '-', starting with a letter",
-                ),
-            )
-        )
-    if name is not None and name != key:
+    # The operator fills an empty name from the key before it checks that they agree.
+    if name and name != key:
         found.append(
             (
                 PACKAGE_NAME,
@@ -44,37 +30,32 @@ def identity_rules(path: str, key: str, name: str | None, version: str | None, f
                 ),
             )
         )
-    if not version:
+    if not valid_name(key):
         found.append(
             (
-                SEMVER,
+                PACKAGE_NAME,
                 Violation(
-                    "semver", f"{path}.version", "version is missing", "set a semver version such as 1.2.3"
+                    "package-name",
+                    path,
+                    f"package name {key!r} is not a DNS-style name of 2-43 characters",
+                    "use lower-case letters, digits and '-', starting and ending with a letter",
                 ),
             )
         )
-    elif version == "latest" or not valid_semver(version):
+    if not version or not upstream_valid(version):
         found.append(
             (
                 SEMVER,
                 Violation(
                     "semver",
                     f"{path}.version",
-                    f"version {version!r} is not strict semver",
-                    "use MAJOR.MINOR.PATCH, e.g. 1.2.3 (no 'v', no 'latest')",
+                    "version is missing" if not version else f"version {version!r} is not a semantic version",
+                    "use a version such as 1.2.3",
                 ),
             )
         )
 
 
-# Memoised: CRs repeat the same few names and versions.
-
-
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)  # CRs repeat the same few names
 def valid_name(key: str) -> bool:
     return _NAME_RE.match(key) is not None
-
-
-@lru_cache(maxsize=4096)
-def valid_semver(version: str) -> bool:
-    return _SEMVER_RE.match(version) is not None

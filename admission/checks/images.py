@@ -1,72 +1,77 @@
-"""A package's images: image present and a reference, no 'latest', its tag (if any) the version,
-no inline digest; containerSHA a sha256 digest; agentImageOverride a reference without 'latest'
-(rules "image", "no-latest", "tag-version", "digest-field", "digest-format")."""
+"""A package's image fields, as NodeWright checks them.
+
+``skyhook.nvidia.com``: nothing. The operator cuts ``image`` at its first ``:`` while decoding
+(a tag is dropped, and so is everything after a registry port) and pulls ``image:version``, or
+``image@containerSHA``; a tag is never refused. What it will pull is judged by the PackagePolicy
+(:mod:`admission.policyrules`), and a tag that is dropped gets a warning.
+
+``nodewright.nvidia.com``: ``image`` is a repository without a tag or a digest (a registry port is
+fine), no whitespace; ``containerSHA`` is ``sha256:<64 hex>`` (rules "image", "digest-format").
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
 from admission.checks.ranks import IMAGE, Found
-from admission.images import DIGEST_RE, ImageError, parse_image
+from admission.images import DIGEST_RE
 from admission.violations import Violation
 
 
-def image_rules(
-    path: str,
-    image: str | None,
-    version: str | None,
-    sha: str | None,
-    agent: str | None,
-    found: Found,
-) -> None:
-    """The image fields of the package at ``path``."""
-    if not image:
-        found.append(
-            (IMAGE, Violation("image", f"{path}.image", "image is missing", "set image (without a tag)"))
-        )
-        return
-    try:
-        ref = parse_image(image)
-    except ImageError as exc:
-        found.append((IMAGE, _bad_image(path, "image", exc)))
-        return
-    if ref.tag == "latest":
+def split_reference(image: str) -> tuple[str, str | None, str | None]:
+    """(repository, tag, digest) as NodeWright splits them: the digest after the last ``@``, the
+    tag after a ``:`` that follows the last ``/`` (an earlier one is a registry port)."""
+    digest = None
+    at = image.rfind("@")
+    if at >= 0:
+        image, digest = image[:at], image[at + 1 :]
+    colon = image.rfind(":")
+    if colon > image.rfind("/"):
+        return image[:colon], image[colon + 1 :], digest
+    return image, None, digest
+
+
+def image_rules(path: str, image: str | None, sha: str | None, found: Found) -> None:
+    """The image fields of the package at ``path`` of a NodeWright (nodewright.nvidia.com) CR."""
+    if not image or any(c.isspace() for c in image):
         found.append(
             (
                 IMAGE,
                 Violation(
-                    "no-latest",
+                    "image",
                     f"{path}.image",
-                    "the 'latest' tag is mutable",
-                    "drop the tag; version sets it",
+                    "image is missing" if not image else "image contains whitespace",
+                    "set image to a repository such as registry.example.com/team/pkg",
                 ),
             )
         )
-    elif ref.tag is not None and ref.tag != version:
-        found.append(
-            (
-                IMAGE,
-                Violation(
-                    "tag-version",
-                    f"{path}.image",
-                    f"image tag {ref.tag!r} differs from version {version!r}",
-                    "drop the tag from image; version is the tag",
-                ),
+    else:
+        _repository, tag, digest = split_reference(image)
+        if digest is not None:
+            found.append(
+                (
+                    IMAGE,
+                    Violation(
+                        "image",
+                        f"{path}.image",
+                        "image contains an inline digest",
+                        "put the digest in containerSHA",
+                    ),
+                )
             )
-        )
-    if ref.digest is not None:
-        found.append(
-            (
-                IMAGE,
-                Violation(
-                    "digest-field",
-                    f"{path}.image",
-                    "an inline @digest is not used by the operator",
-                    "put the digest in containerSHA",
-                ),
+        elif tag is not None:
+            found.append(
+                (
+                    IMAGE,
+                    Violation(
+                        "image",
+                        f"{path}.image",
+                        f"image contains an inline tag {tag!r}",
+                        "drop the tag; version supplies it",
+                    ),
+                )
             )
-        )
-    if sha is not None and not valid_digest(sha):
+    if sha and not valid_digest(sha):
         found.append(
             (
                 IMAGE,
@@ -78,30 +83,6 @@ def image_rules(
                 ),
             )
         )
-    if agent:
-        try:
-            agent_ref = parse_image(agent)
-        except ImageError as exc:
-            found.append((IMAGE, _bad_image(path, "agentImageOverride", exc)))
-            return
-        if agent_ref.tag == "latest":
-            found.append(
-                (
-                    IMAGE,
-                    Violation(
-                        "no-latest",
-                        f"{path}.agentImageOverride",
-                        "the 'latest' tag is mutable",
-                        "pin the agent by version or digest",
-                    ),
-                )
-            )
-
-
-def _bad_image(path: str, field: str, exc: ImageError) -> Violation:
-    return Violation(
-        "image", f"{path}.{field}", str(exc), "give a reference like registry.example.com/team/pkg"
-    )
 
 
 @lru_cache(maxsize=4096)  # CRs repeat the same few digests

@@ -1,15 +1,15 @@
-"""A package's interrupts: known types (rule "interrupt-type"), and each configInterrupts glob
-matching a configMap key (rule "config-interrupt")."""
+"""A package's interrupts: known types (rule "interrupt-type", the CRD's enum), and each
+configInterrupts key naming a configMap key, exactly or as a ``*`` pattern (rule
+"config-interrupt", :mod:`admission.globs`)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 from admission.checks.ranks import INTERRUPTS, Found
 from admission.checks.values import ABSENT, NotCanonical, str_list
+from admission.globs import matches_some
 from admission.policy import INTERRUPT_TYPES
 from admission.violations import Violation
 
@@ -64,8 +64,7 @@ def interrupt_rules(
         if kind not in INTERRUPT_TYPE_SET:
             found.append((INTERRUPTS, _unknown_interrupt(f"{path}.configInterrupts.{glob}", kind)))
     for glob, _kind in config_interrupts:
-        # A glob equal to a key matches it; only the others need the pattern.
-        if glob in config_map or any(_glob(glob).match(k) for k in config_map):
+        if matches_some(glob, config_map):
             continue
         found.append(
             (
@@ -74,7 +73,7 @@ def interrupt_rules(
                     "config-interrupt",
                     f"{path}.configInterrupts.{glob}",
                     "matches no configMap key",
-                    "name an existing configMap key (or a * glob matching one)",
+                    "name an existing configMap key (or a * pattern matching one)",
                 ),
             )
         )
@@ -88,8 +87,3 @@ def _unknown_interrupt(where: str, kind: str) -> Violation:
         f"unknown interrupt type {kind!r}",
         f"use one of {', '.join(INTERRUPT_TYPES)}",
     )
-
-
-@lru_cache(maxsize=1024)  # CRs repeat the same few globs
-def _glob(glob: str) -> re.Pattern[str]:
-    return re.compile("^" + ".*".join(map(re.escape, glob.split("*"))) + "$")

@@ -1,11 +1,12 @@
-"""One package of spec.packages: read, then its rules, each in the order the rule-by-rule check
-gives (identity, images, resources, uninstall, interrupts; dependsOn needs every package and is
-checked by the CR's reader afterwards)."""
+"""One package of spec.packages: read, then its rules (identity, interrupts, images, resources,
+uninstall, durations; dependsOn needs every package and is checked by the CR's reader
+afterwards)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from admission.checks.durations import duration_rule
 from admission.checks.identity import identity_rules
 from admission.checks.images import image_rules
 from admission.checks.interrupts import interrupt_rules, read_config_interrupts, read_interrupt_type
@@ -16,14 +17,18 @@ from admission.checks.values import ABSENT, NO_MAP, Names, NotCanonical, opt_str
 from admission.crs import PackageView
 
 
-def read_package(key: Any, raw: Any, names: Names, kinds: set[str], found: Found) -> PackageView:
-    """The package under ``key``; adds the types of its interrupts to ``kinds``."""
+def read_package(
+    key: Any, raw: Any, names: Names, kinds: set[str], found: Found, nodewright: bool
+) -> PackageView:
+    """The package under ``key``; adds the types of its interrupts to ``kinds``. ``nodewright``:
+    the CR is of nodewright.nvidia.com, whose webhook checks images and stage timeouts."""
     if type(key) is not str or type(raw) is not dict or not names.package.isdisjoint(raw):
         raise NotCanonical
     get = raw.get
     name, version, image = get("name"), get("version"), get("image")
     sha, agent = get("containerSHA"), get("agentImageOverride")
-    for value in (name, version, image, sha, agent):
+    graceful, stage = get("gracefulShutdown"), get("stageTimeout")
+    for value in (name, version, image, sha, agent, graceful, stage):
         if value is not None and type(value) is not str:
             raise NotCanonical
     intr = get("interrupt")
@@ -39,16 +44,19 @@ def read_package(key: Any, raw: Any, names: Names, kinds: set[str], found: Found
 
     path = f"spec.packages.{key}"
     identity_rules(path, key, name, version, found)
-    image_rules(path, image, version, sha, agent, found)
-    if resources is not None:
-        resource_rules(path, resources, found)
-    if uninstall is not None:
-        uninstall_rules(path, uninstall, found)
     reboot = (
         interrupt_rules(path, interrupt, config_interrupts, config_map, kinds, found)
         if interrupt is not None or config_interrupts
         else False
     )
+    if nodewright:
+        image_rules(path, image, sha, found)
+    duration_rule(f"{path}.stageTimeout", stage, found, non_negative=True, check=nodewright)
+    if resources is not None:
+        resource_rules(path, resources, found)
+    if uninstall is not None:
+        uninstall_rules(path, uninstall, found)
+    duration_rule(f"{path}.gracefulShutdown", graceful, found, non_negative=False)
     return PackageView(
         key,
         path,

@@ -1,15 +1,14 @@
-"""The structural rules in the order a decision lists them.
+"""The structural rules in the order a decision lists them: NodeWright's own order of checking.
 
 Each violation found while reading carries the rank of its rule; a stable sort by rank gives the
-order of checking the rules one after the other, each rule in package order. The hold-taint
-toleration comes last and is applied after reading (its key is the webhook's setting).
+order of checking the rules one after the other, each rule in package order.
 """
 
 from __future__ import annotations
 
 from admission.violations import Violation
 
-SELECTOR, PACKAGE_NAME, SEMVER, IMAGE, DEPENDS_ON, RESOURCES, UNINSTALL, INTERRUPTS, BUDGET, TOLERATIONS = (
+BUDGET, DURATIONS, SELECTOR, PACKAGE_NAME, INTERRUPTS, IMAGE, SEMVER, RESOURCES, UNINSTALL, DEPENDS_ON = (
     range(10)
 )
 

@@ -1,5 +1,6 @@
-"""A package's resources: all four of cpu/memory request/limit or none, quantities, positive,
-limits not below requests (rule "resources")."""
+"""A package's resources, as NodeWright checks them (rule "resources"): quantities; a zero counts
+as unset; if any is set, all four of cpu/memory request/limit are, limits are not below their
+requests, and all are positive."""
 
 from __future__ import annotations
 
@@ -48,25 +49,29 @@ def _problems(values: Quantities) -> tuple[tuple[str, str, str], ...]:
 
 def _check(values: Quantities) -> tuple[tuple[str, str, str], ...]:
     """(path below the package, message, fix) for each problem."""
-    given = [(k, v) for k, v in zip(_FIELDS, values, strict=True) if v is not None]
-    if not given:
-        return ()
-    if len(given) != 4:
-        named = {k for k, _v in given}
-        missing = ", ".join(k for k in _FIELDS if k not in named)
-        return (("resources", "set all four of cpu/memory request/limit or none", f"add {missing}"),)
     out = []
     parsed: dict[str, Decimal] = {}
-    for k, v in given:
+    for k, v in zip(_FIELDS, values, strict=True):
+        if v is None:
+            parsed[k] = Decimal(0)
+            continue
         try:
             parsed[k] = parse_quantity(v)
-        except ValueError as exc:
+        except ValueError as exc:  # the operator cannot even decode the CR
             out.append((f"resources.{k}", str(exc), "use a quantity such as 500m or 1Gi"))
-    if len(parsed) != 4:
+    if out:
         return tuple(out)
-    for k, q in parsed.items():
-        if q <= 0:
-            out.append((f"resources.{k}", "must be positive", "use a value above zero"))
+    unset = [k for k in _FIELDS if parsed[k] == 0]
+    if len(unset) == len(_FIELDS):
+        return ()
+    if unset:
+        return (
+            (
+                "resources",
+                "if any resource override is set (not zero), all four must be",
+                f"set {', '.join(unset)} too, or none",
+            ),
+        )
     for kind in ("cpu", "memory"):
         if parsed[f"{kind}Limit"] < parsed[f"{kind}Request"]:
             out.append(
@@ -76,4 +81,7 @@ def _check(values: Quantities) -> tuple[tuple[str, str, str], ...]:
                     "raise the limit or lower the request",
                 )
             )
+    for k, q in parsed.items():
+        if q < 0:
+            out.append((f"resources.{k}", "must be positive", "use a value above zero"))
     return tuple(out)

@@ -1,7 +1,8 @@
-"""spec.nodeSelectors: a Kubernetes LabelSelector (rule "selector").
+"""spec.nodeSelectors (and, for NodeWright, spec.podNonInterruptLabels): a Kubernetes
+LabelSelector that converts as the API machinery converts it (rule "selector").
 
-The operator parses nodeSelectors as a LabelSelector and refuses what does not parse; a selector
-read differently from the operator would make pool containment meaningless.
+The operator refuses a selector that does not convert; a selector read differently from the
+operator would also make pool containment meaningless.
 """
 
 from __future__ import annotations
@@ -11,17 +12,16 @@ from typing import Any
 
 from admission.checks.ranks import SELECTOR, Found
 from admission.checks.values import ABSENT, NO_MAP, NotCanonical, str_list, str_map
+from admission.labels import selector_problems
 from admission.violations import Violation
 
-# The operators of a LabelSelector requirement, and whether each needs values.
-OPERATORS = {"In": True, "NotIn": True, "Exists": False, "DoesNotExist": False}
+Expressions = tuple[tuple[str, str, tuple[str, ...]], ...]  # (key, operator, values)
 
 
 def read_selector(
-    value: Any, names: frozenset[str], found: Found
-) -> tuple[Mapping[str, str], tuple[tuple[str, str, tuple[str, ...]], ...]]:
-    """matchLabels and matchExpressions as (key, operator, values); an unknown operator, or values
-    that do not fit the operator, is a violation."""
+    value: Any, names: frozenset[str], found: Found, path: str = "spec.nodeSelectors", check: bool = True
+) -> tuple[Mapping[str, str], Expressions]:
+    """matchLabels and matchExpressions; with ``check``, what does not convert is a violation."""
     if value is None:
         return NO_MAP, ()
     if type(value) is not dict or not names.isdisjoint(value):
@@ -32,37 +32,30 @@ def read_selector(
     if exprs is not ABSENT:
         if type(exprs) is not list:
             raise NotCanonical
-        for i, req in enumerate(exprs):
+        for req in exprs:
             if type(req) is not dict:
                 raise NotCanonical
             key, operator, values = req.get("key"), req.get("operator"), req.get("values", ABSENT)
             if type(key) is not str or type(operator) is not str:
                 raise NotCanonical
-            given = () if values is ABSENT else str_list(values)
-            requirements.append((key, operator, given))
-            needs_values = OPERATORS.get(operator)
-            if needs_values is None:
-                found.append(
-                    (
-                        SELECTOR,
-                        Violation(
-                            "selector",
-                            f"spec.nodeSelectors.matchExpressions[{i}].operator",
-                            f"unknown operator {operator!r}",
-                            "use In, NotIn, Exists or DoesNotExist",
-                        ),
-                    )
-                )
-            elif needs_values != bool(given):
-                found.append(
-                    (
-                        SELECTOR,
-                        Violation(
-                            "selector",
-                            f"spec.nodeSelectors.matchExpressions[{i}].values",
-                            f"{operator} {'needs' if needs_values else 'takes no'} values",
-                            "fix the values",
-                        ),
-                    )
-                )
-    return (NO_MAP if labels is ABSENT else str_map(labels)), tuple(requirements)
+            requirements.append((key, operator, () if values is ABSENT else str_list(values)))
+    match_labels = NO_MAP if labels is ABSENT else str_map(labels)
+    expressions = tuple(requirements)
+    if check and (match_labels or expressions):
+        selector_rules(path, match_labels, expressions, found)
+    return match_labels, expressions
+
+
+def selector_rules(path: str, labels: Mapping[str, str], expressions: Expressions, found: Found) -> None:
+    for where, problem in selector_problems(labels, expressions):
+        found.append(
+            (
+                SELECTOR,
+                Violation(
+                    "selector",
+                    f"{path}.{where}",
+                    problem,
+                    "use a label selector Kubernetes accepts (NodeWright refuses this one)",
+                ),
+            )
+        )

@@ -1,5 +1,5 @@
-"""A package's uninstall: apply needs enabled (rule "uninstall"). Refusing to delete a CR that
-would strand pending uninstalls is :func:`admission.changes.delete_violations`."""
+"""A package's uninstall: apply needs enabled (rule "uninstall"). NodeWright's rules on removing
+or downgrading a package before its uninstall finished are :func:`admission.changes.update_rules`."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ class Names(NamedTuple):
     selector: frozenset[str]
     resources: frozenset[str]
     env: frozenset[str]
+    drain: frozenset[str]
 
 
 def opt_str(value: Any) -> str | None:

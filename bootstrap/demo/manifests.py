@@ -54,9 +54,9 @@ def package_cr(**changes: Any) -> dict[str, Any]:
     }
     packages["gpu-driver"].update(changes.pop("package", {}))
     spec: dict[str, Any] = {
+        # No toleration of the hold taint: nodegate's mutating webhook gives NodeWright's package
+        # pods the ones they need on held nodes (docs/admission.md).
         "nodeSelectors": {"matchLabels": dict(POOL)},
-        # The packages run on held nodes, so NodeWright's pods must tolerate the hold.
-        "additionalTolerations": [{"key": TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
         "interruptionBudget": {"percent": 33},
         "packages": packages,
         **changes,

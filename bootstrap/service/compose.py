@@ -12,7 +12,8 @@ from typing import Any
 from aiohttp import web
 
 from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.webhook import MAX_REVIEW_BYTES, make_handler
+from admission.mutate import PodMutator
+from admission.webhook import MAX_REVIEW_BYTES, make_handler, make_mutate_handler
 from attest import ca
 from bootstrap.config import Settings
 from bootstrap.gate import Gate
@@ -145,6 +146,9 @@ def make_app(service: Service) -> web.Application:
     r.add_get("/readyz", publicroutes.readyz, name="readyz")
     r.add_get("/metrics", adminroutes.metrics, name="metrics")
     r.add_post("/admission/validate", make_handler(service.decider), name="admission")
+    settings = service.settings
+    mutator = PodMutator.of(settings.nodewright.operator_service_accounts, settings.gate.taint_key)
+    r.add_post("/admission/mutate", make_mutate_handler(mutator), name="admission_mutate")
     app.on_startup.append(background.start)
     app.on_cleanup.append(background.stop)
     return app

@@ -59,6 +59,7 @@ def audit_objects(policies: list[PackagePolicy], objects: Sequence[Any]) -> list
             out.append({"kind": obj["kind"], "name": name, "violations": [str(v) for v in parsed]})
             continue
         found = [str(v) for v in rules.structural_violations(parsed)]
+        found += [str(v) for v in rules.guard_violations(parsed, rules.HOLD_TAINT_KEY)]
         if not found:
             verdicts = rules.policy_verdicts(parsed, policies)
             if not verdicts:

@@ -78,24 +78,79 @@ def test_update_changes() -> None:
     assert rules.spec_changed(old, cr(paused))
 
 
-def _with_status(doc: dict[str, Any], annotation: str | None) -> dict[str, Any]:
-    doc = copy.deepcopy(doc)
-    if annotation:
-        doc["metadata"]["annotations"] = {annotation: "true"}
-    doc["status"] = {"nodeState": {"gpu-1": {"mypkg|2.1.4": {"stage": "apply", "state": "complete"}}}}
-    return doc
+def _status(*entries: str) -> dict[str, Any]:
+    return {
+        "nodeState": {"gpu-1": {e: {"stage": "apply", "state": "complete"} for e in entries}, "gpu-2": {}}
+    }
 
 
-def test_delete_with_pending_uninstall_follows_upstream() -> None:
-    assert rules.delete_violations(_with_status(UNINSTALL, None)) == []  # the operator will uninstall
-    for gate in ("skyhook.nvidia.com/pause", "nodewright.nvidia.com/disable"):
-        found = rules.delete_violations(_with_status(UNINSTALL, gate))
-        assert [v.rule for v in found] == ["delete-pending-uninstall"]
-        assert "mypkg" in found[0].message
-    done = _with_status(UNINSTALL, "skyhook.nvidia.com/pause")
-    done["status"]["nodeState"] = {}
-    assert rules.delete_violations(done) == []
-    assert rules.delete_violations({"kind": "nonsense"}) == []
+def _uninstall_rules(
+    old_pkg: dict[str, Any] | None, new_pkg: dict[str, Any] | None, status: Any
+) -> tuple[list[str], list[str]]:
+    old_doc, new_doc = copy.deepcopy(UNINSTALL), copy.deepcopy(UNINSTALL)
+    for doc, pkg in ((old_doc, old_pkg), (new_doc, new_pkg)):
+        if pkg is None:
+            del doc["spec"]["packages"]["mypkg"]
+        else:
+            doc["spec"]["packages"]["mypkg"].update(pkg)
+    if status is not None:
+        old_doc["status"] = status
+    old, new = rules.read_package_cr(old_doc), rules.read_package_cr(new_doc)
+    assert isinstance(old, rules.CrView)
+    assert isinstance(new, rules.CrView)
+    found, warnings = rules.update_rules(old_doc, old, new)
+    return [v.path for v in found], warnings
+
+
+ENABLED, APPLYING = (
+    {"uninstall": {"enabled": True, "apply": False}},
+    {"uninstall": {"enabled": True, "apply": True}},
+)
+OFF = {"uninstall": {"enabled": False, "apply": False}}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "status", "refused"),
+    [
+        # removing an uninstall-enabled package before it is gone from every node
+        (ENABLED, None, _status("mypkg|2.1.4"), ["spec.packages.mypkg"]),
+        (APPLYING, None, _status("mypkg|2.1.4"), ["spec.packages.mypkg"]),
+        (APPLYING, None, _status(), []),  # uninstalled everywhere
+        (ENABLED, None, None, []),  # no node state at all: nothing to uninstall
+        (ENABLED, None, {"nodeState": {}}, []),
+        (ENABLED, None, {"nodeState": "garbage"}, ["spec.packages.mypkg"]),  # unreadable: not uninstalled
+        (OFF, None, _status("mypkg|2.1.4"), []),  # without uninstall support, removal is upstream's old way
+        (ENABLED, None, _status("mypkg|1.0.0"), []),  # another version is what the node has
+        # downgrades of an uninstall-enabled package
+        (
+            ENABLED,
+            {**ENABLED, "version": "2.1.3"},
+            None,
+            ["spec.packages.mypkg.version"],
+        ),  # apply not set first
+        (APPLYING, {**APPLYING, "version": "2.1.3"}, _status("mypkg|2.1.4"), ["spec.packages.mypkg.version"]),
+        (APPLYING, {**ENABLED, "version": "v2.1"}, _status(), []),  # uninstalled: allowed (a warning)
+        (ENABLED, {**ENABLED, "version": "2.2"}, _status("mypkg|2.1.4"), []),  # an upgrade
+        (ENABLED, {**ENABLED, "version": "not-semver"}, _status("mypkg|2.1.4"), []),  # not comparable
+        (OFF, {**OFF, "version": "1.0.0"}, _status("mypkg|2.1.4"), []),
+        (
+            ENABLED,
+            {**ENABLED, "version": "2.1.4-rc.1"},
+            None,
+            ["spec.packages.mypkg.version"],
+        ),  # a pre-release is older
+    ],
+)
+def test_uninstall_rules_on_update(old: Any, new: Any, status: Any, refused: list[str]) -> None:
+    """NodeWright's rules, from the old object's spec and its status.nodeState."""
+    assert _uninstall_rules(old, new, status)[0] == refused
+
+
+def test_cancelling_an_uninstall_is_a_warning() -> None:
+    found, warnings = _uninstall_rules(APPLYING, ENABLED, _status("mypkg|2.1.4"))
+    assert found == []
+    assert warnings == ["package mypkg: uninstall cancelled; nodes where it completed will install it again"]
+    assert _uninstall_rules(ENABLED, APPLYING, None) == ([], [])
 
 
 # -- DeploymentPolicy ----------------------------------------------------------------------------
@@ -136,7 +191,7 @@ def test_upstream_deployment_policy_is_valid(group: str) -> None:
         ),
         (
             lambda s: s["compartments"][0].update(name="test"),
-            ("compartment-name", "spec.compartments[0].name"),
+            ("compartment-name", "spec.compartments[1].name"),  # the second use of a name
         ),
         (
             lambda s: s["compartments"][1].update(name="__default__"),
@@ -146,13 +201,44 @@ def test_upstream_deployment_policy_is_valid(group: str) -> None:
             lambda s: s["compartments"][1]["budget"].update(percent=0),
             ("budget", "spec.compartments[1].budget.percent"),
         ),
-        (lambda s: s.pop("default"), ("default", "spec.default")),
+        (lambda s: s.pop("default"), ("budget", "spec.default.budget")),
+        (lambda s: s["default"].update(strategy={}), ("strategy", "spec.default.strategy")),
+        (
+            lambda s: s["compartments"][1].update(selector={"matchLabels": {"priority": "critical"}}),
+            ("compartment-selector", "spec.compartments[1].selector"),
+        ),
+        (
+            lambda s: s["compartments"][1].update(selector={"matchLabels": {"-env": "test"}}),
+            ("selector", "spec.compartments[1].selector.matchLabels.-env"),
+        ),
+        (
+            lambda s: s["compartments"][0].update(selector={}) or s["compartments"][1].pop("selector"),
+            ("compartment-selector", "spec.compartments[1].selector"),  # absent and {} are the same
+        ),
     ],
 )
 def test_deployment_policy_shape_rules(change: Any, expected: tuple[str, str]) -> None:
     doc = copy.deepcopy(DP)
     change(doc["spec"])
     assert expected in dp_rules(doc)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s["compartments"][0].pop("strategy"),  # a compartment's strategy is optional
+        lambda s: s["default"].pop("strategy"),  # NodeWright's webhook too (its CRD requires it)
+        # overlapping but different selectors, and the same requirements in another order
+        lambda s: s["compartments"][1].update(
+            selector={"matchLabels": {"priority": "critical", "env": "test"}}
+        ),
+        lambda s: s["compartments"][1].update(selector={"matchLabels": {}}),  # {} matchLabels is not absent
+    ],
+)
+def test_deployment_policy_shapes_upstream_allows(change: Any) -> None:
+    doc = copy.deepcopy(DP)
+    change(doc["spec"])
+    assert dp_rules(doc) == []
 
 
 def test_deployment_policy_budgets_within_every_pool_cap() -> None:

@@ -9,6 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from admission import rbac
 from admission.rbac import RbacError, RbacEvaluator, ResourceAttributes, UserInfo
 
 API = "rbac.authorization.k8s.io/v1"
@@ -957,8 +958,6 @@ def test_matches_reference_authorizer(
 def test_answers_are_memoised_boundedly_and_by_everything_that_decides_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from admission import rbac
-
     monkeypatch.setattr(rbac, "MAX_MEMO", 4)
     ev = RbacEvaluator.from_objects(
         [cluster_role("reader", READ_PODS), crb("devs-read", "reader", [group("devs")])]

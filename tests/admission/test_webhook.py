@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import ssl
@@ -12,7 +13,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -364,8 +367,6 @@ def test_arbitrary_reviews_never_fail_the_server(request: dict[str, Any]) -> Non
         parsed = webhook.parse_review(body)
     except webhook.ReviewError:
         return
-    import asyncio
-
     decision = asyncio.run(decider().decide(parsed.request))
     assert isinstance(decision.allowed, bool)
 
@@ -374,8 +375,6 @@ def test_arbitrary_reviews_never_fail_the_server(request: dict[str, Any]) -> Non
 
 
 def test_policy_test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import yaml
-
     (tmp_path / "policies.yaml").write_text(
         yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
     )
@@ -404,8 +403,6 @@ def test_policy_test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import yaml
-
     (tmp_path / "policies.yaml").write_text(
         yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
     )
@@ -414,8 +411,15 @@ def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     over["spec"]["interruptionBudget"] = {"percent": 90}
     broken = copy.deepcopy(SAMPLE)
     broken["metadata"]["name"] = "broken"
-    broken["spec"]["packages"]["tuning"]["version"] = "v1"
-    listing = {"apiVersion": "v1", "kind": "List", "items": [SAMPLE, over, broken, {"kind": "ConfigMap"}]}
+    broken["spec"]["packages"]["tuning"]["version"] = "2024/01"  # NodeWright refuses it
+    everywhere = copy.deepcopy(SAMPLE)
+    everywhere["metadata"]["name"] = "tolerates-all"
+    everywhere["spec"]["additionalTolerations"] = [{"operator": "Exists"}]  # nodegate's own rule
+    listing = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [SAMPLE, over, broken, everywhere, {"kind": "ConfigMap"}],
+    }
     (tmp_path / "crs.yaml").write_text(yaml.safe_dump(listing))
     assert (
         cli.main(["policy", "audit", "--policy", str(tmp_path / "policies.yaml"), str(tmp_path / "crs.yaml")])
@@ -423,14 +427,14 @@ def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     )
     out = capsys.readouterr()
     refused = {json.loads(line)["name"]: json.loads(line)["violations"] for line in out.out.splitlines()}
-    assert set(refused) == {"over-budget", "broken"}
+    assert set(refused) == {"over-budget", "broken", "tolerates-all"}
     assert any("budget" in v for v in refused["over-budget"])
+    assert any("semantic version" in v for v in refused["broken"])
+    assert any("tolerates every taint" in v for v in refused["tolerates-all"])
     assert "identity-dependent rules are not audited" in out.err
 
 
 async def test_readyz_follows_the_policy_source() -> None:
-    from aiohttp.test_utils import TestClient, TestServer
-
     class Flag:
         items: list[Any] | None = None
 

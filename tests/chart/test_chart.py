@@ -162,6 +162,21 @@ SCENARIOS: dict[str, tuple[Doc, str, str]] = {
     "sqlite": ({"store": "sqlite", "replicaCount": 1, "persistence": {"enabled": True}}, "nodegate", "ng"),
     "sqlite-emptydir": ({"store": "sqlite", "replicaCount": 1}, "nodegate", "ng"),
     "custom-namespace": ({"config": {"trust_domain": "fleet.example.com"}}, "gpu-trust", "edge"),
+    "nodewright-operators": (
+        {
+            "config": {
+                "trust_domain": "fleet.example.com",
+                "nodewright": {
+                    "operator_service_accounts": [
+                        "system:serviceaccount:skyhook:skyhook-skyhook-operator-controller-manager",
+                        "system:serviceaccount:nodewright:nodewright-operator-controller-manager",
+                    ]
+                },
+            }
+        },
+        "nodegate",
+        "ng",
+    ),
     "own-ca-secret": (
         {"ca": {"create": False, "generate": False, "secretName": "corp-nodegate-ca"}},
         "nodegate",
@@ -212,7 +227,8 @@ def test_kinds_per_scenario(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
     name, values, _ns, docs = scenario
     present = set(kinds(docs))
     always = {"ConfigMap", "Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-              "Role", "RoleBinding", "ValidatingWebhookConfiguration", "NetworkPolicy"}  # fmt: skip
+              "Role", "RoleBinding", "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
+              "NetworkPolicy"}  # fmt: skip
     assert always <= present, always - present
     cert_manager = values.get("certManager", {}).get("enabled", False)
     assert ("Certificate" in present) == cert_manager
@@ -858,10 +874,9 @@ def test_rbac_decisions(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
 # -- webhook ----------------------------------------------------------------------------------------
 
 EXPECTED_RULES = {
-    "packages.nodegate.io": {
-        ("nodewright.nvidia.com", "nodewrights", op) for op in ("CREATE", "UPDATE", "DELETE")
-    }
-    | {("skyhook.nvidia.com", "skyhooks", op) for op in ("CREATE", "UPDATE", "DELETE")}
+    # DELETE of package CRs is not judged (NodeWright's finalizer holds pending uninstalls).
+    "packages.nodegate.io": {("nodewright.nvidia.com", "nodewrights", op) for op in ("CREATE", "UPDATE")}
+    | {("skyhook.nvidia.com", "skyhooks", op) for op in ("CREATE", "UPDATE")}
     | {
         (g, "deploymentpolicies", op)
         for g in ("nodewright.nvidia.com", "skyhook.nvidia.com")
@@ -948,14 +963,65 @@ def test_webhook_configuration(scenario: tuple[str, Doc, str, list[Doc]]) -> Non
         check_helm_certificate(docs, namespace, values)
 
 
+DEFAULT_OPERATORS = ["system:serviceaccount:skyhook:skyhook-operator-controller-manager"]
+
+
+def test_mutating_webhook_configuration(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
+    """Pod CREATEs by the NodeWright operator's accounts, and only those, go to /admission/mutate;
+    the accounts are the ones nodegate's own config names."""
+    _name, values, _namespace, docs = scenario
+    mwc = one(docs, "MutatingWebhookConfiguration")
+    vwc = one(docs, "ValidatingWebhookConfiguration")
+    (hook,) = mwc["webhooks"]
+    assert hook["name"] == "package-pods.nodegate.io"
+    assert hook["failurePolicy"] == "Fail"
+    assert hook["sideEffects"] == "None"
+    assert hook["matchPolicy"] == "Equivalent"
+    assert hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["timeoutSeconds"] == values.get("webhook", {}).get("timeoutSeconds", 5)
+    assert hook["admissionReviewVersions"] == ["v1"]
+    validating = vwc["webhooks"][0]["clientConfig"]
+    assert hook["clientConfig"]["service"] == {**validating["service"], "path": "/admission/mutate"}
+    assert hook["clientConfig"].get("caBundle") == validating.get("caBundle")
+    assert mwc["metadata"].get("annotations") == vwc["metadata"].get("annotations")  # cert-manager's CA
+    assert hook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "resources": ["pods"],
+            "operations": ["CREATE"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert "objectSelector" not in hook
+    assert hook["namespaceSelector"] == vwc["webhooks"][0]["namespaceSelector"]
+    operators = (
+        values.get("config", {}).get("nodewright", {}).get("operator_service_accounts", DEFAULT_OPERATORS)
+    )
+    (cond,) = hook["matchConditions"]
+    assert (
+        cond["expression"] == f"request.userInfo.username in {json.dumps(operators, separators=(',', ':'))}"
+    )
+    config = settings_from_obj(rendered_config(docs))
+    assert list(config.nodewright.operator_service_accounts) == operators
+
+
+def test_no_operator_accounts_no_mutating_webhook(helm: str, tmp_path: Path) -> None:
+    values = {"config": {"trust_domain": "a.org", "nodewright": {"operator_service_accounts": []}}}
+    docs = render(helm, tmp_path, values)
+    assert not [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
+    assert settings_from_obj(rendered_config(docs)).nodewright.operator_service_accounts == ()
+
+
 def check_helm_certificate(docs: list[Doc], namespace: str, values: Doc) -> None:
     """The generated Secret's leaf chains to the caBundle and names the Service."""
     tls = next(d for d in docs if d["kind"] == "Secret" and d.get("type") == "kubernetes.io/tls")
     leaf = x509.load_pem_x509_certificate(base64.b64decode(tls["data"]["tls.crt"]))
     root = x509.load_pem_x509_certificate(base64.b64decode(tls["data"]["ca.crt"]))
     serialization.load_pem_private_key(base64.b64decode(tls["data"]["tls.key"]), None)
-    for hook in one(docs, "ValidatingWebhookConfiguration")["webhooks"]:
-        assert hook["clientConfig"]["caBundle"] == tls["data"]["ca.crt"]
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        for hook in one(docs, kind)["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == tls["data"]["ca.crt"]
     leaf.verify_directly_issued_by(root)
     assert root.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     assert (
@@ -1005,6 +1071,8 @@ BAD_VALUES: list[tuple[Doc, str]] = [
     ({"config": {"trust_domain": ""}}, "trust_domain"),
     ({"config": {"trust_domain": "Example.ORG/x"}}, "trust_domain"),
     ({"config": {"enrollment": "anyone"}}, "enrollment"),
+    ({"config": {"nodewright": {"operator_service_accounts": ["alice"]}}}, "operator_service_accounts"),
+    ({"config": {"nodewright": {"operators": ["x"]}}}, "operators"),
     ({"tls": {"ipAddresses": ["not an ip"]}}, "ipAddresses"),
     ({"containerPort": 443}, "containerPort"),
     ({"networkPolicy": {"apiServer": {"cidrs": ["everywhere"]}}}, "cidrs"),

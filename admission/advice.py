@@ -1,0 +1,42 @@
+"""Warnings on admitted package CRs (AdmissionReview ``warnings``, which kubectl prints): what
+NodeWright accepts but will not do as written. Refusing these is a PackagePolicy's choice
+(``tagMustEqualVersion``, ``requireDigest``), never a structural rule."""
+
+from __future__ import annotations
+
+from admission.checks.images import valid_digest
+from admission.crs import CrView
+from admission.images import ImageError, parse_image
+
+
+def soft_warnings(cr: CrView) -> list[str]:
+    """Most consequential first; the response keeps the first ten."""
+    first: list[str] = []
+    unpinned: list[str] = []
+    if cr.cycle:
+        first.append(f"dependsOn cycle {' -> '.join(cr.cycle)}: these packages will never start")
+    skyhook = cr.group == "skyhook.nvidia.com"
+    for pkg in cr.packages:
+        image, version, sha = pkg.image or "", pkg.version, pkg.container_sha
+        if skyhook and ":" in image:
+            cut, rest = image.split(":", 1)
+            if rest != version:
+                first.append(
+                    f"package {pkg.key}: the operator drops ':{rest}' from image and pulls {cut}:{version}"
+                )
+        if sha and not valid_digest(sha):
+            first.append(
+                f"package {pkg.key}: containerSHA {sha!r} is not sha256:<64 hex>; the pull will fail"
+            )
+        agent = pkg.agent_image_override
+        if agent:
+            try:
+                ref = parse_image(agent)
+                pinned = ref.digest is not None or ref.tag not in (None, "latest")
+            except ImageError:
+                pinned = False  # the registry rule names it; here only that it is not pinned
+            if not pinned:
+                first.append(f"package {pkg.key}: agentImageOverride {agent!r} is not pinned to a version")
+        if not sha:
+            unpinned.append(f"package {pkg.key} is not pinned by digest (containerSHA); tags are mutable")
+    return first + unpinned

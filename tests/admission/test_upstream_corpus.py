@@ -1,0 +1,180 @@
+"""nodegate's webhook against upstream's own verdicts on upstream's own cases.
+
+Every case of :mod:`tests.admission.upstream.corpus` (NodeWright's and Skyhook's webhook unit
+tests, chainsaw e2e steps, samples, documentation CRs, and the operator's first UPDATE after each
+allowed CREATE) goes through the decider with a PackagePolicy that limits nothing and RBAC that
+grants everyone ``deploy`` and ``reboot``. Then nodegate must allow what upstream allows, and deny
+what upstream denies without looking at the cluster. Upstream's refusals that need the cluster (a
+missing DeploymentPolicy, deleting one still in use) are left to upstream's own webhook; objects
+the CRD schema refuses never reach a webhook. Both as the requests come and as they arrive behind
+upstream's mutating webhook (the chart's default).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.policy import PackagePolicy
+from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
+from admission.review import parse_review
+from tests.admission.upstream.corpus import SOURCES, all_cases, behind_mutating_webhook
+from tests.admission.upstream.model import Case
+
+OPEN_POLICY = PackagePolicy.model_validate(
+    {
+        "apiVersion": "nodegate.io/v1alpha1",
+        "kind": "PackagePolicy",
+        "metadata": {"name": "everything"},
+        "spec": {
+            "nodeSelector": {},
+            "images": {"registries": ["*"]},
+            "interrupts": {"allowed": ["noop", "service", "restartAllServices", "reboot"]},
+            "allowRuntimeRequired": True,
+            "allowSecretEnv": True,
+            "allowAgentImageOverride": True,
+        },
+    }
+)
+FULL_RBAC: list[dict[str, Any]] = [
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "deploy-everything"},
+        "rules": [
+            {"apiGroups": ["nodegate.io"], "resources": ["packagepolicies"], "verbs": ["deploy", "reboot"]}
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "deploy-everything"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "deploy-everything",
+        },
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+        ],
+    },
+]
+CASES = all_cases()
+
+
+def _decider() -> Decider:
+    return Decider(
+        StaticPolicies([OPEN_POLICY]), LocalRbac(RbacEvaluator.from_objects(FULL_RBAC)), "nodegate"
+    )
+
+
+async def _allowed(decider: Decider, case: Case) -> tuple[bool, str]:
+    decision = await decider.decide(parse_review(_wire(case)).request)
+    return decision.allowed, decision.message + "".join(f"\n  - {v}" for v in decision.violations)
+
+
+def _wire(case: Case) -> bytes:
+    return json.dumps(case.review()).encode()
+
+
+def _kind(case: Case) -> str:
+    if case.verdict.crd_rejects:
+        return "crd"  # the API server refuses it before any webhook
+    if case.verdict.cluster_state and not case.verdict.wire:
+        return "cluster"  # upstream refuses it from other objects: left to upstream's webhook
+    return "checked"
+
+
+def test_the_corpus_has_every_source_and_both_verdicts() -> None:
+    sources = Counter(c.source for c in CASES)
+    assert set(sources) == set(SOURCES)
+    assert {c.verdict.wire for c in CASES} == {True, False}
+    assert {c.provenance.repo for c in CASES} == {"NVIDIA/nodewright", "NVIDIA/skyhook"}
+    assert all(c.provenance.path and c.provenance.item for c in CASES)
+
+
+@pytest.mark.parametrize("mutated", [False, True], ids=["as-sent", "behind-upstream-mutating-webhook"])
+async def test_nodegate_agrees_with_upstream(mutated: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    decider = _decider()
+    counts: Counter[tuple[str, str]] = Counter()
+    disagreements = []
+    for original in CASES:
+        case = behind_mutating_webhook(original) if mutated else original
+        kind = _kind(case)
+        allowed, message = await _allowed(decider, case)
+        counts[(case.source, "fixtures")] += 1
+        counts[(case.source, kind)] += 1
+        if kind == "checked":
+            if allowed == case.verdict.wire:
+                counts[(case.source, "agree")] += 1
+            else:
+                disagreements.append(
+                    f"{case.provenance}: upstream {case.verdict.wire}, nodegate {allowed}: {message}"
+                )
+        elif kind == "crd" and not allowed:
+            counts[(case.source, "crd-also-denied")] += 1
+    with capsys.disabled():
+        print(f"\nupstream corpus ({'behind the mutating webhook' if mutated else 'as sent'}):")
+        for source in SOURCES:
+            row = {
+                k: counts[(source, k)]
+                for k in ("fixtures", "checked", "agree", "cluster", "crd", "crd-also-denied")
+            }
+            print(f"  {source:9} " + " ".join(f"{k}={v}" for k, v in row.items()))
+        total = sum(counts[(s, "fixtures")] for s in SOURCES)
+        agree = sum(counts[(s, "agree")] for s in SOURCES)
+        checked = sum(counts[(s, "checked")] for s in SOURCES)
+        print(f"  total     fixtures={total} checked={checked} agree={agree}")
+    assert disagreements == []
+    assert sum(counts[(s, "checked")] for s in SOURCES) > 400
+
+
+class _Nobody:
+    """An authorizer that grants nothing and counts what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def allowed(self, user: UserInfo, attrs: ResourceAttributes) -> bool:
+        self.asked += 1
+        return False
+
+
+class _NotLoaded:
+    def policies(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("mutated", [False, True], ids=["as-sent", "behind-upstream-mutating-webhook"])
+async def test_the_operators_own_updates_need_no_policy_and_no_rights(mutated: bool) -> None:
+    """No PackagePolicy loaded, an authorizer that refuses everyone: the operator's finalizer
+    UPDATE of every CR upstream admitted still passes, without a single access check."""
+    nobody = _Nobody()
+    decider = Decider(_NotLoaded(), nobody, "nodegate")
+    operator_cases = [c for c in CASES if c.source == "operator"]
+    assert len(operator_cases) > 100
+    for original in operator_cases:
+        case = behind_mutating_webhook(original) if mutated else original
+        decision = await decider.decide(parse_review(_wire(case)).request)
+        assert decision.allowed, (str(case.provenance), decision.message)
+        assert decision.audit.get("reason") == "spec unchanged"
+    assert nobody.asked == 0
+
+
+async def test_without_rights_only_unchanged_updates_pass() -> None:
+    """The same corpus with an authorizer that grants nothing: every CREATE and every UPDATE that
+    changes the spec or pause/disable is refused; DELETEs are not judged."""
+    decider = Decider(StaticPolicies([OPEN_POLICY]), _Nobody(), "nodegate")
+    for case in CASES:
+        if case.kind != "Skyhook" or case.verdict.crd_rejects:
+            continue
+        decision = await decider.decide(parse_review(_wire(case)).request)
+        if case.operation == "DELETE":
+            assert decision.allowed
+        elif decision.allowed:
+            assert decision.audit.get("reason") == "spec unchanged", str(case.provenance)
+            assert case.operation == "UPDATE"
