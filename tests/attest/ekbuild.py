@@ -20,6 +20,7 @@ exactly as the vendor's CA signed its own bytes. Where the vendor bytes were see
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,6 +41,10 @@ ECDSA_SHA384 = bytes.fromhex("300a06082a8648ce3d040303")
 ECDSA_SHA384_NULL = bytes.fromhex("300c06082a8648ce3d0403030500")
 Key = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
 Edit = Callable[[bytes], bytes]
+
+
+def sha256(der: bytes) -> str:
+    return hashlib.sha256(der).hexdigest()
 
 
 def tlv(tag: int, content: bytes) -> bytes:
