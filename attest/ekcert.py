@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -171,6 +172,14 @@ def signed_by(child: Cert, issuer: Cert) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)
+def _link(child: Cert, issuer: Cert) -> str | None:
+    """``signed_by`` for a link between two CA certificates. Those come from the configuration and
+    recur on every join of a vendor's TPMs: each link is verified once. Certs are immutable and
+    hash by identity (the cache holds them), so a result always belongs to these exact bytes."""
+    return signed_by(child, issuer)
+
+
 def verify_chain(
     leaf: Cert,
     anchors: Sequence[Cert],
@@ -204,10 +213,11 @@ def _extend(
 ) -> list[Cert] | None:
     current = path[-1]
     below = len(path) - 1
+    check = signed_by if below == 0 else _link  # the leaf is evidence: never cached
     for anchor in anchors:
         if anchor.subject != current.issuer:
             continue
-        why = signed_by(current, anchor)
+        why = check(current, anchor)
         if why is not None:
             failures.append(why)
             continue
@@ -223,7 +233,7 @@ def _extend(
     for inter in intermediates:
         if inter.subject != current.issuer or any(inter.sha256 == c.sha256 for c in path):
             continue
-        why = signed_by(current, inter)
+        why = check(current, inter)
         if why is not None:
             failures.append(why)
             continue

@@ -277,6 +277,26 @@ def test_quirky_certificates_are_refused_like_any_other() -> None:
         tpm.verify_ek(NUVOTON_EK_PUBLIC, NUVOTON_LEAF, roots=[_root(impostor.der)])
 
 
+def test_ca_links_are_judged_per_certificate_even_when_remembered() -> None:
+    """CA-to-CA signature checks are cached: a look-alike intermediate (same name, signed by
+    another key) stays refused after the genuine one was verified, and the other way round."""
+    impostor_root = b.make_ca(
+        STM_ROOT.name,
+        key=rsa.generate_private_key(public_exponent=65537, key_size=2048),
+        hash_alg=hashes.SHA256(),
+    )
+    look_alike = b.make_ca(STM_INTER.name, parent=impostor_root, key=STM_INTER.key, hash_alg=hashes.SHA256())
+    roots = [STM_ROOT.cert]
+    assert tpm.verify_ek(STM_EK_PUBLIC, STM_LEAF, roots=roots, intermediates=[_root(STM_INTER.der)]).links
+    for _ in range(2):
+        with pytest.raises(EkUntrusted, match="does not verify"):
+            tpm.verify_ek(STM_EK_PUBLIC, STM_LEAF, roots=roots, intermediates=[look_alike.cert])
+    ident = tpm.verify_ek(
+        STM_EK_PUBLIC, STM_LEAF, roots=roots, intermediates=[look_alike.cert, _root(STM_INTER.der)]
+    )
+    assert ident.links[1].der == STM_INTER.der
+
+
 # -- the allowlist: the certificate is not parsed strictly first ----------------------------------------
 
 
