@@ -134,17 +134,25 @@ def _corpus(folder: Path) -> tuple[list[Cert], list[Leaf]]:
         data = path.read_bytes()
         blobs = list(certparse.pem_blocks(data)) if certparse.is_pem(data) else [data]
         for der in blobs:
-            try:
-                cert = certparse.read_certificate(der, trailing=certparse.FILE_WHITESPACE)
-            except AttestationError:
+            cert = _read_any(der)
+            if cert is None:
                 continue
             if _is_ca(cert):
                 store.append(cert)
             else:
                 at = cert.view.not_valid_before_utc + timedelta(days=1)
-                leaves.append(Leaf(str(path.relative_to(folder)), der, at))
+                leaves.append(Leaf(str(path.relative_to(folder)), der, at))  # as read: NV padding too
     unique = {c.sha256: c for c in store}
     return list(unique.values()), leaves
+
+
+def _read_any(der: bytes) -> Cert | None:
+    for trailing in (certparse.NV_PADDING, certparse.FILE_WHITESPACE):
+        try:
+            return certparse.read_certificate(der, trailing=trailing)
+        except AttestationError:
+            continue
+    return None
 
 
 def _is_ca(cert: Cert) -> bool:
