@@ -193,7 +193,7 @@ def verify_chain(
     """
     check_leaf(leaf, now)
     failures: list[str] = []
-    path = _extend([leaf], anchors, intermediates, now, failures)
+    path = _extend([leaf], _by_subject(tuple(anchors)), _by_subject(tuple(intermediates)), now, failures)
     if path is not None:
         return path
     detail = (
@@ -204,19 +204,26 @@ def verify_chain(
     raise EkUntrusted(f"EK certificate does not chain to a trusted root: {detail}")
 
 
+Index = dict[x509.Name, tuple[Cert, ...]]
+
+
+@lru_cache(maxsize=32)
+def _by_subject(certs: tuple[Cert, ...]) -> Index:
+    """Configured certificates by subject (names compare decoded), built once per configuration:
+    a vendor store holds hundreds of CAs and each hop looks up one name."""
+    index: dict[x509.Name, list[Cert]] = {}
+    for cert in certs:
+        index.setdefault(cert.subject, []).append(cert)
+    return {name: tuple(found) for name, found in index.items()}
+
+
 def _extend(
-    path: list[Cert],
-    anchors: Sequence[Cert],
-    intermediates: Sequence[Cert],
-    now: datetime,
-    failures: list[str],
+    path: list[Cert], anchors: Index, intermediates: Index, now: datetime, failures: list[str]
 ) -> list[Cert] | None:
     current = path[-1]
     below = len(path) - 1
     check = signed_by if below == 0 else _link  # the leaf is evidence: never cached
-    for anchor in anchors:
-        if anchor.subject != current.issuer:
-            continue
+    for anchor in anchors.get(current.issuer, ()):
         why = check(current, anchor)
         if why is not None:
             failures.append(why)
@@ -230,8 +237,8 @@ def _extend(
     if len(path) >= MAX_CHAIN_DEPTH:
         failures.append(f"chain longer than {MAX_CHAIN_DEPTH}")
         return None
-    for inter in intermediates:
-        if inter.subject != current.issuer or any(inter.sha256 == c.sha256 for c in path):
+    for inter in intermediates.get(current.issuer, ()):
+        if any(inter.sha256 == c.sha256 for c in path):
             continue
         why = check(current, inter)
         if why is not None:

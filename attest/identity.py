@@ -181,9 +181,16 @@ def verify_ek(
     return EkIdentity(digest, template.name, trusted_by, cert.view, views, pub, key, tuple(chain))
 
 
-def _certs(given: Sequence[x509.Certificate | Cert], what: str) -> tuple[list[Cert], list[str]]:
+def _certs(given: Sequence[x509.Certificate | Cert], what: str) -> tuple[tuple[Cert, ...], tuple[str, ...]]:
     """The configured certificates as Certs, and why any of them cannot be used (skipping one
-    never widens trust)."""
+    never widens trust). A service passes the same configured tuple on every join: converted once."""
+    return _convert(tuple(given), what)
+
+
+@lru_cache(maxsize=32)
+def _convert(
+    given: tuple[x509.Certificate | Cert, ...], what: str
+) -> tuple[tuple[Cert, ...], tuple[str, ...]]:
     out: list[Cert] = []
     unusable: list[str] = []
     for c in given:
@@ -192,7 +199,7 @@ def _certs(given: Sequence[x509.Certificate | Cert], what: str) -> tuple[list[Ce
             out.append(converted)
         else:
             unusable.append(converted)
-    return out, unusable
+    return tuple(out), tuple(unusable)
 
 
 @lru_cache(maxsize=_CACHE_SIZE)

@@ -249,6 +249,26 @@ def test_deep_nesting_is_refused_without_recursion_errors() -> None:
         tpm.verify_ek(public, bad, roots=[STM_ROOT.cert])
 
 
+def test_an_issuer_name_in_another_string_type_still_matches() -> None:
+    """STMicro ECC intermediates name their issuer in UTF8String, the root's subject is in
+    PrintableString (carl-wallace/tpm_roots@04900ccc6ac60d033b528e552618139837a4143c TrustedTPM,
+    STM_TPM_ECC_Intermediate_CA_02 under STM ECC Root CA 01): equal names, different bytes.
+    ``cryptography``'s verify_directly_issued_by refuses the link; RFC 5280 7.1 matches it."""
+    utf8 = b.atv(NameOID.COMMON_NAME, "STM TPM ECC Root CA 01")
+    printable = utf8.replace(b"\x0c\x16", b"\x13\x16")
+    assert printable != utf8
+    root = b.make_ca(b.cn("STM TPM ECC Root CA 01"), edit=b.replace_in_tbs(utf8, printable))
+    inter = b.make_ca(b.cn("STM TPM ECC Intermediate CA 02"), parent=root)
+    root_view, inter_view = _root(root.der).view, inter.cert
+    assert root_view.subject.public_bytes() != inter_view.issuer.public_bytes()
+    with pytest.raises(ValueError, match="does not match"):
+        inter_view.verify_directly_issued_by(root_view)
+    key, public = b.ek_pair("ecc")
+    leaf = b.issue_ek(inter, b.ek_builder(inter.name, key, san=b.cn("tpm")))
+    ident = tpm.verify_ek(public, leaf, roots=[_root(root.der)], intermediates=[inter.cert])
+    assert ident.trusted_by == "chain:CN=STM TPM ECC Root CA 01"
+
+
 # -- the usual refusals, on quirky certificates -------------------------------------------------------
 
 
