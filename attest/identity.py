@@ -20,7 +20,8 @@ from typing import NamedTuple
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from attest import credential, ekcert, wire
+from attest import certparse, credential, ekcert, wire
+from attest.certparse import Cert
 from attest.errors import AkInvalid, EkMismatch, EkUntrusted, MalformedInput
 from attest.keys import CURVE_BYTES, PublicKey, hashlib_name, object_name, public_key, spki_der
 from attest.templates import EkTemplate, match_ek_template
@@ -35,10 +36,19 @@ class EkIdentity:
     sha256: str  # hex SHA-256 of the EK SubjectPublicKeyInfo DER; the TPM's stable identity
     template: str  # TCG template the EK follows, e.g. "L-1 RSA-2048"
     trusted_by: str  # "allowlist" or "chain:<root subject>"
+    # The EK certificate's decoded fields (None without a usable certificate). For a certificate
+    # with a tolerated encoding quirk they are decoded from a canonical copy: ``links[0].der``
+    # holds the bytes the vendor signed.
     certificate: x509.Certificate | None
     chain: tuple[x509.Certificate, ...]  # leaf first, anchor last; empty when allowlisted
     public: Public = field(repr=False)
     key: PublicKey = field(repr=False)
+    links: tuple[Cert, ...] = ()  # the chain as verified (original bytes, quirks); like ``chain``
+
+    @property
+    def quirks(self) -> tuple[str, ...]:
+        """Encoding quirks tolerated anywhere on the chain (keys of ``attest.certparse.QUIRKS``)."""
+        return tuple(dict.fromkeys(q for link in self.links for q in link.quirks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,17 +126,19 @@ def verify_ek(
     ek_public: bytes,
     ek_certificate: bytes | None,
     *,
-    roots: Sequence[x509.Certificate],
+    roots: Sequence[x509.Certificate | Cert],
     allowlist: Collection[str] = frozenset(),
     denylist: Collection[str] = frozenset(),
-    intermediates: Sequence[x509.Certificate] = (),
+    intermediates: Sequence[x509.Certificate | Cert] = (),
     now: datetime | None = None,
 ) -> EkIdentity:
     """Check that ``ek_public`` is a standard EK vouched for by a trusted chain or the allowlist.
 
     ``roots`` are trust anchors (each one trusted as configured; a vendor intermediate may be
-    one). ``intermediates`` only help to build a path. Allow- and denylist entries are hex
-    SHA-256 digests of the EK SubjectPublicKeyInfo DER; the denylist wins.
+    one). ``intermediates`` only help to build a path. Both take ``cryptography`` certificates or
+    :class:`attest.certparse.Cert` (what ``certparse.read_certificate`` makes of vendor files
+    ``cryptography`` refuses). Allow- and denylist entries are hex SHA-256 digests of the EK
+    SubjectPublicKeyInfo DER; the denylist wins. An allowlisted EK needs no usable certificate.
     """
     require_bytes(ek_public, "ek_public")
     if ek_certificate is not None:
@@ -137,21 +149,68 @@ def verify_ek(
     digest = hashlib.sha256(spki).hexdigest()
     if digest in _hex_set(denylist, "denylist"):
         raise EkUntrusted(f"EK {digest} is on the denylist")
+    allowed = digest in _hex_set(allowlist, "allowlist")
     cert = None
     if ek_certificate is not None:
-        cert = ekcert.parse_certificate_der(ek_certificate)
-        if spki_der(_cert_key(cert)) != spki:
+        try:
+            cert = certparse.read_certificate(ek_certificate)
+        except MalformedInput:
+            if not allowed:
+                raise
+            # The allowlist vouches for the key itself: a certificate we cannot read is not used.
+        if cert is not None and spki_der(_cert_key(cert)) != spki:
             raise EkMismatch("EK certificate certifies a different key than ek_public")
-    if digest in _hex_set(allowlist, "allowlist"):
-        return EkIdentity(digest, template.name, "allowlist", cert, (), pub, key)
+    if allowed:
+        view = cert.view if cert is not None else None
+        return EkIdentity(digest, template.name, "allowlist", view, (), pub, key)
     if cert is None:
         raise EkUntrusted("no EK certificate, and the EK is not on the allowlist")
     if now is not None and now.tzinfo is None:
         raise TypeError("now must be timezone-aware")  # a caller bug, not bad evidence
     when = now if now is not None else datetime.now(UTC)
-    chain = ekcert.verify_chain(cert, roots, intermediates, when)
-    trusted_by = "chain:" + (chain[-1].subject.rfc4514_string() or "<empty subject>")
-    return EkIdentity(digest, template.name, trusted_by, cert, tuple(chain), pub, key)
+    anchors, unusable = _certs(roots, "EK root")
+    inter, unusable_inter = _certs(intermediates, "EK intermediate")
+    try:
+        chain = ekcert.verify_chain(cert, anchors, inter, when)
+    except EkUntrusted as exc:
+        if unusable or unusable_inter:  # say why a configured certificate played no part
+            raise EkUntrusted("; ".join([exc.detail, *unusable, *unusable_inter])) from None
+        raise
+    trusted_by = "chain:" + chain[-1].name()
+    views = tuple(c.view for c in chain)
+    return EkIdentity(digest, template.name, trusted_by, cert.view, views, pub, key, tuple(chain))
+
+
+def _certs(given: Sequence[x509.Certificate | Cert], what: str) -> tuple[tuple[Cert, ...], tuple[str, ...]]:
+    """The configured certificates as Certs, and why any of them cannot be used (skipping one
+    never widens trust). A service passes the same configured tuple on every join: converted once."""
+    return _convert(tuple(given), what)
+
+
+@lru_cache(maxsize=32)
+def _convert(
+    given: tuple[x509.Certificate | Cert, ...], what: str
+) -> tuple[tuple[Cert, ...], tuple[str, ...]]:
+    out: list[Cert] = []
+    unusable: list[str] = []
+    for c in given:
+        converted = c if isinstance(c, Cert) else _as_cert(c, what)
+        if isinstance(converted, Cert):
+            out.append(converted)
+        else:
+            unusable.append(converted)
+    return tuple(out), tuple(unusable)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
+def _as_cert(cert: x509.Certificate, what: str) -> Cert | str:
+    """Configured roots come as the same objects on every call: convert each once."""
+    if not isinstance(cert, x509.Certificate):
+        return f"{what} {type(cert).__name__} is not a certificate"
+    try:
+        return certparse.from_x509(cert, what)
+    except MalformedInput as exc:
+        return f"{what} cannot be used: {exc.detail}"
 
 
 def _hex_set(entries: Collection[str], what: str) -> frozenset[str]:
@@ -176,11 +235,8 @@ def _hex_normalise(entries: Collection[str], what: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _cert_key(cert: x509.Certificate) -> PublicKey:
-    try:
-        key = cert.public_key()
-    except ValueError as exc:
-        raise MalformedInput(f"EK certificate: unreadable public key ({exc})") from exc
+def _cert_key(cert: Cert) -> PublicKey:
+    key = cert.key
     if not isinstance(key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
         raise EkMismatch("EK certificate holds neither an RSA nor an ECC key")
     return key

@@ -265,8 +265,8 @@ def _resolve(base: Path, data: dict[str, Any]) -> dict[str, Any]:
     for key in ("state_dir",):
         if key in out:
             out[key] = fix(out[key])
-    if isinstance(out.get("ek_roots"), list):
-        out["ek_roots"] = [fix(p) for p in out["ek_roots"]]
+    if isinstance(out.get("ek_roots"), list):  # "vendors" names the vendor root store, not a path
+        out["ek_roots"] = [p if p == "vendors" else fix(p) for p in out["ek_roots"]]
     for section, keys in (
         ("tls", ("cert_file", "key_file")),
         ("kubernetes", ("kubeconfig",)),

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from bootstrap.config import parse_duration
 from bootstrap.node.defaults import ATTEMPTS, DEFAULT_TCTI, EVENT_LOG, NODE_DIR
@@ -167,6 +168,52 @@ def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     inspect.add_argument("--events", action="store_true", help="list every event too")
 
 
+class _Several(argparse.Action):
+    """``--roots A B`` and ``--allowlist H1 H2``: values accumulate over repeats, and the option
+    given last is remembered, so ``nodegate ek check`` can take the positional CERT back from it
+    (argparse hands every following word to the option)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        items = [*(getattr(namespace, self.dest, None) or []), *(values or [])]
+        setattr(namespace, self.dest, items)
+        namespace.several_last = self.dest
+
+
+def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ek = sub.add_parser("ek", help="EK certificates and the EK roots that vouch for them")
+    esub = ek.add_subparsers(dest="ek_command", metavar="ACTION", required=True)
+    check = esub.add_parser(
+        "check", help="explain the verdict on one EK certificate: chain, links, tolerated quirks, code"
+    )
+    check.add_argument(
+        "--roots",
+        nargs="+",
+        action=_Several,
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="PEM or DER files, folders, or the word vendors (as ek_roots in the config)",
+    )
+    check.add_argument(
+        "--allowlist", nargs="+", action=_Several, default=[], metavar="HEX", help="allowlisted EK SHA-256s"
+    )
+    check.add_argument(
+        "--ek-public",
+        type=Path,
+        metavar="FILE",
+        help="the TPM's EK public area (TPM2B_PUBLIC, e.g. tpm2_readpublic -o); without it the "
+        "certificate's key is not compared with a TPM's EK",
+    )
+    check.add_argument("--at", metavar="TIME", help="judge validity at this RFC 3339 time (default: now)")
+    check.add_argument("cert", nargs="?", type=Path, metavar="CERT", help="the EK certificate (DER or PEM)")
+
+
 class _NoInlinePassphrase(argparse.Action):
     """``--passphrase VALUE`` is refused without echoing VALUE (argparse would print it back as an
     unrecognised argument)."""
@@ -223,4 +270,5 @@ def parser() -> argparse.ArgumentParser:
     _ca(sub)
     _policy(sub)
     _backup(sub)
+    _ek(sub)
     return p

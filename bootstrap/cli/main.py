@@ -25,6 +25,7 @@ COMMANDS = {
     "backup": "backup",
     "restore": "backup",
     "demo": "demo",
+    "ek": "ek",
 }
 
 

@@ -47,6 +47,8 @@ from bootstrap.protocol import (
     StartResponse,
 )
 from bootstrap.service import evidence, kubelet
+from bootstrap.service.ekroots import EkTrust
+from bootstrap.service.ekroots import load_ek_trust as load_ek_trust  # noqa: PLC0414  (moved there; re-exported)
 from bootstrap.service.evidence import Evidence
 from bootstrap.service.sessions import Sealer, Session
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
@@ -57,33 +59,6 @@ _USED_CACHE = 100_000  # session ids this replica committed, kept until they exp
 _INLINE_EVENT_LOG = 64 * 1024  # larger logs are judged on a worker thread
 
 Refusal = Callable[[str, str, str], Awaitable[None]]  # node_name, code, detail
-
-
-@dataclass(frozen=True, slots=True)
-class EkTrust:
-    roots: tuple[x509.Certificate, ...]
-    intermediates: tuple[x509.Certificate, ...]
-    allowlist: frozenset[str]
-    denylist: frozenset[str]
-
-
-def load_ek_trust(settings: Settings) -> EkTrust:
-    """PEM files or folders of PEM files; self-signed certificates are anchors, others help build
-    paths. A file that does not parse stops the service at start, not a join later."""
-    roots: list[x509.Certificate] = []
-    inter: list[x509.Certificate] = []
-    for path in settings.ek_roots:
-        files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-        for f in files:
-            try:
-                certs = x509.load_pem_x509_certificates(f.read_bytes())
-            except (OSError, ValueError) as exc:
-                raise ValueError(f"ek_roots: {f}: {exc}") from None
-            for c in certs:
-                (roots if c.issuer == c.subject else inter).append(c)
-    return EkTrust(
-        tuple(roots), tuple(inter), frozenset(settings.ek_allowlist), frozenset(settings.ek_denylist)
-    )
 
 
 @dataclass(frozen=True, slots=True)
