@@ -159,6 +159,21 @@ def attestation_problem(
     return None
 
 
+def _taints_after(
+    node: Mapping[str, Any], key: str, problem: Problem | None
+) -> tuple[Mapping[str, Any], ...]:
+    """The node's taints as they will be while the gate holds it (what NodeWright's node picker
+    will see; only read when packages are pending, so the node is held): the hold is
+    ``problem.reason`` when the attestation holds the node, else a value package pods may
+    tolerate (packages-pending; validation-failed reads the same)."""
+    raw = _obj(node, "spec").get("taints")
+    taints = [t for t in raw if isinstance(t, Mapping)] if isinstance(raw, list) else []
+    value = problem.reason if problem is not None else "packages-pending"
+    old = next((t for t in taints if t.get("key") == key and t.get("value") == value), None)
+    effect = old.get("effect") if old is not None else "NoSchedule"
+    return (*(t for t in taints if t.get("key") != key), {"key": key, "value": value, "effect": effect})
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     reason: Reason | None
@@ -183,13 +198,15 @@ def decide(
     taint_key: str = DEFAULT_TAINT_KEY,
     has_node: bool = True,
 ) -> Decision:
+    problem = attestation_problem(
+        attestation, node_boot=node_boot_id(node), has_node=has_node, now=now, lifetime=attestation_lifetime
+    )
     meta = _obj(node, "metadata")
-    taints = _obj(node, "spec").get("taints")
     view = NodeView(
         name=str(meta.get("name", "")),
         labels=_obj(meta, "labels"),
         annotations=_obj(meta, "annotations"),
-        taints=tuple(t for t in taints if isinstance(t, Mapping)) if isinstance(taints, list) else (),
+        taints=_taints_after(node, taint_key, problem),
         hold_key=taint_key,
     )
 
@@ -210,9 +227,6 @@ def decide(
     since = (complete_since or now) if all_done else None
     requeue: list[datetime] = []
 
-    problem = attestation_problem(
-        attestation, node_boot=node_boot_id(node), has_node=has_node, now=now, lifetime=attestation_lifetime
-    )
     if attestation is not None and attestation.expires_at is not None and attestation.expires_at > now:
         requeue.append(attestation.expires_at)  # quarantine comes by time alone: a timer, not polling
     stale_at = (

@@ -23,7 +23,7 @@ GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"
 PREFIXES = ("nodewright.nvidia.com", "skyhook.nvidia.com")  # node annotations: the new one first
 MAX_FIELD = 256  # one string of a status.packages entry
 MAX_ANNOTATION = 256 * 1024  # the API server's limit for all of an object's annotations
-MAX_LINE = 400  # one line of what a node waits for
+MAX_LINE = 512  # one line of what a node waits for
 HOLD_VALUES_FOR_PACKAGES = ("packages-pending", "validation-failed")  # package pods may run there
 _CONDITIONS = ("TaintNotTolerable", "NodesIgnored")  # the CR conditions that explain "blocked"
 # Tolerations upstream's node picker always adds (cluster_state_v2.go SelectNodes): the cordon, and
@@ -413,21 +413,20 @@ def blocked(cr: PackageCr, node: NodeView, report: NodeReport | None) -> str | N
     fixes: list[str] = []
     if others:
         fixes.append(
-            f"add tolerations for {', '.join(show_taint(t) for t in others)} to the CR's "
-            "spec.additionalTolerations, or remove those taints from the node"
+            f"tolerate {', '.join(show_taint(t) for t in others)} in the CR's spec.additionalTolerations "
+            "or remove it from the node"
         )
     if any(t.get("value") in HOLD_VALUES_FOR_PACKAGES for t in hold):
         fixes.append(
-            f"add tolerations for {node.hold_key} (operator Equal, values "
-            f"{' and '.join(HOLD_VALUES_FOR_PACKAGES)}, effect NoSchedule) to the CR's "
-            "spec.additionalTolerations (docs/gate.md)"
+            f"tolerate {node.hold_key} (operator Equal, values {' and '.join(HOLD_VALUES_FOR_PACKAGES)}, "
+            "effect NoSchedule) in the CR's spec.additionalTolerations (docs/gate.md)"
         )
     elif hold:
         fixes.append("none needed: package pods wait until the node is attested (then the hold changes)")
     if taints:
         return (
-            f"{cr.ref}: NodeWright {verb} (TaintNotTolerable): taints "
-            f"{', '.join(show_taint(t) for t in taints)} are not tolerated; fix: {'; '.join(fixes)}"
+            f"{cr.ref}: NodeWright {verb} (TaintNotTolerable): its package pods do not tolerate "
+            f"{', '.join(show_taint(t) for t in taints)}; fix: {'; '.join(fixes)}"
         )
     if not reported:
         return None

@@ -259,9 +259,10 @@ def test_blocked_by_a_taint_names_the_cr_the_taint_and_the_fix() -> None:
     d = decide(node(taints=[GPU_TAINT]), [blocked])
     assert d.reason == "packages-pending"
     assert (
-        "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (TaintNotTolerable): taints "
-        "nvidia.com/gpu=present:NoSchedule are not tolerated; fix: add tolerations for "
-        "nvidia.com/gpu=present:NoSchedule to the CR's spec.additionalTolerations" in d.message
+        "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (TaintNotTolerable): its package "
+        "pods do not tolerate nvidia.com/gpu=present:NoSchedule; fix: tolerate "
+        "nvidia.com/gpu=present:NoSchedule in the CR's spec.additionalTolerations or remove it from the "
+        "node" in d.message
     )
     # Tolerated (Exists on the key): nothing to say, the node just waits for its packages.
     tolerant = cr(
@@ -278,8 +279,8 @@ def test_the_hold_taint_itself() -> None:
     bare = cr(reported={}, tolerations=[])
     d = decide(node(taints=[pending]), [bare])
     assert (
-        f"fix: add tolerations for {KEY} (operator Equal, values packages-pending and "
-        "validation-failed, effect NoSchedule) to the CR's spec.additionalTolerations" in d.message
+        f"fix: tolerate {KEY} (operator Equal, values packages-pending and "
+        "validation-failed, effect NoSchedule) in the CR's spec.additionalTolerations" in d.message
     )
     unattested = {"key": KEY, "value": "unattested", "effect": "NoSchedule"}
     d = decide(node(taints=[unattested]), [cr(reported={})], None)
