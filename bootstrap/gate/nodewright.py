@@ -35,6 +35,7 @@ _RUNTIME_REQUIRED = tuple((p, "Equal", "runtime-required", "NoSchedule") for p i
 Toleration = tuple[str, str, str, str]  # key, operator, value, effect
 Entry = tuple[str | None, str | None]  # (stage, state) of one package on one node
 MALFORMED: Entry = (None, "malformed")  # an entry that is not an object: never complete
+_ABSENT = object()
 
 
 class CrInvalid(ValueError):
@@ -131,26 +132,43 @@ def _conditions(status: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 def index_reports(status: Mapping[str, Any], packages: Sequence[PackageSpec]) -> dict[str, NodeReport]:
     """``status.nodeState`` and ``status.nodeStatus`` per node, reduced to the spec packages'
-    (stage, state). Equal reports are one object: most nodes of a big CR report the same."""
+    (stage, state). Equal entries and equal reports are one object each: most nodes of a big CR
+    report the same, and a CR update re-indexes thousands of nodes (kept to a few dict lookups per
+    node and package)."""
     states, statuses = _obj(status, "nodeState"), _obj(status, "nodeStatus")
     keys = [f"{p.name}|{p.version}" for p in packages]
-    shared: dict[NodeReport, NodeReport] = {}
+    entries_seen: dict[tuple[object, object], Entry] = {}
+    reports_seen: dict[tuple[object, tuple[Entry | None, ...] | None], NodeReport] = {}
+
+    def entry(value: object) -> Entry | None:
+        if value is _ABSENT:
+            return None
+        if not isinstance(value, Mapping):
+            return MALFORMED
+        raw = (value.get("stage"), value.get("state"))
+        found = entries_seen.get(raw) if all(isinstance(x, str | None) for x in raw) else None
+        if found is None:
+            found = entries_seen.setdefault(raw, (_word(raw[0]), _word(raw[1])))
+        return found
+
     out: dict[str, NodeReport] = {}
     for node in states.keys() | statuses.keys():
-        raw = states.get(node)
+        raw_state = states.get(node)
         entries: tuple[Entry | None, ...] | None = None
-        if isinstance(raw, Mapping):
-            entries = tuple(_entry(raw.get(k), present=k in raw) for k in keys)
-        elif raw is not None:
+        if isinstance(raw_state, Mapping):
+            entries = tuple(entry(raw_state.get(k, _ABSENT)) for k in keys)
+        elif raw_state is not None:
             entries = tuple(MALFORMED for _ in keys)
-        report = NodeReport(_word(statuses.get(node)), entries)
-        out[str(node)] = shared.setdefault(report, report)
+        node_status = statuses.get(node)
+        seen = (node_status if isinstance(node_status, str) else None, entries)
+        report = reports_seen.get(seen)
+        if report is None:
+            report = reports_seen[seen] = NodeReport(_word(node_status), entries)
+        out[str(node)] = report
     return out
 
 
-def _entry(value: object, *, present: bool) -> Entry | None:
-    if not present:
-        return None
+def _entry(value: object) -> Entry:
     if not isinstance(value, Mapping):
         return MALFORMED
     return (_word(value.get("stage")), _word(value.get("state")))
@@ -333,7 +351,7 @@ def _annotated(state: Mapping[str, Any] | None, pkg: PackageSpec) -> Entry | Non
     key = f"{pkg.name}|{pkg.version}"
     if state is None or key not in state:
         return None
-    return _entry(state[key], present=True)
+    return _entry(state[key])
 
 
 def _show(entry: Entry | None) -> str:
