@@ -933,6 +933,8 @@ class ReactionResult:
     converge_calls: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0  # the reactions' part
     others_cpu_s: float | None = None
+    cpu_s: float = 0.0  # this process (the gate, its client, the agent's small writes and watch)
+    reboot_cpu_s: float = 0.0
     calls: dict[str, int] = field(default_factory=dict)
     checks: list[str] = field(default_factory=list)
 
@@ -970,7 +972,7 @@ async def _react(
     first (the gate decides on it and stays held: the operator's report is not there yet), then,
     timed, the operator's status.nodeState[node] in the CR, a merge patch through /status (the
     watch event the gate gets is the whole CR)."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for i, p in enumerate(todo):
         await agent.patch_node(p.node, {"metadata": {"annotations": {p.annotation: p.complete}}})
         await _settle(gate, kube, agent, p.node, gate.writes)
@@ -998,6 +1000,7 @@ async def _react(
             result.from_ack_ns.append(at - acked)
             result.baseline_ns.append(trip)
     result.seconds, result.others_cpu_s = time.perf_counter() - started, others.seconds()
+    result.cpu_s = time.process_time() - cpu
 
 
 async def _reboots(
@@ -1013,7 +1016,7 @@ async def _reboots(
     ``unattested``; then the join service records the attestation of that boot (NodeAttestation
     status bootID, resetCount, attestedAt) -> released. Each timed from the write's send to the
     node watch showing the hold as wanted; the gate idle before each write."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for i, name in enumerate(nodes):
         new_boot = _boot_id(name, 1)
         writes = gate.writes
@@ -1040,6 +1043,7 @@ async def _reboots(
             result.attest_ns.append(free - sent2)
             result.reboot_baseline_ns.append(trip)
     result.reboot_seconds = time.perf_counter() - started
+    result.reboot_cpu_s = time.process_time() - cpu
 
 
 async def measure_reaction(double: Double, n: int, pending: list[Pending], samples: int) -> ReactionResult:
@@ -1165,6 +1169,8 @@ def summarise(
         "converge_calls": reaction.converge_calls,
         "seconds": round(reaction.seconds, 2),
         "others_cpu_s": reaction.others_cpu_s,
+        # this process's CPU per reaction, both writes of it (annotation, then the CR status)
+        "cpu_ms_per_reaction": reaction.cpu_s * 1000 / counted,
         "calls": reaction.calls,
         "calls_per_reaction": sum(reaction.calls.values()) / counted,
     }
@@ -1187,6 +1193,7 @@ def summarise(
         "seconds": round(reaction.reboot_seconds, 2),
         "calls": reaction.reboot_calls,
         "calls_per_reboot": sum(reaction.reboot_calls.values()) / max(reaction.reboots, 1),
+        "cpu_ms_per_reboot": reaction.reboot_cpu_s * 1000 / max(reaction.reboots, 1),
     }  # fmt: skip
     errors = [c for s in sizes for c in s.checks] + reaction.checks
     if memory.get("load_errors"):
@@ -1320,7 +1327,8 @@ def render(results: dict[str, Any]) -> str:
         f"{_num(r['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
         f"  reaction / round trip: median {_num(r['vs_roundtrip_median'], '.2f')}x, p99 "
         f"{_num(r['vs_roundtrip_p99'], '.2f')}x the baseline median",
-        f"  the gate's calls: {r['calls_per_reaction']:.2f} per reaction ({_calls(r['calls'])})",
+        f"  the gate's calls: {r['calls_per_reaction']:.2f} per reaction ({_calls(r['calls'])}); this "
+        f"process's CPU {r['cpu_ms_per_reaction']:.1f} ms per reaction (two events, one a whole CR)",
     ]
     b = results["reboot"]
     hold, free = b["boot_to_hold"], b["attestation_to_release"]
@@ -1332,7 +1340,8 @@ def render(results: dict[str, Any]) -> str:
         _timing("attested -> release", free),
         f"  baseline            median {_num(b['baseline']['median_ms'], '.2f')} ms  p99 "
         f"{_num(b['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
-        f"  the gate's calls: {b['calls_per_reboot']:.2f} per reboot and attestation ({_calls(b['calls'])})",
+        f"  the gate's calls: {b['calls_per_reboot']:.2f} per reboot and attestation ({_calls(b['calls'])}); "
+        f"this process's CPU {b['cpu_ms_per_reboot']:.1f} ms per reboot and attestation",
     ]
     if results["errors"]:
         lines += ["", "ERRORS (the numbers of this run are suspect)"]
