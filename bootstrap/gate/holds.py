@@ -61,7 +61,7 @@ DEFAULT_TAINT_KEY = "nodegate.io/hold"
 MAX_WAITING = 20
 MAX_MESSAGE = 1024
 MAX_STATUS_PACKAGES = 512  # entries of status.packages (the CRD allows 1024)
-MAX_BOOT_ID = 64  # a boot id is a UUID (36 characters); longer text is not one
+MAX_BOOT_ID = 64  # shown of a boot id (a UUID: 36 characters); the CRD's bound on status.bootID
 
 
 def _obj(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -71,7 +71,8 @@ def _obj(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 
 def _boot(value: object) -> str | None:
-    return value[:MAX_BOOT_ID] if isinstance(value, str) and value else None
+    # Compared whole (two long ids with one prefix are two boots); clipped only where shown.
+    return value if isinstance(value, str) and value else None
 
 
 def node_boot_id(node: Mapping[str, Any]) -> str | None:
@@ -152,10 +153,13 @@ def attestation_problem(
         return Problem(
             "unattested",
             "no-boot-id",
-            f"the Node reports no boot id (status.nodeInfo.bootID) to match the attested boot {view.boot_id}",
+            "the Node reports no boot id (status.nodeInfo.bootID) to match the attested boot "
+            + view.boot_id[:MAX_BOOT_ID],
         )
     if node_boot != view.boot_id:
-        return Problem("unattested", "rebooted", f"rebooted since its last attestation (boot {node_boot})")
+        return Problem(
+            "unattested", "rebooted", f"rebooted since its last attestation (boot {node_boot[:MAX_BOOT_ID]})"
+        )
     return None
 
 

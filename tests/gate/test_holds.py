@@ -359,6 +359,14 @@ def test_attestation_view_reads_boot_and_reset_count() -> None:
     assert odd is not None
     assert (odd.boot_id, odd.reset_count) == (None, None)
     assert holds.node_boot_id({"status": {"nodeInfo": {"bootID": 5}}}) is None
+    # Long ids are compared whole: one prefix does not make one boot.
+    long_a, long_b = "a" * 64 + "1", "a" * 64 + "2"
+    n = node("config", "complete", boot=long_b)
+    d = decide(n, [done_cr()], with_boot(long_a), complete_since=NOW - WINDOW)
+    assert (d.reason, d.message) == (
+        "unattested",
+        f"unattested: rebooted since its last attestation (boot {'a' * 64})",
+    )
 
 
 # -- taints ----------------------------------------------------------------------------------------
