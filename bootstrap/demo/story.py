@@ -7,6 +7,7 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import json
 import re
 import ssl
 from dataclasses import dataclass
@@ -230,9 +231,15 @@ class Demo:
             f"NodeWright's agent (played by the demo) reports {' and '.join(NODES[:-1])} complete, "
             f"{NODES[-1]}'s gpu-driver erroring",
         )
+        states: dict[str, object] = {}
         for name in NODES:
             annotations = node_state_annotation(name)
             await self._kube().patch_node(name, {"metadata": {"annotations": annotations}})
+            states[name] = json.loads(next(iter(annotations.values())))
+        # ... and mirrors it into the CR's status with its own credentials: what the gate decides on.
+        await self._kube().patch_cluster_object(
+            CR_GROUP, CR_VERSION, CR_PLURAL, CR_NAME, {"status": {"nodeState": states}}, status=True
+        )
         detail(f"`nodegate gate --once`: {await self.gate_pass()}")
         holds = await self._node_lines()
         released = [n for n, h in holds.items() if h is None]

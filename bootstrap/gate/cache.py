@@ -3,8 +3,11 @@
 Each source is listed, then watched from the list's resourceVersion; 410 or a broken stream
 re-lists (the old cache stays in force until the new list replaces it), and so does every
 ``resync``. A package API group that is not served counts as empty and is looked for again each
-resync. Nodes are kept slim (only what holds.decide reads). Every change names the nodes whose
-decision it can change to ``changed``; a re-list names them all.
+resync. Every cached copy is slim: a Node keeps only what holds.decide reads; a package CR is kept
+parsed, its ``status.nodeState`` (thousands of nodes, megabytes) indexed per node once per update
+(nodewright.index_reports) and the object itself dropped. Every change names the nodes whose
+decision it can change to ``changed``: for a CR whose spec is unchanged, only the nodes whose
+report in its status changed; a re-list names them all.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ PACKAGE_RESOURCES = {
     "skyhook.nvidia.com": ("skyhook.nvidia.com", "v1alpha1", "skyhooks"),
 }
 NODES, ATTESTATION_SOURCE = "nodes", "nodeattestations"
-_NODE_META = ("name", "uid", "resourceVersion", "labels", "annotations")
+_NODE_META = ("name", "uid", "resourceVersion", "labels")
+_CR_META = ("name", "uid", "resourceVersion")
 
 
 @dataclass(slots=True)
@@ -46,14 +50,32 @@ class Source:
 
 
 def slim_node(node: dict[str, Any]) -> dict[str, Any]:
-    """What the gate reads of a Node: its name, uid, resourceVersion, labels, annotations,
-    taints and conditions. A watched Node also carries images, addresses, capacity and
-    managedFields (tens of KB each); at 10,000 nodes keeping them costs hundreds of MB."""
+    """What the gate reads of a Node: its name, uid, resourceVersion, labels, the annotations
+    under NodeWright's prefixes, taints, conditions and boot id. A watched Node also carries
+    images, addresses, capacity and managedFields (tens of KB each); at 10,000 nodes keeping them
+    costs hundreds of MB."""
     meta = dict_at(node, "metadata")
-    return {
-        "metadata": {k: meta[k] for k in _NODE_META if k in meta},
+    slim_meta = {k: meta[k] for k in _NODE_META if k in meta}
+    annotations = dict_at(node, "metadata", "annotations")
+    slim_meta["annotations"] = {k: v for k, v in annotations.items() if k.split("/", 1)[0] in holds.PREFIXES}
+    out: dict[str, Any] = {
+        "metadata": slim_meta,
         "spec": {"taints": list_at(node, "spec", "taints")},
         "status": {"conditions": list_at(node, "status", "conditions")},
+    }
+    boot = dict_at(node, "status", "nodeInfo").get("bootID")
+    if boot is not None:
+        out["status"]["nodeInfo"] = {"bootID": boot}
+    return out
+
+
+def slim_cr(group: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """What is kept of a package CR besides its parse: who it is (the status is not kept)."""
+    meta = dict_at(obj, "metadata")
+    return {
+        "apiVersion": f"{group}/v1alpha1",
+        "kind": holds.GROUPS[group],
+        "metadata": {k: meta[k] for k in _CR_META if k in meta},
     }
 
 
@@ -66,7 +88,16 @@ def _invalid_cr(group: str, obj: Mapping[str, Any], why: str) -> holds.PackageCr
     selector: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {"matchExpressions": [None]}
     label = f"(invalid CR: {why})"[:300]
     pkg = holds.PackageSpec(label, "-", False, (), False, False)
-    return holds.PackageCr(group, name_of(obj) or "?", selector, {label: pkg}, False, False, {}, None)
+    return holds.PackageCr(
+        group=group,
+        name=name_of(obj) or "?",
+        selector=selector,
+        packages={label: pkg},
+        paused=False,
+        disabled=False,
+        config_updates={},
+        mirrored_from=None,
+    )
 
 
 class Cache:
@@ -194,47 +225,55 @@ class Cache:
         name = name_of(obj)
         if not name or src.objects is None:
             return
-        src.objects[name] = slim_node(obj) if src.key == NODES else obj
-        if src.optional:
-            # Lists do not always repeat apiVersion/kind on items; parse_cr checks them.
-            obj.setdefault("apiVersion", f"{src.key}/v1alpha1")
-            obj.setdefault("kind", holds.GROUPS[src.key])
-            try:
-                self._parsed[(src.key, name)] = holds.parse_cr(obj)
-            except holds.CrInvalid as exc:
-                log.warning(
-                    "%s/%s cannot be read (%s): the nodes it may select stay held", src.key, name, exc
-                )
-                self._parsed[(src.key, name)] = _invalid_cr(src.key, obj, str(exc))
+        if not src.optional:
+            src.objects[name] = slim_node(obj) if src.key == NODES else obj
+            return
+        src.objects[name] = slim_cr(src.key, obj)
+        # Lists do not always repeat apiVersion/kind on items; parse_cr checks them.
+        obj.setdefault("apiVersion", f"{src.key}/v1alpha1")
+        obj.setdefault("kind", holds.GROUPS[src.key])
+        try:
+            self._parsed[(src.key, name)] = holds.parse_cr(obj)
+        except holds.CrInvalid as exc:
+            log.warning("%s/%s cannot be read (%s): the nodes it may select stay held", src.key, name, exc)
+            self._parsed[(src.key, name)] = _invalid_cr(src.key, obj, str(exc))
 
     def apply_event(self, src: Source, event: WatchEvent) -> None:
         """One watch event into the cache; the nodes it can change are named to ``changed``."""
         rv = str(dict_at(event.object, "metadata").get("resourceVersion", ""))
         if event.type != "BOOKMARK" and src.objects is not None:
             name = name_of(event.object)
-            affected = self._affected(src, name)
+            before = self._parsed.get((src.key, name)) if src.optional else None
             if event.type == "DELETED":
                 src.objects.pop(name, None)
                 self._parsed.pop((src.key, name), None)
             elif event.type in ("ADDED", "MODIFIED"):
                 self._store(src, event.object)
-            for node in affected | self._affected(src, name):
+            after = self._parsed.get((src.key, name)) if src.optional else None
+            for node in self._affected(src, name, before, after):
                 self._changed(node)
         if rv:
             src.rv = rv
 
-    def _affected(self, src: Source, name: str) -> set[str]:
-        """The nodes whose decision an object can change (call before and after the change)."""
+    def _affected(
+        self, src: Source, name: str, before: holds.PackageCr | None, after: holds.PackageCr | None
+    ) -> set[str]:
+        """The nodes whose decision a change of one object can change."""
         if not src.optional:
             return {name}
-        cr = self._parsed.get((src.key, name))
-        if cr is None:
-            return set()
-        return {
-            n
-            for n, node in self.nodes().items()
-            if holds.selector_matches(cr.selector, dict_at(node, "metadata", "labels"))
-        }
+        if before is not None and after is not None and before == after:
+            # Only the operator's status changed (the usual event): the nodes whose report did.
+            old, new, nodes = before.reports, after.reports, self.nodes()
+            return {n for n in old.keys() | new.keys() if old.get(n) != new.get(n) and n in nodes}
+        affected: set[str] = set()
+        for cr in (before, after):
+            if cr is not None:
+                affected |= {
+                    n
+                    for n, node in self.nodes().items()
+                    if holds.selector_matches(cr.selector, dict_at(node, "metadata", "labels"))
+                }
+        return affected
 
     async def inform(self, src: Source) -> None:
         """Forever: list, watch from the list's resourceVersion, re-list on 410, on failure

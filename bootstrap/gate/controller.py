@@ -148,6 +148,7 @@ class Gate:
             stability_window=self._settings.stability_window,
             attestation_lifetime=self._settings.attestation_lifetime,
             complete_since=since,
+            taint_key=self._settings.taint_key,
         )
 
     def _decide_without_node(self, name: str) -> holds.Decision:

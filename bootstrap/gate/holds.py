@@ -1,62 +1,67 @@
 """Why a node is held: pure decisions over a Node, its NodeAttestation and the package CRs.
 
 No I/O and no clock: the gate controller passes objects and ``now``. The rules are those of
-docs/gate.md ("What decides"), with NodeWright's own completion rule for packages:
-a package is complete on a node when the node's state for the CR holds its *spec* version in state
-``complete`` at stage ``post-interrupt`` (when an interrupt applies) or ``config``. Per-CR
-``status.status`` is not trusted (it flips complete <-> in_progress between reboots).
+docs/gate.md ("What decides"): upstream compatibility (NodeWright's own completion rule, read from
+what the operator writes with its own credentials, nodewright.py) plus nodegate's policy (a valid
+attestation of the boot the node runs now, a stability window).
 """
 
 from __future__ import annotations
 
-import fnmatch
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from bootstrap.times import parse_time
+from bootstrap.gate.nodewright import (
+    GROUPS,
+    PREFIXES,
+    CrInvalid,
+    NodeReport,
+    NodeView,
+    PackageCr,
+    PackageSpec,
+    PackageStatus,
+    judge,
+    node_state,
+    parse_cr,
+    selector_matches,
+)
+from bootstrap.times import parse_time, rfc3339
+
+__all__ = [
+    "GROUPS",
+    "HOLD_REASONS",
+    "PREFIXES",
+    "AttestationView",
+    "CrInvalid",
+    "Decision",
+    "NodeReport",
+    "PackageCr",
+    "PackageSpec",
+    "PackageStatus",
+    "Problem",
+    "apply_decision",
+    "attestation_problem",
+    "attestation_view",
+    "decide",
+    "decide_without_node",
+    "effect_for",
+    "hold_taint",
+    "node_boot_id",
+    "node_state",
+    "parse_cr",
+    "selector_matches",
+]
 
 Reason = Literal["unattested", "packages-pending", "validation-failed", "quarantined"]
 HOLD_REASONS: tuple[Reason, ...] = ("unattested", "packages-pending", "validation-failed", "quarantined")
 Phase = Literal["Attested", "Held", "Ready", "Quarantined"]
-GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"}
-PREFIXES = ("nodewright.nvidia.com", "skyhook.nvidia.com")  # node annotations: the new one first
+DEFAULT_TAINT_KEY = "nodegate.io/hold"
 MAX_WAITING = 20
 MAX_MESSAGE = 1024
-MAX_FIELD = 256  # one string of a status.packages entry
 MAX_STATUS_PACKAGES = 512  # entries of status.packages (the CRD allows 1024)
-
-
-class CrInvalid(ValueError):
-    """A package CR the gate cannot read; nodes it might select stay held."""
-
-
-@dataclass(frozen=True, slots=True)
-class PackageSpec:
-    name: str
-    version: str
-    interrupt: bool
-    config_interrupt_keys: tuple[str, ...]
-    uninstall_enabled: bool
-    uninstall_apply: bool
-
-
-@dataclass(frozen=True, slots=True)
-class PackageCr:
-    group: str
-    name: str
-    selector: Mapping[str, Any]
-    packages: Mapping[str, PackageSpec]
-    paused: bool
-    disabled: bool
-    config_updates: Mapping[str, tuple[str, ...]]
-    mirrored_from: str | None
-
-    @property
-    def ref(self) -> str:
-        return f"{self.group}/{self.name}"
+MAX_BOOT_ID = 64  # shown of a boot id (a UUID: 36 characters); the CRD's bound on status.bootID
 
 
 def _obj(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -65,125 +70,14 @@ def _obj(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _str(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise CrInvalid(f"{what} must be a non-empty string")
-    return value
+def _boot(value: object) -> str | None:
+    # Compared whole (two long ids with one prefix are two boots); clipped only where shown.
+    return value if isinstance(value, str) and value else None
 
 
-def _flag(annotations: Mapping[str, Any], word: str) -> bool:
-    return any(annotations.get(f"{p}/{word}") == "true" for p in PREFIXES)
-
-
-def parse_cr(obj: Mapping[str, Any]) -> PackageCr:
-    """The parts of a NodeWright or Skyhook CR the gate acts on; CrInvalid names what is wrong."""
-    group = str(obj.get("apiVersion", "")).split("/", 1)[0]
-    if GROUPS.get(group) != obj.get("kind"):
-        raise CrInvalid(f"not a package CR: {obj.get('apiVersion')}/{obj.get('kind')}")
-    meta = _obj(obj, "metadata")
-    name = _str(meta.get("name"), "metadata.name")
-    annotations = _obj(meta, "annotations")
-    spec = obj.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        raise CrInvalid(f"{group}/{name}: spec is not an object")
-    selector = spec.get("nodeSelectors") or {}
-    if not isinstance(selector, Mapping):
-        raise CrInvalid(f"{group}/{name}: spec.nodeSelectors is not a label selector")
-    raw_packages = spec.get("packages") or {}
-    if not isinstance(raw_packages, Mapping):
-        raise CrInvalid(f"{group}/{name}: spec.packages is not a map")
-    packages: dict[str, PackageSpec] = {}
-    for key, pkg in raw_packages.items():
-        if not isinstance(pkg, Mapping):
-            raise CrInvalid(f"{group}/{name}: spec.packages.{key} is not an object")
-        uninstall = _obj(pkg, "uninstall")
-        config_interrupts = pkg.get("configInterrupts") or {}
-        packages[str(key)] = PackageSpec(
-            name=str(key),
-            version=_str(pkg.get("version"), f"spec.packages.{key}.version"),
-            interrupt=isinstance(pkg.get("interrupt"), Mapping),
-            config_interrupt_keys=tuple(str(k) for k in config_interrupts)
-            if isinstance(config_interrupts, Mapping)
-            else (),
-            uninstall_enabled=uninstall.get("enabled") is True,
-            uninstall_apply=uninstall.get("apply") is True,
-        )
-    status = _obj(obj, "status")
-    updates_raw = status.get("configUpdates") or {}
-    updates = (
-        {str(k): tuple(str(x) for x in v) for k, v in updates_raw.items() if isinstance(v, list)}
-        if isinstance(updates_raw, Mapping)
-        else {}
-    )
-    mirrored = annotations.get("nodewright.nvidia.com/mirrored-from")
-    return PackageCr(
-        group=group,
-        name=name,
-        selector=selector,
-        packages=packages,
-        paused=_flag(annotations, "pause"),
-        disabled=_flag(annotations, "disable"),
-        config_updates=updates,
-        mirrored_from=mirrored if isinstance(mirrored, str) and group == "nodewright.nvidia.com" else None,
-    )
-
-
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Kubernetes LabelSelector semantics; a selector the gate cannot read matches (fail closed:
-    the node is held rather than released by a CR nobody can interpret)."""
-    if not selector:
-        return True
-    match_labels = selector.get("matchLabels") or {}
-    expressions = selector.get("matchExpressions") or []
-    if not isinstance(match_labels, Mapping) or not isinstance(expressions, list):
-        return True
-    for key, value in match_labels.items():
-        if labels.get(str(key)) != value:
-            return False
-    for expr in expressions:
-        if not isinstance(expr, Mapping):
-            return True
-        key, op = expr.get("key"), expr.get("operator")
-        values = expr.get("values") or []
-        if not isinstance(key, str) or not isinstance(values, list):
-            return True
-        present = key in labels
-        if op == "In":
-            ok = present and labels[key] in values
-        elif op == "NotIn":
-            ok = not present or labels[key] not in values
-        elif op == "Exists":
-            ok = present
-        elif op == "DoesNotExist":
-            ok = not present
-        else:
-            return True
-        if not ok:
-            return False
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class PackageStatus:
-    cr: str
-    package: str
-    version: str
-    stage: str | None
-    state: str | None
-    complete: bool
-
-    def to_json(self) -> dict[str, Any]:
-        # Clipped: stage and state come from node annotations anyone with node write access sets,
-        # and an over-long status would be refused by the CRD's schema (the node stays held, but
-        # its status would stop updating).
-        return {
-            "cr": self.cr[:MAX_FIELD],
-            "package": self.package[:MAX_FIELD],
-            "version": self.version[:MAX_FIELD],
-            "stage": self.stage[:MAX_FIELD] if self.stage is not None else None,
-            "state": self.state[:MAX_FIELD] if self.state is not None else None,
-            "complete": self.complete,
-        }
+def node_boot_id(node: Mapping[str, Any]) -> str | None:
+    """The boot the kubelet reports (``status.nodeInfo.bootID``), or None when it reports none."""
+    return _boot(_obj(_obj(node, "status"), "nodeInfo").get("bootID"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +85,8 @@ class AttestationView:
     revoked: bool
     attested_at: datetime | None
     expires_at: datetime | None
+    boot_id: str | None = None  # the boot the last join or renewal proved (None: not recorded)
+    reset_count: int | None = None  # the TPM's resetCount in that quote
 
 
 def attestation_view(obj: Mapping[str, Any] | None) -> AttestationView | None:
@@ -199,11 +95,87 @@ def attestation_view(obj: Mapping[str, Any] | None) -> AttestationView | None:
         return None
     spec, status = _obj(obj, "spec"), _obj(obj, "status")
     revoked = spec.get("revoked")
+    resets = status.get("resetCount")
     return AttestationView(
         revoked=revoked is not False and revoked is not None,  # anything but an explicit false/absent
         attested_at=parse_time(status.get("attestedAt")),
         expires_at=parse_time(status.get("expiresAt")),
+        boot_id=_boot(status.get("bootID")),
+        reset_count=resets if isinstance(resets, int) and not isinstance(resets, bool) else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why an attestation does not let the node run: the hold reason, a machine-readable kind
+    (``missing``, ``incomplete``, ``revoked``, ``expired``, ``stale``, ``rebooted``, ``no-boot-id``)
+    and the words."""
+
+    reason: Reason
+    kind: str
+    text: str
+
+
+def attestation_problem(
+    view: AttestationView | None,
+    *,
+    node_boot: str | None,
+    has_node: bool,
+    now: datetime,
+    lifetime: timedelta | None,
+) -> Problem | None:
+    """None when the attestation is valid for the boot the Node runs now. Quarantine (the node
+    must join again) before unattested; a reboot is checked only on a valid attestation that
+    recorded a boot id (old joins and agents that send none keep the behaviour without it)."""
+    if view is None:
+        return Problem(
+            "unattested", "missing", "no NodeAttestation: the node has not joined through nodegate"
+        )
+    if view.revoked:
+        return Problem("quarantined", "revoked", "attestation revoked: the node must join again")
+    if view.expires_at is not None and view.expires_at <= now:
+        return Problem(
+            "quarantined",
+            "expired",
+            f"attestation expired at {rfc3339(view.expires_at)}: the node must join again",
+        )
+    if lifetime is not None and view.attested_at is not None and view.attested_at + lifetime <= now:
+        return Problem(
+            "quarantined",
+            "stale",
+            f"attestation older than its lifetime ({lifetime}): renewals stopped; the node must join again",
+        )
+    if view.attested_at is None or view.expires_at is None:
+        return Problem("unattested", "incomplete", "attestation incomplete: no attestedAt/expiresAt")
+    if view.boot_id is None or not has_node:
+        return None
+    if node_boot is None:
+        return Problem(
+            "unattested",
+            "no-boot-id",
+            "the Node reports no boot id (status.nodeInfo.bootID) to match the attested boot "
+            + view.boot_id[:MAX_BOOT_ID],
+        )
+    if node_boot != view.boot_id:
+        return Problem(
+            "unattested", "rebooted", f"rebooted since its last attestation (boot {node_boot[:MAX_BOOT_ID]})"
+        )
+    return None
+
+
+def _taints_after(
+    node: Mapping[str, Any], key: str, problem: Problem | None
+) -> tuple[Mapping[str, Any], ...]:
+    """The node's taints as they will be while the gate holds it (what NodeWright's node picker
+    will see; only read when packages are pending, so the node is held): the hold is
+    ``problem.reason`` when the attestation holds the node, else a value package pods may
+    tolerate (packages-pending; validation-failed reads the same)."""
+    raw = _obj(node, "spec").get("taints")
+    taints = [t for t in raw if isinstance(t, Mapping)] if isinstance(raw, list) else []
+    value = problem.reason if problem is not None else "packages-pending"
+    old = next((t for t in taints if t.get("key") == key and t.get("value") == value), None)
+    effect = old.get("effect") if old is not None else "NoSchedule"
+    return (*(t for t in taints if t.get("key") != key), {"key": key, "value": value, "effect": effect})
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,67 +187,7 @@ class Decision:
     complete_since: datetime | None
     requeue_at: datetime | None
     phase: Phase
-
-
-def node_state(annotations: Mapping[str, Any], cr_name: str) -> tuple[dict[str, Any] | None, str | None]:
-    """The package states the operator wrote for ``cr_name``: (state, None), (None, None) when
-    absent, or (None, why) when malformed. The new prefix wins over the legacy one."""
-    for prefix in PREFIXES:
-        raw = annotations.get(f"{prefix}/nodeState_{cr_name}")
-        if raw is None:
-            continue
-        try:
-            state = json.loads(raw) if isinstance(raw, str) and len(raw) <= 256 * 1024 else None
-        except ValueError:
-            state = None
-        if not isinstance(state, dict):
-            return None, f"{prefix}/nodeState_{cr_name} is malformed"
-        return state, None
-    return None, None
-
-
-def _has_interrupt(cr: PackageCr, pkg: PackageSpec) -> bool:
-    changed = cr.config_updates.get(pkg.name, ())
-    if changed:
-        return any(fnmatch.fnmatchcase(key, glob) for key in changed for glob in pkg.config_interrupt_keys)
-    return pkg.interrupt
-
-
-def _judge(cr: PackageCr, annotations: Mapping[str, Any]) -> tuple[list[PackageStatus], list[str], bool]:
-    """Rows for the CR's spec packages, what is missing, and whether any package failed."""
-    state, bad = node_state(annotations, cr.name)
-    rows: list[PackageStatus] = []
-    waiting: list[str] = []
-    failed = False
-    if bad is not None:
-        waiting.append(bad)
-    for pkg in cr.packages.values():
-        entry = (state or {}).get(f"{pkg.name}|{pkg.version}")
-        entry = entry if isinstance(entry, dict) else None
-        stage = entry.get("stage") if entry else None
-        st = entry.get("state") if entry else None
-        stage = stage if isinstance(stage, str) else None
-        st = st if isinstance(st, str) else None
-        if entry is None and pkg.uninstall_enabled and pkg.uninstall_apply:
-            rows.append(PackageStatus(cr.ref, pkg.name, pkg.version, None, None, True))  # uninstalled
-            continue
-        want = "post-interrupt" if _has_interrupt(cr, pkg) else "config"
-        done = st == "complete" and stage == want
-        if stage in ("uninstall", "uninstall-interrupt"):
-            done = False
-        rows.append(PackageStatus(cr.ref, pkg.name, pkg.version, stage, st, done))
-        if st == "erroring":
-            failed = True
-        if not done:
-            waiting.append(
-                f"{cr.ref}: {pkg.name} {pkg.version} stage {stage or '-'} state {st or 'absent'}"
-                + (f" (needs {want} complete)" if st == "complete" else "")
-            )
-    if waiting and (cr.paused or cr.disabled):
-        waiting.append(
-            f"{cr.ref} is {'paused' if cr.paused else 'disabled'}: it will not progress until resumed"
-        )
-    return rows, waiting, failed
+    problem: Problem | None = None  # the attestation's, when it holds the node
 
 
 def decide(
@@ -287,9 +199,20 @@ def decide(
     stability_window: timedelta,
     attestation_lifetime: timedelta | None,
     complete_since: datetime | None,
+    taint_key: str = DEFAULT_TAINT_KEY,
+    has_node: bool = True,
 ) -> Decision:
+    problem = attestation_problem(
+        attestation, node_boot=node_boot_id(node), has_node=has_node, now=now, lifetime=attestation_lifetime
+    )
     meta = _obj(node, "metadata")
-    labels, annotations = _obj(meta, "labels"), _obj(meta, "annotations")
+    view = NodeView(
+        name=str(meta.get("name", "")),
+        labels=_obj(meta, "labels"),
+        annotations=_obj(meta, "annotations"),
+        taints=_taints_after(node, taint_key, problem),
+        hold_key=taint_key,
+    )
 
     mirrored = {cr.mirrored_from for cr in crs if cr.mirrored_from}
     rows: list[PackageStatus] = []
@@ -298,9 +221,9 @@ def decide(
     for cr in crs:
         if cr.group == "skyhook.nvidia.com" and cr.name in mirrored:
             continue  # its NodeWright mirror is judged instead
-        if not selector_matches(cr.selector, labels):
+        if not selector_matches(cr.selector, view.labels):
             continue
-        r, w, f = _judge(cr, annotations)
+        r, w, f = judge(cr, view)
         rows += r
         waiting += w
         failed = failed or f
@@ -308,37 +231,31 @@ def decide(
     since = (complete_since or now) if all_done else None
     requeue: list[datetime] = []
 
+    if attestation is not None and attestation.expires_at is not None and attestation.expires_at > now:
+        requeue.append(attestation.expires_at)  # quarantine comes by time alone: a timer, not polling
+    stale_at = (
+        attestation.attested_at + attestation_lifetime
+        if attestation is not None
+        and attestation.attested_at is not None
+        and attestation_lifetime is not None
+        else None
+    )
+    if stale_at is not None and stale_at > now:
+        requeue.append(stale_at)
     reason: Reason | None
-    if attestation is not None and (
-        attestation.revoked
-        or (attestation.expires_at is not None and attestation.expires_at <= now)
-        or (
-            attestation_lifetime is not None
-            and attestation.attested_at is not None
-            and attestation.attested_at + attestation_lifetime <= now
-        )
-    ):
-        reason = "quarantined"
-        why = "revoked" if attestation.revoked else "expired or older than its lifetime"
-        waiting.insert(0, f"attestation {why}: the node must join again")
-    elif attestation is None or attestation.attested_at is None or attestation.expires_at is None:
-        reason = "unattested"
-        waiting.insert(0, "no valid attestation: the node has not joined through nodegate")
+    if problem is not None:
+        reason = problem.reason
+        waiting.insert(0, problem.text)
+    elif failed:
+        reason = "validation-failed"
+    elif not all_done:
+        reason = "packages-pending"
+    elif since is not None and now < since + stability_window:
+        reason = "packages-pending"
+        requeue.append(since + stability_window)
+        waiting.append(f"stable since {since.isoformat()}; released after the {stability_window} window")
     else:
-        ends = [attestation.expires_at]
-        if attestation_lifetime is not None:
-            ends.append(attestation.attested_at + attestation_lifetime)
-        requeue.append(min(ends))
-        if failed:
-            reason = "validation-failed"
-        elif not all_done:
-            reason = "packages-pending"
-        elif since is not None and now < since + stability_window:
-            reason = "packages-pending"
-            requeue.append(since + stability_window)
-            waiting.append(f"stable since {since.isoformat()}; released after the {stability_window} window")
-        else:
-            reason = None
+        reason = None
     shown = waiting[:MAX_WAITING]
     if len(waiting) > MAX_WAITING:
         shown.append(f"and {len(waiting) - MAX_WAITING} more")
@@ -357,6 +274,7 @@ def decide(
         complete_since=since,
         requeue_at=min(requeue) if requeue else None,
         phase=phase,
+        problem=problem,
     )
 
 
@@ -374,6 +292,7 @@ def decide_without_node(
         stability_window=timedelta(0),
         attestation_lifetime=attestation_lifetime,
         complete_since=None,
+        has_node=False,
     )
     if decision.reason is not None:
         return decision

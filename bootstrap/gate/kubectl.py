@@ -77,6 +77,13 @@ class NodeRow:
     hold_effect: str | None
     attestation: bool  # a NodeAttestation bound to an EK exists (not missing, not forgotten)
     attestation_problem: str | None  # why the attestation is not valid; None when it is
+    # valid, missing, forgotten, incomplete, revoked, expired, stale (older than the gate's
+    # attestation_lifetime: renewals stopped), rebooted (the Node runs a boot nobody attested) or
+    # no-boot-id (the Node reports none to compare)
+    attestation_state: str
+    boot_id: str | None  # the Node's status.nodeInfo.bootID
+    attested_boot_id: str | None  # the NodeAttestation's status.bootID
+    reset_count: int | None  # the TPM resetCount of that attestation
     revoked: bool
     phase: str | None  # status.phase as the gate wrote it
     reason: str | None
@@ -118,6 +125,10 @@ class NodeRow:
             "holdEffect": self.hold_effect,
             "attestation": self.attestation,
             "attestationValid": self.attestation_problem is None,
+            "attestationState": self.attestation_state,
+            "bootID": self.boot_id,
+            "attestedBootID": self.attested_boot_id,
+            "resetCount": self.reset_count,
             "revoked": self.revoked,
             "phase": self.phase,
             "reason": self.reason,
@@ -200,13 +211,18 @@ def node_row(
     phase = _text(st.get("phase")) or None
     reason = _text(st.get("reason")) or None
     hold = _text(taint.get("value")) if taint is not None else None
-    problem = _attestation_problem(attestation, view, now)
+    boot = holds.node_boot_id(node)
+    state, problem = _attestation_problem(attestation, view, boot, reason, now)
     return NodeRow(
         node=_name(node),
         hold=hold,
         hold_effect=(_text(taint.get("effect")) or None) if taint is not None else None,
         attestation=bound,
         attestation_problem=problem,
+        attestation_state=state,
+        boot_id=_text(boot) or None,
+        attested_boot_id=(_text(view.boot_id) or None) if view is not None else None,
+        reset_count=view.reset_count if view is not None else None,
         revoked=view is not None and view.revoked,
         phase=phase,
         reason=reason,
@@ -222,19 +238,23 @@ def node_row(
 
 
 def _attestation_problem(
-    obj: Mapping[str, Any] | None, view: holds.AttestationView | None, now: datetime
-) -> str | None:
-    if obj is None:
-        return "no NodeAttestation: the node has not joined through nodegate"
-    if view is None:
-        return "NodeAttestation has no EK (forgotten): the node must join again"
-    if view.revoked:
-        return "attestation revoked: the node must join again"
-    if view.attested_at is None or view.expires_at is None:
-        return "attestation incomplete: no attestedAt/expiresAt"
-    if view.expires_at <= now:
-        return f"attestation expired at {optional_rfc3339(view.expires_at)}: the node must join again"
-    return None
+    obj: Mapping[str, Any] | None,
+    view: holds.AttestationView | None,
+    boot: str | None,
+    reason: str | None,
+    now: datetime,
+) -> tuple[str, str | None]:
+    """(state, why) by the gate's own rule (holds.attestation_problem), so the two never disagree;
+    the gate's attestation_lifetime is not known here: a status the gate wrote quarantined on an
+    attestation that is otherwise valid says so."""
+    if obj is not None and view is None:
+        return "forgotten", "NodeAttestation has no EK (forgotten): the node must join again"
+    problem = holds.attestation_problem(view, node_boot=boot, has_node=True, now=now, lifetime=None)
+    if problem is not None:
+        return problem.kind, problem.text
+    if reason == "quarantined":
+        return "stale", "attestation older than the gate's attestation_lifetime: renewals stopped; join again"
+    return "valid", None
 
 
 def _mismatch(hold: str | None, phase: str | None, reason: str | None, *, valid: bool) -> str | None:

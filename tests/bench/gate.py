@@ -98,6 +98,7 @@ from kubernetes_asyncio import client as kc
 
 from bootstrap.config import GateSettings
 from bootstrap.gate import Gate, GateReport, holds
+from bootstrap.gate.cache import ATTESTATIONS
 from bootstrap.kube import Kube
 from tests.bench import common
 from tests.support.kshim import ShimEmulator
@@ -218,11 +219,16 @@ def _prefix(cr: holds.PackageCr) -> str:
 
 @dataclass(frozen=True)
 class Pending:
-    """A node with one package in progress, and the agent's patch that completes it."""
+    """A node with one package in progress, and the operator's writes that complete it."""
 
     node: str
     annotation: str
     complete: str  # the annotation's value with every package complete
+    cr: tuple[str, str, str, str]  # group, version, plural, name: its status.nodeState[node] too
+
+
+def _boot_id(name: str, boot: int = 0) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, f"boot-{boot}.{name}.bench.nodegate.test"))
 
 
 @dataclass
@@ -243,6 +249,10 @@ def build_cluster(n: int, now: datetime, seed: int = SEED) -> Cluster:
     rng = random.Random(seed)
     crs = package_crs()
     parsed = [holds.parse_cr(cr) for cr in crs]
+    statuses: dict[str, dict[str, Any]] = {}
+    for cr in crs:
+        cr["status"] = {"status": "in_progress", "nodeState": {}, "nodeStatus": {}}
+        statuses[cr["metadata"]["name"]] = cr["status"]
     stuck = set(rng.sample(range(n), round(n * PENDING_SHARE)))
     nodes: list[dict[str, Any]] = []
     attestations: list[dict[str, Any]] = []
@@ -271,8 +281,14 @@ def build_cluster(n: int, now: datetime, seed: int = SEED) -> Cluster:
         for cr in matched:
             key = f"{_prefix(cr)}/nodeState_{cr.name}"
             annotations[key] = _node_state(cr, hold_pkg if cr is hold_cr else None)
+            # The operator mirrors it into the CR's status (wrapper/node.go SetStatus).
+            status = statuses[cr.name]
+            status["nodeState"][name] = json.loads(annotations[key])
+            status["nodeStatus"][name] = "in_progress" if cr is hold_cr else "complete"
             if cr is hold_cr:
-                pending.append(Pending(name, key, _node_state(cr, None)))
+                plural = "nodewrights" if cr.group == NODEWRIGHT else "skyhooks"
+                where = (cr.group, "v1alpha1", plural, cr.name)
+                pending.append(Pending(name, key, _node_state(cr, None), where))
         taints: list[dict[str, Any]] = [{"key": KEY, "value": "packages-pending", "effect": "NoSchedule"}]
         if i % 4 == 0:
             taints.insert(0, {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
@@ -329,6 +345,7 @@ def build_cluster(n: int, now: datetime, seed: int = SEED) -> Cluster:
                         "architecture": "amd64",
                         "operatingSystem": "linux",
                         "machineID": hashlib.md5(name.encode(), usedforsecurity=False).hexdigest(),
+                        "bootID": _boot_id(name),
                     },
                 },
             }
@@ -343,7 +360,12 @@ def build_cluster(n: int, now: datetime, seed: int = SEED) -> Cluster:
                     "spiffeId": f"spiffe://bench.nodegate.test/node/{name}",
                     "revoked": False,
                 },
-                "status": {"attestedAt": _stamp(attested), "expiresAt": _stamp(now + timedelta(days=30))},
+                "status": {
+                    "attestedAt": _stamp(attested),
+                    "expiresAt": _stamp(now + timedelta(days=30)),
+                    "bootID": _boot_id(name),
+                    "resetCount": 1,
+                },
             }
         )
     return Cluster(nodes, attestations, crs, pending)
@@ -453,10 +475,12 @@ class _BenchDouble(ShimEmulator, _Direct):
         self._calls = {"gate": Counter(), "other": Counter()}
         return out
 
-    def populate(self, n: int) -> list[Pending]:
-        """Replace everything stored with a fresh cluster of ``n`` nodes."""
+    def populate(self, n: int) -> tuple[list[Pending], list[int]]:
+        """Replace everything stored with a fresh cluster of ``n`` nodes; its pending nodes and
+        the size of each CR's JSON (its status.nodeState is most of it)."""
         self.objects.clear()
         cluster = build_cluster(n, datetime.now(UTC))
+        sizes = [len(json.dumps(cr, separators=(",", ":"))) for cr in cluster.crs]
         version = itertools.count(1)
         keys = {k: references.resource(*_split(k)) for k in RESOURCES}
         groups: list[tuple[str, list[dict[str, Any]]]] = [
@@ -476,7 +500,7 @@ class _BenchDouble(ShimEmulator, _Direct):
         self._versions = itertools.count(next(version) + 1000)
         gc.collect()
         gc.freeze()  # the stored cluster is not the gate's cost: keep it out of the double's GC passes
-        return cluster.pending
+        return cluster.pending, sizes
 
 
 def _split(resource: str) -> tuple[str, str, str]:
@@ -546,9 +570,9 @@ class Double:
             raise RuntimeError(f"the double failed {command}: {value}")
         return value
 
-    def populate(self, n: int) -> list[Pending]:
-        pending: list[Pending] = self._ask("populate", n)
-        return pending
+    def populate(self, n: int) -> tuple[list[Pending], list[int]]:
+        pending, sizes = self._ask("populate", n)
+        return pending, sizes
 
     def calls(self) -> dict[str, dict[str, int]]:
         calls: dict[str, dict[str, int]] = self._ask("calls")
@@ -663,7 +687,21 @@ def _api(url: str, agent: str) -> kc.ApiClient:
 
 
 def make_gate(kube: Kube, identity: str = "bench-gate") -> Gate:
-    return Gate(kube, SETTINGS, events_namespace="nodegate", now=lambda: datetime.now(UTC), identity=identity)
+    gate = Gate(kube, SETTINGS, events_namespace="nodegate", now=lambda: datetime.now(UTC), identity=identity)
+    if isinstance(kube, TrackedKube):
+        # The waits below wake on the gate's API calls; a decision that needs none (the watch
+        # event of the gate's own write, decided on the watched copy) must wake them too, or they
+        # sleep until the next lease renewal (5 s) before seeing the gate idle.
+        decide = gate.reconcile
+
+        async def reconcile(name: str, *, cached: bool = False) -> holds.Decision | None:
+            try:
+                return await decide(name, cached=cached)
+            finally:
+                kube.done.set()
+
+        gate.reconcile = reconcile  # type: ignore[method-assign]
+    return gate
 
 
 @dataclass
@@ -720,11 +758,12 @@ class SizeResult:
     rss_before_kib: int | None
     rss_after_kib: int | None  # the gate still alive
     hwm_kib: int | None
+    cr_bytes: list[int] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
 
 
 async def measure_size(double: Double, n: int, rounds: int) -> tuple[SizeResult, list[Pending]]:
-    pending = double.populate(n)
+    pending, cr_bytes = double.populate(n)
     gc.collect()
     rss_before = _rss_kib()
     kube = TrackedKube(_api(double.url, GATE_AGENT), TIMEOUT)
@@ -736,7 +775,7 @@ async def measure_size(double: Double, n: int, rounds: int) -> tuple[SizeResult,
         rss_after = _rss_kib()
     finally:
         await kube.close()
-    result = SizeResult(n, len(pending), first, steady, rss_before, rss_after, _hwm_kib())
+    result = SizeResult(n, len(pending), first, steady, rss_before, rss_after, _hwm_kib(), cr_bytes)
     want = {"nodes": n, "released": n - len(pending), "held": {"packages-pending": len(pending)}}
     got = {"nodes": first.report.nodes, "released": first.report.released, "held": first.report.held}
     if got != want or first.report.errors:
@@ -796,21 +835,32 @@ async def measure_memory(double: Double) -> dict[str, Any]:
 # Reaction
 
 
+Want = Callable[[str | None], bool]  # on the hold taint's value (None: no hold taint)
+
+
+def released(hold: str | None) -> bool:
+    return hold is None
+
+
+def held_unattested(hold: str | None) -> bool:
+    return hold == "unattested"
+
+
 class NodeWatch:
     """One watch on every node (the agent's view): resolves a future when the armed node shows up
-    without the hold taint."""
+    with its hold taint as wanted."""
 
     def __init__(self, kube: Kube, nodes: int) -> None:
         self._kube = kube
-        self._armed: tuple[str, asyncio.Future[int]] | None = None
+        self._armed: tuple[str, Want, asyncio.Future[int]] | None = None
         self._nodes = nodes
         self.events = 0
         self.replayed = asyncio.Event()  # kmock starts a watch with every stored object as ADDED
         self.task = asyncio.create_task(self._run(), name="bench-node-watch")
 
-    def arm(self, node: str) -> asyncio.Future[int]:
+    def arm(self, node: str, want: Want = released) -> asyncio.Future[int]:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._armed = (node, future)
+        self._armed = (node, want, future)
         return future
 
     async def _run(self) -> None:
@@ -820,14 +870,17 @@ class NodeWatch:
                 if self.events >= self._nodes:
                     self.replayed.set()
                 armed = self._armed
-                if armed is None or armed[1].done():
+                if armed is None or armed[2].done():
                     continue
                 obj = event.object
                 if (obj.get("metadata") or {}).get("name") != armed[0]:
                     continue
                 taints = (obj.get("spec") or {}).get("taints") or []
-                if not any(isinstance(t, dict) and t.get("key") == KEY for t in taints):
-                    armed[1].set_result(time.perf_counter_ns())
+                hold = next(
+                    (t.get("value") for t in taints if isinstance(t, dict) and t.get("key") == KEY), None
+                )
+                if armed[1](hold):
+                    armed[2].set_result(time.perf_counter_ns())
 
     async def close(self) -> None:
         self.task.cancel()
@@ -869,10 +922,19 @@ class ReactionResult:
     from_ack_ns: list[int] = field(default_factory=list)
     baseline_ns: list[int] = field(default_factory=list)
     reactions: int = 0  # done, warm-up included
+    # The reboot loop: a Node's boot id changes -> the hold taint; the fresh attestation -> release.
+    reboot_ns: list[int] = field(default_factory=list)
+    attest_ns: list[int] = field(default_factory=list)
+    reboot_baseline_ns: list[int] = field(default_factory=list)
+    reboots: int = 0
+    reboot_seconds: float = 0.0
+    reboot_calls: dict[str, int] = field(default_factory=dict)
     converge_s: float = 0.0
     converge_calls: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0  # the reactions' part
     others_cpu_s: float | None = None
+    cpu_s: float = 0.0  # this process (the gate, its client, the agent's small writes and watch)
+    reboot_cpu_s: float = 0.0
     calls: dict[str, int] = field(default_factory=dict)
     checks: list[str] = field(default_factory=list)
 
@@ -886,6 +948,16 @@ async def _round_trip(agent: Kube, i: int) -> int:
     return time.perf_counter_ns() - started
 
 
+async def _timed(watch: NodeWatch, node: str, want: Want, write: Coroutine[Any, Any, Any]) -> tuple[int, int]:
+    """Send ``write`` and wait for the node's hold to become as wanted: (sent, seen) in ns."""
+    seen = watch.arm(node, want)
+    sent = time.perf_counter_ns()
+    await write
+    async with asyncio.timeout(WAIT):
+        at = await seen
+    return sent, at
+
+
 async def _react(
     gate: Gate,
     kube: TrackedKube,
@@ -896,16 +968,25 @@ async def _react(
     result: ReactionResult,
     others: Others,
 ) -> None:
-    started = time.perf_counter()
+    """Package complete -> released. As upstream writes it: the agent-side annotation on the Node
+    first (the gate decides on it and stays held: the operator's report is not there yet), then,
+    timed, the operator's status.nodeState[node] in the CR, a merge patch through /status (the
+    watch event the gate gets is the whole CR)."""
+    started, cpu = time.perf_counter(), time.process_time()
     for i, p in enumerate(todo):
-        writes = gate.writes
-        seen = watch.arm(p.node)
-        sent = time.perf_counter_ns()
         await agent.patch_node(p.node, {"metadata": {"annotations": {p.annotation: p.complete}}})
-        acked = time.perf_counter_ns()
+        await _settle(gate, kube, agent, p.node, gate.writes)
+        writes = gate.writes
+        status = {"nodeState": {p.node: json.loads(p.complete)}, "nodeStatus": {p.node: "complete"}}
+        acked = 0
+
+        async def operator(p: Pending = p, status: dict[str, Any] = status) -> None:
+            nonlocal acked
+            await agent.patch_cluster_object(*p.cr, {"status": status}, status=True)
+            acked = time.perf_counter_ns()
+
         try:
-            async with asyncio.timeout(WAIT):
-                at = await seen
+            sent, at = await _timed(watch, p.node, released, operator())
         except TimeoutError:
             result.checks.append(f"{p.node}: the hold taint was not removed within {WAIT:.0f} s")
             return
@@ -919,6 +1000,50 @@ async def _react(
             result.from_ack_ns.append(at - acked)
             result.baseline_ns.append(trip)
     result.seconds, result.others_cpu_s = time.perf_counter() - started, others.seconds()
+    result.cpu_s = time.process_time() - cpu
+
+
+async def _reboots(
+    gate: Gate,
+    kube: TrackedKube,
+    agent: Kube,
+    watch: NodeWatch,
+    nodes: list[str],
+    warmup: int,
+    result: ReactionResult,
+) -> None:
+    """Released node -> its kubelet reports a new boot id (a Node status patch) -> held
+    ``unattested``; then the join service records the attestation of that boot (NodeAttestation
+    status bootID, resetCount, attestedAt) -> released. Each timed from the write's send to the
+    node watch showing the hold as wanted; the gate idle before each write."""
+    started, cpu = time.perf_counter(), time.process_time()
+    for i, name in enumerate(nodes):
+        new_boot = _boot_id(name, 1)
+        writes = gate.writes
+        reboot = agent.patch_node_status(name, {"status": {"nodeInfo": {"bootID": new_boot}}})
+        try:
+            sent, held = await _timed(watch, name, held_unattested, reboot)
+        except TimeoutError:
+            result.checks.append(f"{name}: not held within {WAIT:.0f} s of its new boot id")
+            return
+        await _settle(gate, kube, agent, name, writes + 4)  # taint, Event, condition, status
+        writes = gate.writes
+        fresh = {"bootID": new_boot, "resetCount": 2, "attestedAt": _stamp(datetime.now(UTC))}
+        attested = agent.patch_cluster_object(*ATTESTATIONS, name, {"status": fresh}, status=True)
+        try:
+            sent2, free = await _timed(watch, name, released, attested)
+        except TimeoutError:
+            result.checks.append(f"{name}: not released within {WAIT:.0f} s of its fresh attestation")
+            return
+        result.reboots += 1
+        await _settle(gate, kube, agent, name, writes + 4)
+        trip = await _round_trip(agent, 10_000 + i)
+        if i >= warmup:
+            result.reboot_ns.append(held - sent)
+            result.attest_ns.append(free - sent2)
+            result.reboot_baseline_ns.append(trip)
+    result.reboot_seconds = time.perf_counter() - started
+    result.reboot_cpu_s = time.process_time() - cpu
 
 
 async def measure_reaction(double: Double, n: int, pending: list[Pending], samples: int) -> ReactionResult:
@@ -953,6 +1078,11 @@ async def measure_reaction(double: Double, n: int, pending: list[Pending], sampl
             result.converge_s = time.perf_counter() - started
             result.converge_calls = double.calls()["gate"]
             await _react(gate, kube, agent, watch, todo, warmup, result, Others(double))
+            result.calls = double.calls()["gate"]
+            stuck = {p.node for p in pending}
+            rebooting = [f"gpu-{i:05d}" for i in range(n) if f"gpu-{i:05d}" not in stuck][: warmup + samples]
+            await _reboots(gate, kube, agent, watch, rebooting, warmup, result)
+            result.reboot_calls = double.calls()["gate"]
             if task.done():
                 result.checks.append(f"Gate.run() ended: {task.exception()!r}")
         except RuntimeError as exc:  # the gate never converged or never went idle
@@ -961,7 +1091,6 @@ async def measure_reaction(double: Double, n: int, pending: list[Pending], sampl
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        result.calls = double.calls()["gate"]
     finally:
         await watch.close()
         await agent.close()
@@ -1007,6 +1136,8 @@ def summarise(
                 "rss_before_kib": s.rss_before_kib,
                 "rss_after_kib": s.rss_after_kib,
                 "hwm_kib": s.hwm_kib,
+                "cr_bytes_total": sum(s.cr_bytes),
+                "cr_bytes_max": max(s.cr_bytes, default=0),
             }
         )
     small, large = rows[0], rows[-1]
@@ -1038,9 +1169,32 @@ def summarise(
         "converge_calls": reaction.converge_calls,
         "seconds": round(reaction.seconds, 2),
         "others_cpu_s": reaction.others_cpu_s,
+        # this process's CPU per reaction, both writes of it (annotation, then the CR status)
+        "cpu_ms_per_reaction": reaction.cpu_s * 1000 / counted,
         "calls": reaction.calls,
         "calls_per_reaction": sum(reaction.calls.values()) / counted,
     }
+    reboot_base = _ms(reaction.reboot_baseline_ns)
+
+    def vs(values: dict[str, float | None], key: str) -> float | None:
+        value, trip = values[key], reboot_base["median_ms"]
+        return None if value is None or not trip else value / trip
+
+    to_hold, to_release = _ms(reaction.reboot_ns), _ms(reaction.attest_ns)
+    reboot_out = {
+        "nodes": reaction.nodes,
+        "samples": len(reaction.reboot_ns),
+        "warmup": reaction.reboots - len(reaction.reboot_ns),
+        "boot_to_hold": {**to_hold, "vs_roundtrip_median": vs(to_hold, "median_ms"),
+                         "vs_roundtrip_p99": vs(to_hold, "p99_ms")},
+        "attestation_to_release": {**to_release, "vs_roundtrip_median": vs(to_release, "median_ms"),
+                                   "vs_roundtrip_p99": vs(to_release, "p99_ms")},
+        "baseline": reboot_base,
+        "seconds": round(reaction.reboot_seconds, 2),
+        "calls": reaction.reboot_calls,
+        "calls_per_reboot": sum(reaction.reboot_calls.values()) / max(reaction.reboots, 1),
+        "cpu_ms_per_reboot": reaction.reboot_cpu_s * 1000 / max(reaction.reboots, 1),
+    }  # fmt: skip
     errors = [c for s in sizes for c in s.checks] + reaction.checks
     if memory.get("load_errors"):
         errors.append(f"memory load: {memory['load_errors']}")
@@ -1062,6 +1216,7 @@ def summarise(
         "scaling": scaling,
         "memory": memory,
         "reaction": reaction_out,
+        "reboot": reboot_out,
         "targets": targets,
         "errors": errors,
     }
@@ -1096,6 +1251,14 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _timing(label: str, t: dict[str, Any]) -> str:
+    return (
+        f"  {label} median {_num(t['median_ms'], '.2f')} ms  p99 {_num(t['p99_ms'], '.2f')} ms  "
+        f"max {_num(t['max_ms'], '.2f')} ms  ({_num(t['vs_roundtrip_median'], '.2f')}x / "
+        f"{_num(t['vs_roundtrip_p99'], '.2f')}x the round trip median)"
+    )
+
+
 def render(results: dict[str, Any]) -> str:
     env, config = results["environment"], results["config"]
     lines = [
@@ -1127,6 +1290,10 @@ def render(results: dict[str, Any]) -> str:
                 f"{p['writes']:>7,}"
             )
     large = results["resync"][-1]
+    lines.append(
+        f"  package CRs at {large['nodes']:,} nodes: {_mib(large['cr_bytes_total'])} of JSON in all, the "
+        f"largest {_mib(large['cr_bytes_max'])} (mostly status.nodeState; etcd's request limit: 1.5 MiB)"
+    )
     lines.append(f"  calls at {large['nodes']:,}, first: {_calls(large['first']['calls'])}")
     lines.append(f"  calls at {large['nodes']:,}, steady: {_calls(large['steady']['calls'])}")
     sc = results["scaling"]
@@ -1160,7 +1327,21 @@ def render(results: dict[str, Any]) -> str:
         f"{_num(r['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
         f"  reaction / round trip: median {_num(r['vs_roundtrip_median'], '.2f')}x, p99 "
         f"{_num(r['vs_roundtrip_p99'], '.2f')}x the baseline median",
-        f"  the gate's calls: {r['calls_per_reaction']:.2f} per reaction ({_calls(r['calls'])})",
+        f"  the gate's calls: {r['calls_per_reaction']:.2f} per reaction ({_calls(r['calls'])}); this "
+        f"process's CPU {r['cpu_ms_per_reaction']:.1f} ms per reaction (two events, one a whole CR)",
+    ]
+    b = results["reboot"]
+    hold, free = b["boot_to_hold"], b["attestation_to_release"]
+    lines += [
+        "",
+        f"reboot at {b['nodes']:,} nodes (Gate.run(): a released node's boot id changes -> held unattested; "
+        f"the attestation of the new boot -> released; {b['samples']} samples in {b['seconds']} s)",
+        _timing("boot id -> hold    ", hold),
+        _timing("attested -> release", free),
+        f"  baseline            median {_num(b['baseline']['median_ms'], '.2f')} ms  p99 "
+        f"{_num(b['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
+        f"  the gate's calls: {b['calls_per_reboot']:.2f} per reboot and attestation ({_calls(b['calls'])}); "
+        f"this process's CPU {b['cpu_ms_per_reboot']:.1f} ms per reboot and attestation",
     ]
     if results["errors"]:
         lines += ["", "ERRORS (the numbers of this run are suspect)"]

@@ -475,17 +475,25 @@ def _node(stage: str | None, state: str | None) -> dict[str, Any]:
     return {"metadata": {"name": "gpu-1", "labels": {"pool": "gpu"}, "annotations": annotations}}
 
 
-CR = holds.parse_cr(
-    {
-        "apiVersion": "nodewright.nvidia.com/v1alpha1",
-        "kind": "NodeWright",
-        "metadata": {"name": "drivers"},
-        "spec": {
-            "nodeSelectors": {"matchLabels": {"pool": "gpu"}},
-            "packages": {"dexter": {"version": "1.2.3"}, "tuning": {"version": "0.4.0"}},
-        },
-    }
-)
+def _cr(node: dict[str, Any]) -> holds.PackageCr:
+    """The NodeWright CR whose status reports what the node's annotation says (the operator
+    mirrors its state into status.nodeState: the two agree)."""
+    raw = node["metadata"]["annotations"].get("nodewright.nvidia.com/nodeState_drivers")
+    return holds.parse_cr(
+        {
+            "apiVersion": "nodewright.nvidia.com/v1alpha1",
+            "kind": "NodeWright",
+            "metadata": {"name": "drivers"},
+            "spec": {
+                "nodeSelectors": {"matchLabels": {"pool": "gpu"}},
+                "additionalTolerations": [{"key": "nodegate.io/hold", "operator": "Exists"}],
+                "packages": {"dexter": {"version": "1.2.3"}, "tuning": {"version": "0.4.0"}},
+            },
+            "status": {"nodeState": {"gpu-1": json.loads(raw)}} if raw else {},
+        }
+    )
+
+
 VALID = holds.AttestationView(False, T0, T0 + timedelta(hours=1))
 REVOKED = holds.AttestationView(True, T0, T0 + timedelta(hours=1))
 
@@ -496,7 +504,7 @@ def _decide(
     return holds.decide(
         node=node,
         attestation=att,
-        crs=[CR],
+        crs=[_cr(node)],
         now=now,
         stability_window=timedelta(seconds=30),
         attestation_lifetime=None,
@@ -587,6 +595,22 @@ def test_nodeattestation_bounds_cover_the_code(na_crd: dict[str, Any]) -> None:
     assert condition["message"]["maxLength"] >= holds.MAX_MESSAGE
 
 
+def test_boot_id_and_reset_count_conform_and_are_read(na_crd: dict[str, Any]) -> None:
+    """What the join service writes at join and renewal (status.bootID, status.resetCount) is kept
+    by the schema (not pruned) and read by the gate."""
+    boot = "0f8e5a7c-3c1b-4d2e-9a6f-2b7c1d0e4f5a"  # /proc/sys/kernel/random/boot_id
+    obj = _with_status({"bootID": boot, "resetCount": 12})
+    assert errors(na_crd, obj) == []
+    view = holds.attestation_view(obj)
+    assert view is not None
+    assert (view.boot_id, view.reset_count) == (boot, 12)
+    legacy = _with_status({"bootID": None, "resetCount": None})  # an agent that sends no boot id
+    assert errors(na_crd, legacy) == []
+    props = schema_of(na_crd)["properties"]["status"]["properties"]
+    assert props["bootID"]["maxLength"] == holds.MAX_BOOT_ID  # the gate reads no longer an id
+    assert props["resetCount"]["maximum"] == 2**32 - 1  # TPMS_CLOCK_INFO.resetCount is a UINT32
+
+
 def _bad(path: str, value: Any) -> dict[str, Any]:
     obj = _with_status({"phase": "Held", "reason": "unattested", "message": "m", "packages": []})
     *parents, last = path.split(".")
@@ -613,6 +637,11 @@ def _bad(path: str, value: Any) -> dict[str, Any]:
         ("status.message", "x" * 5000),
         ("status.completeSince", "soon"),
         ("status.waitingOn", ["would be pruned"]),
+        ("status.bootID", "b" * 65),
+        ("status.bootID", 42),
+        ("status.resetCount", -1),
+        ("status.resetCount", "3"),
+        ("status.resetCount", 2**32),
     ],
 )
 def test_wrong_nodeattestations_rejected(na_crd: dict[str, Any], path: str, value: Any) -> None:

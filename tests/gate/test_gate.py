@@ -106,12 +106,20 @@ def attestation(name: str, *, at: datetime = T0, lifetime: timedelta = timedelta
     }
 
 
+# What a CR needs so that NodeWright schedules its package pods on a held node (docs/gate.md).
+HOLD_TOLERATIONS = [
+    {"key": KEY, "operator": "Equal", "value": v, "effect": "NoSchedule"}
+    for v in ("packages-pending", "validation-failed")
+]
+
+
 def package_cr(
     group: str,
     name: str,
     packages: dict[str, str],
     *,
     selector: dict[str, Any] | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
     **annotations: str,
 ) -> dict[str, Any]:
     return {
@@ -121,6 +129,7 @@ def package_cr(
         "spec": {
             "runtimeRequired": True,
             "nodeSelectors": selector if selector is not None else {"matchLabels": {"pool": "gpu"}},
+            "additionalTolerations": HOLD_TOLERATIONS if tolerations is None else tolerations,
             "packages": {p: {"version": v, "image": f"ghcr.io/x/{p}"} for p, v in packages.items()},
         },
     }
@@ -142,21 +151,48 @@ async def add_cr(kube: Kube, group: str, name: str, packages: dict[str, str], **
     )
 
 
+def node_state_value(states: dict[str, tuple[str, str, str]]) -> dict[str, Any]:
+    """NodeWright's nodeState map: package -> (version, stage, state) becomes name|version -> entry."""
+    return {
+        f"{p}|{v}": {"name": p, "version": v, "image": f"ghcr.io/x/{p}", "stage": stage, "state": state}
+        for p, (v, stage, state) in states.items()
+    }
+
+
 async def operator_writes(
     kube: Kube,
     node: str,
     cr: str,
     states: dict[str, tuple[str, str, str]],
     prefix: str = "skyhook.nvidia.com",
+    *,
+    group: str | None = None,
+    annotation: bool = True,
+    status: bool = True,
+    node_status: str | None = None,
 ) -> None:
-    """What the NodeWright/Skyhook operator writes on the Node: package -> (version, stage, state)."""
-    value = {
-        f"{p}|{v}": {"name": p, "version": v, "image": f"ghcr.io/x/{p}", "stage": stage, "state": state}
-        for p, (v, stage, state) in states.items()
-    }
-    await kube.patch_node(
-        node, {"metadata": {"annotations": {f"{prefix}/nodeState_{cr}": json.dumps(value)}}}
-    )
+    """What the NodeWright/Skyhook operator writes for one node (wrapper/node.go SetState, then
+    SetStatus): the Node's nodeState annotation, then the CR's status.nodeState and nodeStatus
+    (through the status subresource, as its own service account)."""
+    value = node_state_value(states)
+    if annotation:
+        await kube.patch_node(
+            node, {"metadata": {"annotations": {f"{prefix}/nodeState_{cr}": json.dumps(value)}}}
+        )
+    if status:
+        group = group or prefix
+        if node_status is None:
+            found = {state for _v, _stage, state in states.values()}
+            node_status = (
+                "erroring" if "erroring" in found else "complete" if found <= {"complete"} else "in_progress"
+            )
+        current = await kube.get_cluster_object(group, "v1alpha1", plural(group), cr)
+        assert current is not None
+        old = (current.get("status") or {}).get("nodeState", {}).get(node, {})
+        entries: dict[str, Any] = {k: None for k in old}  # merge patch: the map is replaced whole
+        entries.update(value)
+        patch = {"status": {"nodeState": {node: entries}, "nodeStatus": {node: node_status}}}
+        await kube.patch_cluster_object(group, "v1alpha1", plural(group), cr, patch, status=True)
 
 
 def stored(kmock: Any, resource: str, name: str) -> dict[str, Any]:
@@ -313,6 +349,7 @@ async def test_packages_progress_then_release_after_the_window(
             "drivers",
             {"gpu-driver": ("550.1", stage, state), "tuning": ("2", "config", "complete")},
         )
+        assert await gate.load() == []  # what the CR watch would bring
         clock.advance(seconds=5)
         decision = await gate.reconcile("w1")
         assert decision is not None
@@ -326,6 +363,7 @@ async def test_packages_progress_then_release_after_the_window(
         "drivers",
         {"gpu-driver": ("550.1", "config", "complete"), "tuning": ("2", "config", "complete")},
     )
+    assert await gate.load() == []
     clock.advance(seconds=5)
     done_at = clock()
     decision = await gate.reconcile("w1")
@@ -421,6 +459,7 @@ async def test_version_bump_holds_again(kmock: Any, kube: Kube, gate: Gate, cloc
     assert status["packages"][0]["version"] == "560.2"
 
     await operator_writes(kube, "w1", "drivers", {"gpu-driver": ("560.2", "config", "complete")})
+    assert await gate.load() == []
     await gate.reconcile("w1")
     clock.advance(seconds=29)
     await gate.reconcile("w1")
@@ -677,7 +716,7 @@ async def test_conflicts_that_never_end_give_up_without_release(
 
 async def test_a_failed_list_decides_nothing(kmock: Any, kube: Kube, gate: Gate, clock: Clock) -> None:
     await joined(kube)
-    await operator_writes(kube, "w1", "drivers", {})
+    await operator_writes(kube, "w1", "drivers", {}, status=False)  # no CR: nothing selects w1
     await gate.reconcile_all()
     clock.advance(seconds=30)
     before = writes(kmock)

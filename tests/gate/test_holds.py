@@ -1,4 +1,12 @@
-"""Pure hold decisions: the completion rule, the reasons, and two invariants as properties."""
+"""Pure hold decisions: the completion rule on the operator's own report, the cross-check with the
+node's annotation, blocked nodes, boot ids, the reasons, and the invariants as properties.
+
+The objects are shaped as upstream writes them (NVIDIA/nodewright 71ca22b8):
+``operator/internal/wrapper/node.go`` SetState/SetStatus (the annotation, then status.nodeState and
+status.nodeStatus of the CR), ``k8s-tests/chainsaw/skyhook/simple-skyhook/assert.yaml`` (an entry),
+``k8s-tests/chainsaw/skyhook/taint-scheduling/assert.yaml`` (status.nodeStatus blocked and condition
+TaintNotTolerable), ``operator/internal/controller/cluster_state_v2.go`` (CheckTaintToleration,
+CheckNodeIgnoreLabel)."""
 
 from __future__ import annotations
 
@@ -6,40 +14,88 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bootstrap.gate import holds
+from bootstrap.gate import holds, nodewright
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 WINDOW = timedelta(seconds=30)
+BOOT_A, BOOT_B = "0f8e5a7c-3c1b-4d2e-9a6f-2b7c1d0e4f5a", "6a1d2c3b-4e5f-4a7b-8c9d-0e1f2a3b4c5d"
 GOOD = holds.AttestationView(False, NOW - timedelta(minutes=5), NOW + timedelta(hours=1))
+KEY = "nodegate.io/hold"
+HOLD_TOLERATIONS = [
+    {"key": KEY, "operator": "Equal", "value": v, "effect": "NoSchedule"}
+    for v in ("packages-pending", "validation-failed")
+]
+
+
+def entry(stage: str, state: str, version: str = "1.2.3") -> dict[str, Any]:
+    return {"name": "dexter", "version": version, "image": "ghcr.io/nvidia/skyhook/agentless",
+            "stage": stage, "state": state}  # fmt: skip
 
 
 def cr(
-    name: str = "drivers", *, interrupt: bool = False, selector: dict[str, Any] | None = None
+    name: str = "drivers",
+    *,
+    interrupt: bool = False,
+    selector: dict[str, Any] | None = None,
+    reported: dict[str, Any] | None = None,
+    node_status: str | None = None,
+    tolerations: list[dict[str, Any]] | None = None,
+    conditions: list[dict[str, Any]] | None = None,
+    group: str = "skyhook.nvidia.com",
 ) -> holds.PackageCr:
+    """A CR whose status reports node n1: ``reported`` is status.nodeState["n1"] (None: absent)."""
     pkg: dict[str, Any] = {"version": "1.2.3", "image": "ghcr.io/nvidia/skyhook/agentless"}
     if interrupt:
         pkg["interrupt"] = {"type": "reboot"}
+    status: dict[str, Any] = {}
+    if reported is not None:
+        status["nodeState"] = {"n1": reported, "n2": {}}
+    if node_status is not None:
+        status["nodeStatus"] = {"n1": node_status}
+    if conditions is not None:
+        status["conditions"] = conditions
     return holds.parse_cr(
         {
-            "apiVersion": "skyhook.nvidia.com/v1alpha1",
-            "kind": "Skyhook",
+            "apiVersion": f"{group}/v1alpha1",
+            "kind": holds.GROUPS[group],
             "metadata": {"name": name},
-            "spec": {"nodeSelectors": selector or {}, "packages": {"dexter": pkg}},
+            "spec": {
+                "nodeSelectors": selector or {},
+                "additionalTolerations": HOLD_TOLERATIONS if tolerations is None else tolerations,
+                "packages": {"dexter": pkg},
+            },
+            "status": status,
         }
     )
 
 
+def done_cr(**kw: Any) -> holds.PackageCr:
+    stage = "post-interrupt" if kw.get("interrupt") else "config"
+    return cr(reported={"dexter|1.2.3": entry(stage, "complete")}, node_status="complete", **kw)
+
+
 def node(
-    stage: str | None = None, state: str | None = None, prefix: str = "skyhook.nvidia.com"
+    stage: str | None = None,
+    state: str | None = None,
+    prefix: str = "skyhook.nvidia.com",
+    *,
+    boot: str | None = None,
+    taints: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     annotations = {}
-    if stage is not None:
-        entry = {"name": "dexter", "version": "1.2.3", "image": "x", "stage": stage, "state": state}
-        annotations[f"{prefix}/nodeState_drivers"] = json.dumps({"dexter|1.2.3": entry})
-    return {"metadata": {"name": "n1", "labels": {"pool": "gpu"}, "annotations": annotations}}
+    if stage is not None and state is not None:
+        annotations[f"{prefix}/nodeState_drivers"] = json.dumps({"dexter|1.2.3": entry(stage, state)})
+    out: dict[str, Any] = {
+        "metadata": {"name": "n1", "labels": {"pool": "gpu", **(labels or {})}, "annotations": annotations},
+        "spec": {"taints": taints or []},
+    }
+    if boot is not None:
+        out["status"] = {"nodeInfo": {"bootID": boot}}
+    return out
 
 
 def decide(
@@ -50,24 +106,30 @@ def decide(
     return holds.decide(node=n, attestation=att, crs=crs, now=NOW, **args)
 
 
+def with_boot(boot: str | None, att: holds.AttestationView = GOOD) -> holds.AttestationView:
+    return holds.AttestationView(att.revoked, att.attested_at, att.expires_at, boot, 3)
+
+
 def test_reasons_in_order() -> None:
     revoked = holds.AttestationView(True, GOOD.attested_at, GOOD.expires_at)
-    assert decide(node("config", "complete"), [cr()], revoked).reason == "quarantined"
-    assert decide(node("config", "complete"), [cr()], None).reason == "unattested"
-    assert decide(node("apply", "erroring"), [cr()]).reason == "validation-failed"
-    assert decide(node("apply", "in_progress"), [cr()]).reason == "packages-pending"
-    held = decide(node("config", "complete"), [cr()])  # complete, but the window starts now
+    assert decide(node("config", "complete"), [done_cr()], revoked).reason == "quarantined"
+    assert decide(node("config", "complete"), [done_cr()], None).reason == "unattested"
+    failing = cr(reported={"dexter|1.2.3": entry("apply", "erroring")})
+    assert decide(node("apply", "erroring"), [failing]).reason == "validation-failed"
+    working = cr(reported={"dexter|1.2.3": entry("apply", "in_progress")})
+    assert decide(node("apply", "in_progress"), [working]).reason == "packages-pending"
+    held = decide(node("config", "complete"), [done_cr()])  # complete, but the window starts now
     assert held.reason == "packages-pending"
     assert held.requeue_at == NOW + WINDOW
-    released = decide(node("config", "complete"), [cr()], complete_since=NOW - WINDOW)
-    assert (released.reason, released.phase) == (None, "Ready")
+    released = decide(node("config", "complete"), [done_cr()], complete_since=NOW - WINDOW)
+    assert (released.reason, released.phase, released.problem) == (None, "Ready", None)
 
 
 def test_without_a_node_the_phase_is_attested_or_says_why_not() -> None:
     def without(att: holds.AttestationView | None) -> holds.Decision:
         return holds.decide_without_node(attestation=att, now=NOW, attestation_lifetime=None)
 
-    ok = without(GOOD)
+    ok = without(with_boot(BOOT_A))  # no Node: no boot to compare, nothing to hold
     assert (ok.phase, ok.reason, ok.packages) == ("Attested", None, ())
     assert "no Node object" in ok.message
     assert ok.requeue_at == GOOD.expires_at  # the phase changes by time alone at expiry
@@ -77,10 +139,11 @@ def test_without_a_node_the_phase_is_attested_or_says_why_not() -> None:
 
 
 def test_interrupt_needs_post_interrupt_and_new_prefix_wins() -> None:
-    assert decide(node("config", "complete"), [cr(interrupt=True)], complete_since=NOW - WINDOW).reason
+    at_config = cr(interrupt=True, reported={"dexter|1.2.3": entry("config", "complete")})
+    assert decide(node("config", "complete"), [at_config], complete_since=NOW - WINDOW).reason
     done = node("post-interrupt", "complete", prefix="nodewright.nvidia.com")
     done["metadata"]["annotations"]["skyhook.nvidia.com/nodeState_drivers"] = "{not json"
-    assert decide(done, [cr(interrupt=True)], complete_since=NOW - WINDOW).reason is None
+    assert decide(done, [done_cr(interrupt=True)], complete_since=NOW - WINDOW).reason is None
 
 
 def test_selector_and_lifetime() -> None:
@@ -88,9 +151,225 @@ def test_selector_and_lifetime() -> None:
     assert decide(node(), [other_pool], complete_since=NOW - WINDOW).reason is None
     unknown_op = cr(selector={"matchExpressions": [{"key": "pool", "operator": "Near"}]})
     assert decide(node(), [unknown_op]).reason == "packages-pending"  # unreadable selector: held
-    old = decide(node("config", "complete"), [cr()], attestation_lifetime=timedelta(minutes=1))
+    old = decide(node("config", "complete"), [done_cr()], attestation_lifetime=timedelta(minutes=1))
     assert old.reason == "quarantined"
+    assert old.problem is not None
+    assert old.problem.kind == "stale"
+    assert "renewals stopped" in old.message
 
+
+# -- the operator's report against the node's annotation ------------------------------------------
+
+
+def test_an_annotation_alone_releases_nothing() -> None:
+    """A node that rewrites its own annotation to complete, while the operator reports otherwise
+    (or nothing), stays held and the message names the CR."""
+    forged = node("config", "complete")
+    for report in (None, {}, {"dexter|1.2.3": entry("apply", "in_progress")}):
+        d = decide(forged, [cr(reported=report)], complete_since=NOW - WINDOW)
+        assert d.reason == "packages-pending"
+        assert "skyhook.nvidia.com/drivers: the node's nodeState annotation disagrees" in d.message
+        assert "node config/complete, operator " in d.message
+        (row,) = d.packages
+        assert not row.complete
+        assert (row.stage, row.state) == (
+            (None, None) if not report else ("apply", "in_progress")
+        )  # the rows are the operator's
+    never = decide(forged, [cr(reported=None)], complete_since=NOW - WINDOW)
+    assert "has not reported this node in the CR's status.nodeState" in never.message
+
+
+def test_an_annotation_behind_the_operator_holds_too() -> None:
+    for stale in (node("apply", "in_progress"), node(), node("config", "complete", "nodewright.nvidia.com")):
+        if stale["metadata"]["annotations"].get("nodewright.nvidia.com/nodeState_drivers"):
+            # the new prefix wins: make it disagree
+            stale["metadata"]["annotations"]["nodewright.nvidia.com/nodeState_drivers"] = json.dumps({})
+        d = decide(stale, [done_cr()], complete_since=NOW - WINDOW)
+        assert d.reason == "packages-pending", stale
+        assert "disagrees with the operator's status.nodeState" in d.message
+        assert "held until they agree" in d.message
+
+
+def test_a_malformed_annotation_holds_and_says_which() -> None:
+    bad = node()
+    bad["metadata"]["annotations"]["skyhook.nvidia.com/nodeState_drivers"] = "[1, 2"
+    d = decide(bad, [done_cr()], complete_since=NOW - WINDOW)
+    assert d.reason == "packages-pending"
+    assert "skyhook.nvidia.com/nodeState_drivers is malformed" in d.message
+
+
+def test_failure_is_read_from_the_operator() -> None:
+    # The node claims erroring; the operator says in progress: pending, not validation-failed.
+    d = decide(node("apply", "erroring"), [cr(reported={"dexter|1.2.3": entry("apply", "in_progress")})])
+    assert d.reason == "packages-pending"
+
+
+def test_uninstalled_packages_and_extra_entries() -> None:
+    obj: dict[str, Any] = {
+        "apiVersion": "nodewright.nvidia.com/v1alpha1",
+        "kind": "NodeWright",
+        "metadata": {"name": "drivers"},
+        "spec": {
+            "additionalTolerations": HOLD_TOLERATIONS,
+            "packages": {
+                "dexter": {"version": "1.2.3", "image": "x"},
+                "gone": {"version": "2.0.0", "image": "y", "uninstall": {"enabled": True, "apply": True}},
+            },
+        },
+        # an old version's entry and a package removed from the spec are ignored
+        "status": {"nodeState": {"n1": {"dexter|1.2.3": entry("config", "complete"),
+                                        "dexter|1.0.0": entry("config", "complete", "1.0.0"),
+                                        "removed|9": entry("apply", "erroring", "9")}}},
+    }  # fmt: skip
+    parsed = holds.parse_cr(obj)
+    n = node()
+    n["metadata"]["annotations"]["nodewright.nvidia.com/nodeState_drivers"] = json.dumps(
+        obj["status"]["nodeState"]["n1"]
+    )
+    d = decide(n, [parsed], complete_since=NOW - WINDOW)
+    assert d.reason is None
+    assert [(p.package, p.complete) for p in d.packages] == [("dexter", True), ("gone", True)]
+
+
+def test_reports_are_indexed_once_and_shared() -> None:
+    complete = {"dexter|1.2.3": entry("config", "complete")}
+    status = {
+        "nodeState": {f"n{i}": dict(complete) for i in range(1000)} | {"odd": "not an object"},
+        "nodeStatus": {f"n{i}": "complete" for i in range(1000)} | {"lonely": "blocked"},
+    }
+    specs = [holds.PackageSpec("dexter", "1.2.3", False, (), False, False)]
+    reports = nodewright.index_reports(status, specs)
+    assert len(reports) == 1002
+    assert len({id(r) for k, r in reports.items() if k.startswith("n")}) == 1  # one shared object
+    assert reports["n7"] == holds.NodeReport("complete", (("config", "complete"),))
+    assert reports["odd"].entries == (nodewright.MALFORMED,)
+    assert reports["lonely"] == holds.NodeReport("blocked", None)
+    assert nodewright.index_reports({"nodeState": "nope"}, specs) == {}
+
+
+# -- blocked: the CR, the cause and the fix -------------------------------------------------------
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def test_blocked_by_a_taint_names_the_cr_the_taint_and_the_fix() -> None:
+    conditions = [{"type": "TaintNotTolerable", "status": "True", "reason": "TaintNotTolerable",
+                   "message": "Node [n1] has taints that are not tolerable. Skipping."}]  # fmt: skip
+    blocked = cr(reported={}, node_status="blocked", conditions=conditions)
+    d = decide(node(taints=[GPU_TAINT]), [blocked])
+    assert d.reason == "packages-pending"
+    assert (
+        "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (TaintNotTolerable): its package "
+        "pods do not tolerate nvidia.com/gpu=present:NoSchedule; fix: tolerate "
+        "nvidia.com/gpu=present:NoSchedule in the CR's spec.additionalTolerations or remove it from the "
+        "node" in d.message
+    )
+    # Tolerated (Exists on the key): nothing to say, the node just waits for its packages.
+    tolerant = cr(
+        reported={}, tolerations=[*HOLD_TOLERATIONS, {"key": "nvidia.com/gpu", "operator": "Exists"}]
+    )
+    assert "TaintNotTolerable" not in decide(node(taints=[GPU_TAINT]), [tolerant]).message
+    # Not yet reported blocked (outside the current batch): said all the same.
+    early = decide(node(taints=[GPU_TAINT]), [cr(reported={})])
+    assert "NodeWright cannot schedule its package pods here (TaintNotTolerable)" in early.message
+
+
+def test_the_hold_taint_itself() -> None:
+    pending = {"key": KEY, "value": "packages-pending", "effect": "NoSchedule"}
+    bare = cr(reported={}, tolerations=[])
+    d = decide(node(taints=[pending]), [bare])
+    assert (
+        f"fix: tolerate {KEY} (operator Equal, values packages-pending and "
+        "validation-failed, effect NoSchedule) in the CR's spec.additionalTolerations" in d.message
+    )
+    unattested = {"key": KEY, "value": "unattested", "effect": "NoSchedule"}
+    d = decide(node(taints=[unattested]), [cr(reported={})], None)
+    assert "package pods wait until the node is attested" in d.message
+    # runtimeRequired CRs tolerate NodeWright's own taint (both default keys), and the cordon is
+    # always tolerated.
+    rr = holds.parse_cr(
+        {
+            "apiVersion": "skyhook.nvidia.com/v1alpha1",
+            "kind": "Skyhook",
+            "metadata": {"name": "drivers"},
+            "spec": {"runtimeRequired": True, "packages": {"dexter": {"version": "1.2.3"}}},
+        }
+    )
+    own = [{"key": p, "value": "runtime-required", "effect": "NoSchedule"} for p in holds.PREFIXES]
+    own.append({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"})
+    assert nodewright.untolerated(rr, own) == []
+    assert nodewright.untolerated(bare, own) == own[:2]
+
+
+def test_ignored_and_unexplained_blocks() -> None:
+    ignored = decide(
+        node(labels={"skyhook.nvidia.com/ignore": "true"}), [cr(reported={}, node_status="blocked")]
+    )
+    assert (
+        "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (NodesIgnored): the node has label "
+        "skyhook.nvidia.com/ignore=true; fix: remove it (kubectl label node n1 skyhook.nvidia.com/ignore-)"
+        in ignored.message
+    )
+    why = [
+        {"type": "skyhook.nvidia.com/TaintNotTolerable", "status": "True", "message": "12 nodes have taints"}
+    ]
+    odd = decide(node(), [cr(reported={}, node_status="blocked", conditions=why)])
+    assert (
+        "NodeWright reports the node blocked (TaintNotTolerable: 12 nodes have taints); fix: see the CR's "
+        "status.conditions (kubectl describe skyhook drivers)" in odd.message
+    )
+    # A complete node is not held by a block (NodeWright has nothing left to do there).
+    done = decide(node("config", "complete", taints=[GPU_TAINT]), [done_cr()], complete_since=NOW - WINDOW)
+    assert done.reason is None
+
+
+# -- boot ids -------------------------------------------------------------------------------------
+
+
+def test_a_rebooted_node_is_unattested_until_the_new_boot_attests() -> None:
+    n = node("config", "complete", boot=BOOT_B)
+    d = decide(n, [done_cr()], with_boot(BOOT_A), complete_since=NOW - WINDOW)
+    assert (d.reason, d.phase) == ("unattested", "Held")
+    assert d.message.startswith(f"unattested: rebooted since its last attestation (boot {BOOT_B})")
+    assert d.problem == holds.Problem(
+        "unattested", "rebooted", f"rebooted since its last attestation (boot {BOOT_B})"
+    )
+    assert d.complete_since == NOW - WINDOW  # the packages' window is not restarted by the hold
+    fresh = decide(n, [done_cr()], with_boot(BOOT_B), complete_since=NOW - WINDOW)
+    assert fresh.reason is None
+    no_boot_recorded = decide(n, [done_cr()], with_boot(None), complete_since=NOW - WINDOW)
+    assert no_boot_recorded.reason is None  # old joins: today's behaviour
+    silent = decide(node("config", "complete"), [done_cr()], with_boot(BOOT_A), complete_since=NOW - WINDOW)
+    assert silent.reason == "unattested"
+    assert silent.problem is not None
+    assert silent.problem.kind == "no-boot-id"
+    # Quarantine still comes first: the node must join again, not just attest its boot.
+    expired = holds.AttestationView(False, NOW - timedelta(hours=2), NOW - timedelta(hours=1), BOOT_A)
+    assert decide(n, [done_cr()], expired).reason == "quarantined"
+
+
+def test_attestation_view_reads_boot_and_reset_count() -> None:
+    obj = {"spec": {"revoked": False},
+           "status": {"attestedAt": "2026-12-03T11:55:00Z", "expiresAt": "2026-12-03T13:00:00Z",
+                      "bootID": BOOT_A, "resetCount": 7}}  # fmt: skip
+    view = holds.attestation_view(obj)
+    assert view is not None
+    assert (view.boot_id, view.reset_count) == (BOOT_A, 7)
+    odd = holds.attestation_view({"status": {"bootID": "", "resetCount": True}})
+    assert odd is not None
+    assert (odd.boot_id, odd.reset_count) == (None, None)
+    assert holds.node_boot_id({"status": {"nodeInfo": {"bootID": 5}}}) is None
+    # Long ids are compared whole: one prefix does not make one boot.
+    long_a, long_b = "a" * 64 + "1", "a" * 64 + "2"
+    n = node("config", "complete", boot=long_b)
+    d = decide(n, [done_cr()], with_boot(long_a), complete_since=NOW - WINDOW)
+    assert (d.reason, d.message) == (
+        "unattested",
+        f"unattested: rebooted since its last attestation (boot {'a' * 64})",
+    )
+
+
+# -- taints ----------------------------------------------------------------------------------------
 
 taint = st.fixed_dictionaries(
     {
@@ -116,10 +395,64 @@ def test_apply_decision_never_touches_other_taints(
         assert mine == [{"key": key, "value": reason, "effect": "NoSchedule"}]
 
 
+# -- invariants -----------------------------------------------------------------------------------
+
 stages = st.sampled_from([None, "apply", "config", "interrupt", "post-interrupt", "uninstall"])
 states = st.sampled_from([None, "complete", "in_progress", "erroring", "unknown"])
+# What a package's entry in the operator's status.nodeState may be: absent, a (stage, state), or junk;
+# the complete ones first (hypothesis shrinks towards them) so that releases are common.
+ENTRIES = [
+    {"stage": "config", "state": "complete"},
+    {"stage": "post-interrupt", "state": "complete"},
+    {"stage": "apply", "state": "in_progress"},
+    {"stage": "apply", "state": "erroring"},
+    {"stage": "uninstall", "state": "complete"},
+    {"state": "complete"},
+]
+reported_entry = st.one_of(
+    st.sampled_from(ENTRIES),
+    st.tuples(stages, states).map(lambda t: {k: v for k, v in zip(("stage", "state"), t, strict=True) if v}),
+    st.none(),
+    st.sampled_from(["junk", 3, []]),
+)
+# Whatever the node writes in its annotations (any prefix, any content, valid or not).
+annotation_value = st.one_of(
+    st.sampled_from(ENTRIES).map(lambda e: json.dumps({"dexter|1.2.3": e})),
+    st.tuples(stages, states).map(lambda t: json.dumps({"dexter|1.2.3": {"stage": t[0], "state": t[1]}})),
+    st.just(json.dumps({})),
+    st.text(max_size=8),
+)
+annotations = st.dictionaries(
+    st.sampled_from([f"{p}/nodeState_drivers" for p in holds.PREFIXES]), annotation_value, max_size=2
+)
 
 
+@settings(max_examples=400)
+@given(
+    report=st.one_of(st.none(), st.dictionaries(st.just("dexter|1.2.3"), reported_entry, max_size=1)),
+    node_status=st.sampled_from([None, "complete", "in_progress", "blocked", "erroring"]),
+    notes=annotations,
+    interrupt=st.booleans(),
+)
+def test_never_released_unless_the_operator_reports_complete(
+    report: dict[str, Any] | None, node_status: str | None, notes: dict[str, str], interrupt: bool
+) -> None:
+    """A node whose operator-written state is not complete is never released, whatever its
+    annotations say."""
+    n = node()
+    n["metadata"]["annotations"] = dict(notes)
+    d = decide(
+        n, [cr(interrupt=interrupt, reported=report, node_status=node_status)], complete_since=NOW - WINDOW
+    )
+    if d.reason is None:
+        assert report is not None
+        got = report.get("dexter|1.2.3")
+        assert isinstance(got, dict)
+        assert got.get("state") == "complete"
+        assert got.get("stage") == ("post-interrupt" if interrupt else "config")
+
+
+@settings(max_examples=600)  # pure and fast: enough examples to reach every combination
 @given(
     stage=stages,
     state=states,
@@ -127,20 +460,38 @@ states = st.sampled_from([None, "complete", "in_progress", "erroring", "unknown"
     revoked=st.booleans(),
     attested=st.booleans(),
     since=st.sampled_from([None, NOW, NOW - WINDOW]),
+    attested_boot=st.sampled_from([None, BOOT_A, BOOT_B]),
+    node_boot=st.sampled_from([None, BOOT_A, BOOT_B]),
+    expired=st.booleans(),
+    done=st.booleans(),
 )
-def test_never_releases_an_unattested_or_incomplete_node(
+def test_never_releases_an_unattested_rebooted_or_incomplete_node(
     stage: str | None,
     state: str | None,
     interrupt: bool,
     revoked: bool,
     attested: bool,
     since: datetime | None,
+    attested_boot: str | None,
+    node_boot: str | None,
+    expired: bool,
+    done: bool,
 ) -> None:
-    att = holds.AttestationView(revoked, GOOD.attested_at, GOOD.expires_at) if attested else None
-    d = decide(node(stage, state), [cr(interrupt=interrupt)], att, complete_since=since)
+    """A node whose attestation is not valid is never released; a node is never released while
+    its Node's boot id differs from its attested boot id; nor with incomplete packages."""
+    if done:  # half the examples have every package complete and stable: the attestation decides
+        stage, state = ("post-interrupt" if interrupt else "config"), "complete"
+        since = NOW - WINDOW
+    expires = NOW - timedelta(seconds=1) if expired else GOOD.expires_at
+    att = holds.AttestationView(revoked, GOOD.attested_at, expires, attested_boot) if attested else None
+    reported = {"dexter|1.2.3": {"stage": stage, "state": state}} if stage and state else {}
+    n = node(stage, state, boot=node_boot)
+    d = decide(n, [cr(interrupt=interrupt, reported=reported)], att, complete_since=since)
     if d.reason is None:
         assert att is not None
         assert not att.revoked
+        assert not expired
+        assert att.boot_id is None or att.boot_id == node_boot
         assert state == "complete"
         assert stage == ("post-interrupt" if interrupt else "config")
         assert since is not None

@@ -255,6 +255,10 @@ async def test_json_carries_everything(kube: Kube) -> None:
         "holdEffect": "NoSchedule",
         "attestation": True,
         "attestationValid": True,
+        "attestationState": "valid",
+        "bootID": None,
+        "attestedBootID": None,
+        "resetCount": None,
         "revoked": False,
         "phase": "Held",
         "reason": "packages-pending",
@@ -278,7 +282,9 @@ async def test_json_carries_everything(kube: Kube) -> None:
         [],
     )
     assert (doc[2]["revoked"], doc[2]["attestationValid"], doc[2]["holdEffect"]) == (True, False, "NoExecute")
+    assert doc[2]["attestationState"] == "revoked"
     assert (doc[3]["attestation"], doc[3]["phase"], doc[3]["spiffeId"]) == (False, None, None)
+    assert doc[3]["attestationState"] == "missing"
 
 
 async def test_the_gates_complete_verdict_wins_over_the_state(kube: Kube) -> None:
@@ -401,6 +407,41 @@ async def test_a_forgotten_attestation_is_not_an_attestation(kube: Kube) -> None
     (row,) = (await status(kube, now=T0)).rows
     assert (row.attestation, row.mismatch) == (False, None)
     assert row.waiting == ("NodeAttestation has no EK (forgotten): the node must join again",)
+    assert row.attestation_state == "forgotten"
+
+
+def test_rebooted_is_told_apart_from_expired_revoked_and_quarantined() -> None:
+    """Which it is: the same words as the gate's (holds.attestation_problem)."""
+
+    def row(boot: str | None, **att: Any) -> NodeRow:
+        node = a_node("w1", "unattested")
+        if boot is not None:
+            node["status"] = {"nodeInfo": {"bootID": boot}}
+        return node_row(node, an_attestation("w1", **att), now=T0)
+
+    cases = {
+        "valid": row("b1", bootID="b1"),
+        "old join": row("b2"),  # no boot recorded: the boot is not compared
+        "rebooted": row("b2", bootID="b1"),
+        "no boot id": row(None, bootID="b1"),
+        "expired": row("b2", bootID="b1", expires=T0 - timedelta(seconds=1)),
+        "revoked": row("b1", bootID="b1", revoked=True),
+        "stale": row("b1", bootID="b1", phase="Quarantined", reason="quarantined"),
+    }
+    assert {k: r.attestation_state for k, r in cases.items()} == {
+        "valid": "valid",
+        "old join": "valid",
+        "rebooted": "rebooted",
+        "no boot id": "no-boot-id",
+        "expired": "expired",
+        "revoked": "revoked",
+        "stale": "stale",
+    }
+    assert cases["rebooted"].attestation_problem == "rebooted since its last attestation (boot b2)"
+    assert cases["stale"].waiting[-1].startswith("attestation older than the gate's attestation_lifetime")
+    assert cases["no boot id"].attestation_problem == (
+        "the Node reports no boot id (status.nodeInfo.bootID) to match the attested boot b1"
+    )
 
 
 # -- one node -----------------------------------------------------------------------------------
@@ -716,13 +757,12 @@ class Clock:
         return self.t
 
 
-def node_state(cr: str, states: dict[str, tuple[str, str, str]]) -> dict[str, str]:
-    """The operator's node annotation: package -> (version, stage, state)."""
-    value = {
+def node_state(cr: str, states: dict[str, tuple[str, str, str]]) -> dict[str, Any]:
+    """The operator's nodeState for one node: package -> (version, stage, state)."""
+    return {
         f"{p}|{v}": {"name": p, "version": v, "image": f"ghcr.io/x/{p}", "stage": stage, "state": state}
         for p, (v, stage, state) in states.items()
     }
-    return {f"skyhook.nvidia.com/nodeState_{cr}": json.dumps(value)}
 
 
 async def test_status_tells_the_gates_story(kmock: Any, kube: Kube) -> None:
@@ -745,6 +785,7 @@ async def test_status_tells_the_gates_story(kmock: Any, kube: Kube) -> None:
             "spec": {
                 "runtimeRequired": True,
                 "nodeSelectors": {"matchLabels": {"pool": "gpu"}},
+                "additionalTolerations": [{"operator": "Exists"}],  # every taint
                 "packages": {"gpu-driver": {"version": "550.1", "image": "ghcr.io/x/gpu-driver"}},
             },
         },
@@ -752,10 +793,28 @@ async def test_status_tells_the_gates_story(kmock: Any, kube: Kube) -> None:
     done = node_state("drivers", {"gpu-driver": ("550.1", "config", "complete")})
     working = node_state("drivers", {"gpu-driver": ("550.1", "apply", "in_progress")})
     failing = node_state("drivers", {"gpu-driver": ("550.1", "apply", "erroring")})
-    for name, state in (("pending", working), ("done", done), ("failing", failing), ("revoked", done)):
+    nodes = (
+        ("pending", working),
+        ("done", done),
+        ("failing", failing),
+        ("revoked", done),
+        ("rebooted", done),
+    )
+    for name, state in nodes:
         node = a_node(name, "packages-pending", pool="gpu")
-        node["metadata"]["annotations"] = state
-        await add(kube, node, an_attestation(name, revoked=name == "revoked"))
+        node["metadata"]["annotations"] = {"skyhook.nvidia.com/nodeState_drivers": json.dumps(state)}
+        node["status"] = {"nodeInfo": {"bootID": f"boot-{name}-2" if name == "rebooted" else f"boot-{name}"}}
+        attestation = an_attestation(name, revoked=name == "revoked", bootID=f"boot-{name}", resetCount=4)
+        await add(kube, node, attestation)
+    # The operator's own report, in the CR's status (what the gate decides on).
+    await kube.patch_cluster_object(
+        "skyhook.nvidia.com",
+        "v1alpha1",
+        "skyhooks",
+        "drivers",
+        {"status": {"nodeState": {n: state for n, state in nodes}}},
+        status=True,
+    )
     await add(kube, a_node("stranger", pool="gpu"))  # registered outside nodegate: no taint, no attestation
 
     before = by_node((await status(kube, now=T0)).rows)
@@ -769,14 +828,22 @@ async def test_status_tells_the_gates_story(kmock: Any, kube: Kube) -> None:
     assert report.released == 1
 
     rows = by_node((await status(kube, now=clock.t)).rows)
-    story = {n: (r.hold, r.phase, r.reason, r.mismatch) for n, r in rows.items()}
+    story = {n: (r.hold, r.phase, r.reason, r.mismatch, r.attestation_state) for n, r in rows.items()}
     assert story == {
-        "done": (None, "Ready", None, None),
-        "failing": ("validation-failed", "Held", "validation-failed", None),
-        "pending": ("packages-pending", "Held", "packages-pending", None),
-        "revoked": ("quarantined", "Quarantined", "quarantined", None),
-        "stranger": ("unattested", None, None, None),  # tainted; the gate creates no attestation
+        "done": (None, "Ready", None, None, "valid"),
+        "failing": ("validation-failed", "Held", "validation-failed", None, "valid"),
+        "pending": ("packages-pending", "Held", "packages-pending", None, "valid"),
+        "rebooted": ("unattested", "Held", "unattested", None, "rebooted"),
+        "revoked": ("quarantined", "Quarantined", "quarantined", None, "revoked"),
+        "stranger": ("unattested", None, None, None, "missing"),  # tainted; the gate creates no attestation
     }
+    assert rows["rebooted"].waiting == ("rebooted since its last attestation (boot boot-rebooted-2)",)
+    reboot = json.loads(render_json([rows["rebooted"]]))[0]
+    assert (reboot["bootID"], reboot["attestedBootID"], reboot["resetCount"]) == (
+        "boot-rebooted-2",
+        "boot-rebooted",
+        4,
+    )
     assert rows["pending"].waiting == (f"{DRIVERS}: gpu-driver 550.1 (apply/in_progress)",)
     assert rows["failing"].waiting == (f"{DRIVERS}: gpu-driver 550.1 (apply/erroring)",)
     assert rows["revoked"].waiting == ("attestation revoked: the node must join again",)
@@ -793,7 +860,9 @@ async def test_status_tells_the_gates_story(kmock: Any, kube: Kube) -> None:
         "done": ("-", "Ready", "-"),
         "failing": ("validation-failed", "Held", "validation-failed"),
         "pending": ("packages-pending", "Held", "packages-pending"),
+        "rebooted": ("unattested", "Held", "unattested"),
         "revoked": ("quarantined", "Quarantined", "quarantined"),
         "stranger": ("unattested", "Unattested", "-"),
     }
+    assert cells["rebooted"]["WAITING FOR"] == "rebooted since its last attestation (boot boot-rebooted-2)"
     assert cells["pending"]["ATTESTED"] == "3h"
