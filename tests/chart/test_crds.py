@@ -408,6 +408,8 @@ def _attestation(node: str = "gpu-1", at: datetime = T0, serial: str = "1f") -> 
         svid_serial=serial,
         attested_at=at,
         expires_at=at + timedelta(hours=1),
+        boot_id="8c1f0b7e-2f6d-4b4f-9c1a-0e5d2a9b7c31",
+        measured_boot_class="fleet",
     )
 
 
@@ -432,7 +434,11 @@ async def test_store_kube_objects_conform(kube: MemoryKube, na_crd: dict[str, An
     assert await store.forget("gpu-1", actor="admin@example.org", reason="decommissioned")
 
     assert joined["spec"] == {"ekSha256": EK, "spiffeId": "spiffe://example.org/node/gpu-1", "revoked": False}
-    assert set(joined["status"]) == {"attestedAt", "expiresAt"}
+    assert set(joined["status"]) == {"attestedAt", "expiresAt", "bootID", "resetCount"}
+    assert (joined["status"]["bootID"], joined["status"]["resetCount"]) == (
+        "8c1f0b7e-2f6d-4b4f-9c1a-0e5d2a9b7c31",
+        3,
+    )
     stages = {tuple(sorted(o)) for o in kube.history}
     assert ("apiVersion", "kind", "metadata", "spec") in stages  # created before the status is published
     assert kube.objects["gpu-1"]["spec"] == {}  # a tombstone
