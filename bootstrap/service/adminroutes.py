@@ -14,7 +14,7 @@ from attest.errors import MalformedInput
 from bootstrap.names import is_node_name
 from bootstrap.problems import NotFound, Unavailable
 from bootstrap.protocol import RevokeRequest, parse_request
-from bootstrap.service import authority
+from bootstrap.service import authority, startup
 from bootstrap.service.inputs import peer_certificate, read_json
 from bootstrap.service.state import SERVICE, Service
 from bootstrap.store import NodeRecord, StoreUnavailable
@@ -71,6 +71,7 @@ async def admin_rotate(request: web.Request) -> web.StreamResponse:
             retry_after=60,
         ) from None
     service.reload_ca(force=True)
+    await startup.remember(service.store, service.cas)
     log.warning("CA rotated", extra={"actor": actor})
     return web.json_response(
         {

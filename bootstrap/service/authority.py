@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from attest import ca, svid
-from bootstrap.files import create_exclusive, ensure_dir, read_limited, write_atomic
+from bootstrap.files import create_exclusive, ensure_dir, exposure, read_limited, write_atomic
 
 _STEM = re.compile(r"ca-[0-9a-f]{16}")
 SERVER_TTL = timedelta(days=30)
@@ -61,6 +61,10 @@ class CaStore:
             for stem in _stems(files[ca.INDEX_FILE]):
                 for name in (f"{stem}.key", f"{stem}.pem"):
                     files[name] = read_limited(self.folder / name, ca.MAX_INDEX_FILE)
+                # A key others can read is a key others may have: refused rather than trusted.
+                exposed = exposure(self.folder / f"{stem}.key")
+                if exposed is not None:
+                    raise CaUnavailable(f"CA key {exposed}")
         except (OSError, ValueError) as exc:
             raise CaUnavailable(f"cannot read the CA in {self.folder}: {exc}") from None
         try:

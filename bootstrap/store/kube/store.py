@@ -18,6 +18,7 @@ from typing import Any, Final, TypeVar
 
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound
 from bootstrap.problems import NodeNameConflict, SessionReused
+from bootstrap.store.kube.anchors import TrustAnchors
 from bootstrap.store.kube.claims import EkClaims
 from bootstrap.store.kube.objects import (
     ANN_AUDIT,
@@ -54,6 +55,7 @@ from bootstrap.store.model import (
     StoreUnavailable,
     check_action,
     check_actor,
+    check_anchors,
     check_attestation,
     check_code,
     check_limit,
@@ -90,6 +92,7 @@ class KubeStore:
         self._attempts = attempts
         self._backoff = backoff
         self._claims = EkClaims(kube, namespace=namespace, clock=clock, attempts=attempts, pause=self._pause)
+        self._anchors = TrustAnchors(kube, namespace=namespace, attempts=attempts, pause=self._pause)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -388,6 +391,19 @@ class KubeStore:
             return dropped
 
         return await self._unavailable(run())
+
+    async def has_nodes(self) -> bool:
+        for raw in await self._unavailable(self._list()):
+            if field(raw, "spec").get("ekSha256") not in (None, ""):
+                return True
+        return False
+
+    async def trust_anchors(self) -> frozenset[str]:
+        return await self._unavailable(self._anchors.read())
+
+    async def remember_trust_anchors(self, anchors: frozenset[str]) -> None:
+        check_anchors(anchors)
+        await self._unavailable(self._anchors.add(anchors))
 
     async def close(self) -> None:
         return None

@@ -37,6 +37,7 @@ from bootstrap.store.model import (
     StoreUnavailable,
     check_action,
     check_actor,
+    check_anchors,
     check_attestation,
     check_code,
     check_limit,
@@ -44,6 +45,7 @@ from bootstrap.store.model import (
     check_session_id,
     check_time,
     clip,
+    merged_anchors,
     record_from,
     utcnow,
 )
@@ -445,6 +447,35 @@ class SqliteStore:
             return int(n)
 
         return await self._run(self._write, run)
+
+    async def has_nodes(self) -> bool:
+        return await self._run(
+            lambda: self._conn.execute("SELECT 1 FROM nodes LIMIT 1").fetchone() is not None
+        )
+
+    def _anchors(self, db: sqlite3.Connection) -> list[str]:
+        row = db.execute("SELECT value FROM meta WHERE key = 'trust_anchors'").fetchone()
+        try:
+            value = json.loads(row[0]) if row else []
+        except ValueError:
+            return []  # unreadable: as if none were remembered (the next start writes them anew)
+        return [a for a in value if isinstance(a, str)] if isinstance(value, list) else []
+
+    async def trust_anchors(self) -> frozenset[str]:
+        return frozenset(await self._run(lambda: self._anchors(self._conn)))
+
+    async def remember_trust_anchors(self, anchors: frozenset[str]) -> None:
+        check_anchors(anchors)
+
+        def run(db: sqlite3.Connection) -> None:
+            merged = merged_anchors(self._anchors(db), anchors)
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES ('trust_anchors', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (json.dumps(merged),),
+            )
+
+        await self._run(self._write, run)
 
     async def close(self) -> None:
         if self._closed:
