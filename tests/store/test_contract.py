@@ -28,6 +28,7 @@ from bootstrap.kube import Kube
 from bootstrap.problems import NodeNameConflict, NodeRevoked, SessionReused
 from bootstrap.store import MAX_SERIALS, Attestation, NodeRecord, Store
 from bootstrap.store.kube import ATTEMPTS, CLAIM_STALE, KubeStore
+from bootstrap.store.model import MAX_ANCHORS
 from bootstrap.store.sqlite import SqliteStore
 from tests.store.common import EK_A, EK_B, RES, T0, Ticker, allow, commit, make_att
 from tests.support.kshim import ShimEmulator
@@ -202,6 +203,31 @@ async def test_boot_id_and_measured_boot_class_round_trip(backend: Backend) -> N
     again = await backend.open()
     assert await again.get("gpu-1") == renewed
     assert await again.list_nodes() == [renewed]
+
+
+async def test_has_nodes(store: Store) -> None:
+    assert not await store.has_nodes()
+    await commit(store, make_att(), "s1")
+    assert await store.has_nodes()
+    await store.forget("gpu-1", actor="admin", reason="re-imaged")
+    assert not await store.has_nodes()
+
+
+async def test_trust_anchors_are_remembered_merged_and_bounded(backend: Backend) -> None:
+    store = await backend.open()
+    assert await store.trust_anchors() == frozenset()
+    first = frozenset({"a" * 64})
+    await store.remember_trust_anchors(first)
+    await store.remember_trust_anchors(frozenset({"b" * 64, "a" * 64}))
+    assert await store.trust_anchors() == {"a" * 64, "b" * 64}
+    many = [f"{i:064x}" for i in range(MAX_ANCHORS + 5)]
+    for a in many:
+        await store.remember_trust_anchors(frozenset({a}))
+    await store.close()
+    again = await backend.open()
+    assert await again.trust_anchors() == frozenset(many[-MAX_ANCHORS:])  # the newest, after a restart
+    with pytest.raises(ValueError, match="trust anchors"):
+        await again.remember_trust_anchors(frozenset({"not hex"}))
 
 
 async def test_time_zones_are_normalised_to_utc(store: Store) -> None:
