@@ -32,11 +32,19 @@ async def metrics(request: web.Request) -> web.StreamResponse:
 
 async def admin_list(request: web.Request) -> web.StreamResponse:
     await _admin(request, "list")
+    store = request.app[SERVICE].store
     try:
-        nodes = await request.app[SERVICE].store.list_nodes()
+        nodes = await store.list_nodes()
+        damaged = await store.damaged_nodes()
     except StoreUnavailable as exc:
         raise Unavailable(f"store: {exc}", retry_after=2) from None
-    return web.json_response({"nodes": [_record_json(r) for r in sorted(nodes, key=lambda r: r.node_name)]})
+    # Damaged records are shown apart: they are nodes, but nothing in them can be trusted.
+    return web.json_response(
+        {
+            "nodes": [_record_json(r) for r in sorted(nodes, key=lambda r: r.node_name)],
+            "damaged": [{"node_name": d.node_name, "problem": d.problem} for d in damaged],
+        }
+    )
 
 
 async def admin_revoke(request: web.Request) -> web.StreamResponse:
@@ -105,4 +113,6 @@ def _record_json(r: NodeRecord) -> dict[str, Any]:
         "revoked": r.revoked,
         "counters": list(r.counters) if r.counters else None,
         "svid_serials": list(r.svid_serials),
+        "boot_id": r.boot_id,
+        "measured_boot_class": r.measured_boot_class,
     }

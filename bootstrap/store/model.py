@@ -26,6 +26,7 @@ __all__ = [
     "Attestation",
     "AuditEntry",
     "Check",
+    "DamagedRecord",
     "NodeRecord",
     "Store",
     "StoreSchemaError",
@@ -97,6 +98,15 @@ class Attestation:
 
 
 @dataclass(frozen=True, slots=True)
+class DamagedRecord:
+    """A stored node this store cannot read: listed for the admin, refused to the node
+    (``node_record_damaged``), never trusted or overwritten; ``forget`` removes it."""
+
+    node_name: str
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
     at: datetime
     node_name: str
@@ -114,7 +124,12 @@ Check = Callable[[NodeRecord | None], None]
 class Store(Protocol):
     async def get(self, node_name: str) -> NodeRecord | None: ...
 
-    async def list_nodes(self) -> list[NodeRecord]: ...
+    async def list_nodes(self) -> list[NodeRecord]:
+        """Every readable record, by name; damaged ones are in ``damaged_nodes``. ``get`` and
+        ``commit`` of a damaged one raise NodeRecordDamaged."""
+        ...
+
+    async def damaged_nodes(self) -> list[DamagedRecord]: ...
 
     async def commit(
         self, att: Attestation, *, session_id: str, session_expires_at: datetime, action: str, check: Check

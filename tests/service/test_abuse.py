@@ -13,6 +13,7 @@ import base64
 import contextlib
 import datetime as dt
 import logging
+import sqlite3
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -291,3 +292,41 @@ async def test_encoded_bodies_get_415(
             out = await resp.json(content_type=None)
             assert resp.content_type == "application/problem+json"
     assert (resp.status, out["code"]) == (415, code), out
+
+
+# -- item 6: one damaged record ------------------------------------------------------------------
+
+
+async def test_a_damaged_record_is_listed_and_its_node_gets_a_clear_code(tmp_path: Path, ek_ca: EkCa) -> None:
+    """Before: a node with unreadable counters made GET /v1/admin/nodes and that node's join a
+    503 with a traceback."""
+    admin = "spiffe://fleet.test/admin/alice"
+    settings = settings_for(tmp_path, ek_ca, admin={"spiffe_ids": {admin: ["list"]}})
+    async with serving(settings) as s:
+        broken = ek_ca.node("broken-1")
+        async with http(s) as h:
+            assert (await join(h, base(s), broken))[0] == 200
+            assert (await join(h, base(s), ek_ca.node("fine-1")))[0] == 200
+        db = sqlite3.connect(settings.state_dir / "nodegate.db")
+        db.execute("UPDATE nodes SET counters = 'garbage', svid_serials = '{' WHERE node_name = 'broken-1'")
+        db.commit()
+        db.close()
+        key = ec.generate_private_key(ec.SECP256R1())
+        leaf = svid.issue_svid(
+            s.service.cas.signer,
+            spiffe_id=svid.parse_spiffe_id(admin),
+            public_key=key.public_key(),
+            now=dt.datetime.now(dt.UTC),
+            ttl=dt.timedelta(minutes=10),
+        )
+        creds = write_creds(tmp_path, "alice", key, leaf.public_bytes(serialization.Encoding.PEM))
+        async with http(s, creds) as h, h.get(f"{base(s)}/v1/admin/nodes") as resp:
+            listing = await resp.json()
+        assert resp.status == 200, listing
+        assert [n["node_name"] for n in listing["nodes"]] == ["fine-1"]
+        assert [d["node_name"] for d in listing["damaged"]] == ["broken-1"]
+        again = ek_ca.node("broken-1", broken.tpm)
+        async with http(s) as h:
+            status, out = await join(h, base(s), again)
+        assert (status, out["code"]) == (409, "node_record_damaged"), out
+        assert "forget" in out["detail"]

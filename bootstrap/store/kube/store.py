@@ -41,6 +41,7 @@ from bootstrap.store.kube.objects import (
     published_copies,
     published_from,
     read,
+    refuse_damaged,
     required_time,
     sessions_json,
     sessions_value,
@@ -51,6 +52,7 @@ from bootstrap.store.model import (
     Attestation,
     AuditEntry,
     Check,
+    DamagedRecord,
     NodeRecord,
     StoreUnavailable,
     check_action,
@@ -165,6 +167,7 @@ class KubeStore:
             obj = await self._read(node_name)
             if obj is None:
                 return None
+            refuse_damaged(obj)
             await self._repair(obj)
             return obj.record
 
@@ -173,14 +176,19 @@ class KubeStore:
     async def list_nodes(self) -> list[NodeRecord]:
         out = []
         for raw in await self._unavailable(self._list()):
-            try:
-                rec = parse(raw).record
-            except StoreUnavailable as exc:  # one damaged object must not hide every other node
-                log.warning("%s", exc)
-                continue
-            if rec is not None:
-                out.append(rec)
+            obj = parse(raw)
+            if obj.damaged is not None:  # one damaged object must not hide every other node
+                log.warning("%s", obj.damaged)
+            elif obj.record is not None:
+                out.append(obj.record)
         return sorted(out, key=lambda r: r.node_name)
+
+    async def damaged_nodes(self) -> list[DamagedRecord]:
+        objs = [parse(raw) for raw in await self._unavailable(self._list())]
+        return sorted(
+            (DamagedRecord(o.name, o.damaged) for o in objs if o.damaged is not None),
+            key=lambda d: d.node_name,
+        )
 
     async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
         check_session_id(session_id)
@@ -201,11 +209,7 @@ class KubeStore:
             objs = [] if obj is None else [obj]
         else:
             objs = []
-            for raw in await self._unavailable(self._list()):
-                try:
-                    objs.append(parse(raw))
-                except StoreUnavailable as exc:
-                    log.warning("%s", exc)
+            objs = [parse(raw) for raw in await self._unavailable(self._list())]
         entries: list[tuple[datetime, int, AuditEntry]] = []
         for obj in objs:
             for i, e in enumerate(obj.audit):
@@ -241,6 +245,7 @@ class KubeStore:
         name = att.node_name
         for attempt in range(self._attempts):
             obj = await self._read(name)
+            refuse_damaged(obj)  # neither trusted nor overwritten
             if obj is not None and any(s.id == session.id for s in obj.sessions):
                 raise SessionReused("this session already finished")
             other = await self._ek_taken(att.ek_sha256, name)
@@ -319,6 +324,7 @@ class KubeStore:
         entry_action = "revoke" if revoked else "unrevoke"
 
         def build(obj: NodeObject) -> dict[str, Any]:
+            refuse_damaged(obj)
             if obj.record is None:
                 raise KeyError(node_name)
             ann = {ANN_AUDIT: self._audit_value(obj, entry_action, actor, "", text)}
@@ -337,7 +343,7 @@ class KubeStore:
         text = clip(reason)
 
         def build(obj: NodeObject) -> dict[str, Any] | None:
-            if obj.record is None:
+            if obj.record is None and obj.damaged is None:
                 return None
             return forget_patch(
                 sessions=self._sessions_value(obj), audit=self._audit_value(obj, "forget", actor, "", text)
@@ -365,12 +371,8 @@ class KubeStore:
         async def run() -> int:
             dropped = 0
             for raw in await self._list():
-                try:
-                    first = parse(raw)
-                except StoreUnavailable as exc:
-                    log.warning("%s", exc)
-                    continue
-                if not any(s.exp < cutoff for s in first.sessions):
+                first = parse(raw)
+                if first.damaged is not None or not any(s.exp < cutoff for s in first.sessions):
                     continue
                 removed: list[int] = []
 
