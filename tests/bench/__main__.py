@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import admission, attest, eventlog, gate, join
+from tests.bench import admission, attest, eventlog, gate, join, soak
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
@@ -20,6 +20,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "join": join.main,
     "gate": gate.main,
     "eventlog": eventlog.main,
+    "soak": soak.main,
 }
 
 
