@@ -61,10 +61,6 @@ class CaStore:
             for stem in _stems(files[ca.INDEX_FILE]):
                 for name in (f"{stem}.key", f"{stem}.pem"):
                     files[name] = read_limited(self.folder / name, ca.MAX_INDEX_FILE)
-                # A key others can read is a key others may have: refused rather than trusted.
-                exposed = exposure(self.folder / f"{stem}.key")
-                if exposed is not None:
-                    raise CaUnavailable(f"CA key {exposed}")
         except (OSError, ValueError) as exc:
             raise CaUnavailable(f"cannot read the CA in {self.folder}: {exc}") from None
         try:
@@ -76,6 +72,18 @@ class CaStore:
                 f"CA in {self.folder} is for trust domain {cas.trust_domain}, config says {self.trust_domain}"
             )
         return cas
+
+    def check_key_modes(self, cas: ca.CaSet) -> None:
+        """A key others can read is a key others may have: refused rather than trusted (at the
+        service's start; ``bootstrap.files.exposure`` says what is allowed)."""
+        for authority in cas.authorities:
+            path = self.folder / f"{authority.stem}.key"
+            try:
+                exposed = exposure(path)
+            except OSError as exc:
+                raise CaUnavailable(f"cannot read the CA in {self.folder}: {exc}") from None
+            if exposed is not None:
+                raise CaUnavailable(f"CA key {exposed}")
 
     def load_or_create(self, now: datetime) -> ca.CaSet:
         ensure_dir(self.folder)

@@ -94,6 +94,7 @@ async def load_ca(cas_store: CaStore, store: Store, *, new_ca: bool, now: dateti
         if new_ca:
             log.warning("starting a new CA on purpose (--new-ca)", extra={"error": str(cas_store.folder)})
     cas = cas_store.load_or_create(now)
+    cas_store.check_key_modes(cas)
     current = anchors_of(cas)
     try:
         known = await store.trust_anchors()

