@@ -24,11 +24,14 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attest import svid
 from bootstrap.config import Settings
 from bootstrap.service import bodies
-from bootstrap.service.listener import ConnectionLimits
+from bootstrap.service.listener import ConnectionLimits, Connections
+from bootstrap.service.metrics import Metrics
 from bootstrap.service.serve import Serving, start
 from tests.support.service import EkCa, settings_for
 from tests.support.softnode import SoftNode, join, post
@@ -138,7 +141,7 @@ async def test_stalled_bodies_do_not_starve_joins_or_renewals(
     stayed. Now slots are taken after the body, the address gets at most ``per_address``
     connections, and stalled bodies are cut after their deadline; genuine clients are served
     throughout (here with only 16 slots, fewer than the stalled connections admitted)."""
-    monkeypatch.setattr(bodies, "BASE_SECONDS", 2.0)
+    monkeypatch.setattr(bodies, "BASE_SECONDS", 8.0)  # long enough to outlast the genuine work
     settings = settings_for(tmp_path, ek_ca, limits={"max_inflight": 16})
     limits = ConnectionLimits(per_address=64, header_timeout=5.0)
     async with serving(settings, limits) as s:
@@ -177,6 +180,9 @@ async def test_stalled_bodies_do_not_starve_joins_or_renewals(
             assert fresh is not None, out
             creds = fresh
         assert outcomes == [200] * 12
+        # ... all of it while every admitted stalled connection was still held open
+        assert counter(s, "nodegate_client_errors_total", endpoint="join_start", reason="body_timeout") == 0
+        assert s.site.connections.count(ABUSER) == len(stalled)
         assert counter(s, "nodegate_requests_total", endpoint="join_start", code="unavailable") == 0
         await asyncio.wait_for(asyncio.gather(*attack), WAIT)  # every stalled body was cut
         assert counter(s, "nodegate_client_errors_total", endpoint="join_start", reason="body_timeout") > 0
@@ -330,3 +336,45 @@ async def test_a_damaged_record_is_listed_and_its_node_gets_a_clear_code(tmp_pat
             status, out = await join(h, base(s), again)
         assert (status, out["code"]) == (409, "node_record_damaged"), out
         assert "forget" in out["detail"]
+
+
+# -- the connection accounting, as a property -------------------------------------------------
+
+
+class _Peer:
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("open"), st.sampled_from(["a", "b", "c"])),
+            st.tuples(st.just("close"), st.integers(0, 40)),
+        ),
+        max_size=80,
+    )
+)
+def test_connection_caps_hold_under_any_sequence(steps: list[tuple[str, object]]) -> None:
+    """Admissions and releases in any order: no address over its cap, never more than the total,
+    the gauge equals what is open, and a release of something not admitted changes nothing."""
+    metrics = Metrics()
+    conns = Connections(ConnectionLimits(per_address=3, total=5), metrics, asyncio.Protocol, None)
+    admitted: list[_Peer] = []
+    tried: list[_Peer] = []
+    for step in steps:
+        if step[0] == "open":
+            peer = _Peer(str(step[1]))
+            tried.append(peer)
+            if conns.admit(peer):  # type: ignore[arg-type]
+                admitted.append(peer)
+        elif tried:
+            peer = tried[int(step[1]) % len(tried)]  # type: ignore[call-overload]
+            conns.release(peer)  # type: ignore[arg-type]
+            if peer in admitted:
+                admitted.remove(peer)
+        assert conns.count() == len(admitted) <= 5
+        for address in "abc":
+            assert conns.count(address) == sum(p.address == address for p in admitted) <= 3
+        assert metrics.registry.get_sample_value("nodegate_connections") == len(admitted)
