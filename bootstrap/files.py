@@ -78,3 +78,22 @@ def create_exclusive(path: Path, data: bytes, mode: int = 0o600) -> bool:
         tmp.unlink()
     _fsync_dir(path.parent)
     return True
+
+
+def exposure(path: Path) -> str | None:
+    """Why a secret file is open to more than this process's user (None when it is not).
+
+    Others get nothing. The group may read only the way a Kubernetes Secret volume with an
+    ``fsGroup`` gives it: the file belongs to another user and to one of this process's groups,
+    so the group bit is how this process reads it (the Helm chart mounts the CA 0440 so)."""
+    st = path.stat()
+    mode = st.st_mode & 0o777
+    if mode & 0o007:
+        return f"{path} is open to every user (mode {mode:04o}); chmod 600 it"
+    if mode & 0o030:
+        return f"{path} is writable by its group (mode {mode:04o}); chmod 600 it"
+    if mode & 0o040:
+        ours = st.st_gid == os.getegid() or st.st_gid in os.getgroups()
+        if st.st_uid == os.geteuid() or not ours:
+            return f"{path} is readable by its group (mode {mode:04o}); chmod 600 it"
+    return None

@@ -44,6 +44,13 @@ class NodeRevoked(AttestationError):
     code = "node_revoked"
 
 
+class NodeRecordDamaged(AttestationError):
+    """The node's stored record cannot be read (edited badly, or damaged on disk). It is neither
+    trusted nor overwritten: an administrator fixes or forgets it (docs/troubleshooting.md)."""
+
+    code = "node_record_damaged"
+
+
 class SessionUnknown(AttestationError):
     """The session token does not open with any session key (forged, corrupted or foreign)."""
 
@@ -114,6 +121,7 @@ JOIN_FAILURES: tuple[type[AttestationError], ...] = (
     NodeNameConflict,
     NodeNotEnrolled,
     NodeRevoked,
+    NodeRecordDamaged,
     SessionUnknown,
     SessionExpired,
     SessionReused,
@@ -125,10 +133,12 @@ STATUS_BY_CODE: dict[str, int] = {
     "payload_too_large": 413,
     "rate_limited": 429,
     "node_name_conflict": 409,
+    "node_record_damaged": 409,
     "session_expired": 410,
 }
 
 
 def attestation_status(exc: AttestationError) -> int:
-    """docs/protocol.md: 400 malformed, 413, 429, 409 conflict, 410 expired, 403 for every other failure."""
+    """docs/protocol.md: 400 malformed, 413, 429, 409 conflict (and a damaged record), 410
+    expired, 403 for every other failure."""
     return STATUS_BY_CODE.get(exc.code, 403)

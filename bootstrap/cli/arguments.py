@@ -37,6 +37,12 @@ def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument(
         "--port-file", type=Path, metavar="FILE", help="write the bound port here once listening"
     )
+    serve.add_argument(
+        "--new-ca",
+        action="store_true",
+        help="start a new CA on purpose although the store holds nodes of another (or a lost) CA; "
+        "every node must then join again (docs/backup.md)",
+    )
     gate = sub.add_parser("gate", help="run the hold-taint controller alone (serve runs it too)")
     _config(gate, "the service's config (kubernetes, gate)")
     gate.add_argument("--once", action="store_true", help="reconcile every node once and exit")

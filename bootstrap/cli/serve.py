@@ -24,8 +24,11 @@ def run(args: argparse.Namespace) -> int:
             server.write_port(port_file, port)
 
     try:
-        asyncio.run(server.serve(config, insecure_plaintext=args.insecure_plaintext, ready=ready))
-    except (ValueError, OSError, KubeUnavailable) as exc:  # a bad listen, unreadable files, no cluster
+        asyncio.run(
+            server.serve(config, insecure_plaintext=args.insecure_plaintext, ready=ready, new_ca=args.new_ca)
+        )
+    # every start failure is a ValueError (StartupError): one line naming the file and the fix
+    except (ValueError, OSError, KubeUnavailable) as exc:
         print(f"nodegate serve: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -14,7 +14,7 @@ from attest.errors import MalformedInput
 from bootstrap.names import is_node_name
 from bootstrap.problems import NotFound, Unavailable
 from bootstrap.protocol import RevokeRequest, parse_request
-from bootstrap.service import authority
+from bootstrap.service import authority, startup
 from bootstrap.service.inputs import peer_certificate, read_json
 from bootstrap.service.state import SERVICE, Service
 from bootstrap.store import NodeRecord, StoreUnavailable
@@ -32,11 +32,19 @@ async def metrics(request: web.Request) -> web.StreamResponse:
 
 async def admin_list(request: web.Request) -> web.StreamResponse:
     await _admin(request, "list")
+    store = request.app[SERVICE].store
     try:
-        nodes = await request.app[SERVICE].store.list_nodes()
+        nodes = await store.list_nodes()
+        damaged = await store.damaged_nodes()
     except StoreUnavailable as exc:
         raise Unavailable(f"store: {exc}", retry_after=2) from None
-    return web.json_response({"nodes": [_record_json(r) for r in sorted(nodes, key=lambda r: r.node_name)]})
+    # Damaged records are shown apart: they are nodes, but nothing in them can be trusted.
+    return web.json_response(
+        {
+            "nodes": [_record_json(r) for r in sorted(nodes, key=lambda r: r.node_name)],
+            "damaged": [{"node_name": d.node_name, "problem": d.problem} for d in damaged],
+        }
+    )
 
 
 async def admin_revoke(request: web.Request) -> web.StreamResponse:
@@ -71,6 +79,7 @@ async def admin_rotate(request: web.Request) -> web.StreamResponse:
             retry_after=60,
         ) from None
     service.reload_ca(force=True)
+    await startup.remember(service.store, service.cas)
     log.warning("CA rotated", extra={"actor": actor})
     return web.json_response(
         {
@@ -104,4 +113,6 @@ def _record_json(r: NodeRecord) -> dict[str, Any]:
         "revoked": r.revoked,
         "counters": list(r.counters) if r.counters else None,
         "svid_serials": list(r.svid_serials),
+        "boot_id": r.boot_id,
+        "measured_boot_class": r.measured_boot_class,
     }

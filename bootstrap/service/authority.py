@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from attest import ca, svid
-from bootstrap.files import create_exclusive, ensure_dir, read_limited, write_atomic
+from bootstrap.files import create_exclusive, ensure_dir, exposure, read_limited, write_atomic
 
 _STEM = re.compile(r"ca-[0-9a-f]{16}")
 SERVER_TTL = timedelta(days=30)
@@ -72,6 +72,18 @@ class CaStore:
                 f"CA in {self.folder} is for trust domain {cas.trust_domain}, config says {self.trust_domain}"
             )
         return cas
+
+    def check_key_modes(self, cas: ca.CaSet) -> None:
+        """A key others can read is a key others may have: refused rather than trusted (at the
+        service's start; ``bootstrap.files.exposure`` says what is allowed)."""
+        for authority in cas.authorities:
+            path = self.folder / f"{authority.stem}.key"
+            try:
+                exposed = exposure(path)
+            except OSError as exc:
+                raise CaUnavailable(f"cannot read the CA in {self.folder}: {exc}") from None
+            if exposed is not None:
+                raise CaUnavailable(f"CA key {exposed}")
 
     def load_or_create(self, now: datetime) -> ca.CaSet:
         ensure_dir(self.folder)

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from bootstrap.service import authority
+from bootstrap.service import authority, startup
 from bootstrap.service.state import SERVICE, Service
 from bootstrap.store import StoreUnavailable
 
@@ -57,7 +57,8 @@ async def _every(seconds: float, step: Callable[[], Awaitable[None]]) -> None:
 
 
 async def _reload(service: Service) -> None:
-    service.reload_ca()
+    if service.reload_ca():  # a rotation: the store learns the new CA's certificate
+        await startup.remember(service.store, service.cas)
     service.reload_tls_files()
     service.refresh_server_certificate()
 

@@ -18,7 +18,16 @@ from attest import ca
 from bootstrap.config import Settings
 from bootstrap.gate import Gate
 from bootstrap.kube import Kube
-from bootstrap.service import adminroutes, authority, background, joinroutes, publicroutes, sessions, tls
+from bootstrap.service import (
+    adminroutes,
+    authority,
+    background,
+    joinroutes,
+    publicroutes,
+    sessions,
+    startup,
+    tls,
+)
 from bootstrap.service.admin import AdminAuth
 from bootstrap.service.authz import SarAuthorizer
 from bootstrap.service.join import JoinService, load_ek_trust
@@ -40,9 +49,12 @@ class _NoPolicies:
         return None
 
 
-async def build_service(settings: Settings, *, kube: Kube | bool | None = True) -> Service:
+async def build_service(
+    settings: Settings, *, kube: Kube | bool | None = True, new_ca: bool = False
+) -> Service:
     """``kube=True``: from the config (kubeconfig, else in-cluster, else none); a Kube or None
-    overrides (tests)."""
+    overrides (tests). The CA is created or loaded only once the store is open: they must agree
+    (``startup.load_ca``; ``new_ca`` starts a new CA on purpose)."""
     if kube is True:
         kube = await Kube.from_settings(settings.kubernetes)
     elif kube is False:
@@ -53,11 +65,19 @@ async def build_service(settings: Settings, *, kube: Kube | bool | None = True) 
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     now = datetime.now(UTC)
     cas_store = authority.CaStore(state / "ca", settings.trust_domain)
-    cas = cas_store.load_or_create(now)
+    if settings.store == "sqlite":
+        startup.check_sqlite_present(state)
     store = await open_store(
         settings.store, state_dir=state, kube=kube, namespace=settings.kubernetes.namespace
     )
-    sealer = sessions.Sealer(sessions.load_keys(state))
+    try:
+        if settings.store == "sqlite":
+            startup.mark_sqlite_store(state, now)
+        cas = await startup.load_ca(cas_store, store, new_ca=new_ca, now=now)
+        sealer = sessions.Sealer(sessions.load_keys(state))
+    except BaseException:
+        await store.close()
+        raise
     metrics = Metrics()
     holder: dict[str, Service] = {}
 
@@ -132,7 +152,11 @@ def _decider(settings: Settings, kube: Kube | None) -> tuple[Decider, list[Calla
 
 
 def make_app(service: Service) -> web.Application:
-    app = web.Application(client_max_size=MAX_REVIEW_BYTES, middlewares=[problems], handler_args={})
+    # auto_decompress off: bodies are taken as sent, and any Content-Encoding is refused before a
+    # byte is read (bodies.py), so a bad or unknown encoding never reaches a decoder.
+    app = web.Application(
+        client_max_size=MAX_REVIEW_BYTES, middlewares=[problems], handler_args={"auto_decompress": False}
+    )
     app[SERVICE] = service
     r = app.router
     r.add_post("/v1/join/start", joinroutes.join_start, name="join_start")

@@ -1,6 +1,6 @@
-"""What the join and admin handlers read of a request: the JSON body (within the protocol's size
-limit, as ``application/json``, without duplicate keys), the client certificate, the client
-address."""
+"""What the join and admin handlers read of a request: the JSON body (already read by the
+middleware within its route's size limit, ``bootstrap.service.bodies``; here: ``application/json``,
+no duplicate keys), the client certificate, the client address."""
 
 from __future__ import annotations
 
@@ -11,30 +11,35 @@ from aiohttp import web
 from cryptography import x509
 
 from attest.errors import MalformedInput
-from bootstrap.problems import UnsupportedMediaType
+from bootstrap.problems import PayloadTooLarge, UnsupportedMediaType
+from bootstrap.service.bodies import body_limit
 from bootstrap.service.state import SERVICE
 
 
 async def read_json(request: web.Request) -> Any:
-    limit = request.app[SERVICE].settings.limits.max_body_bytes
+    limits = request.app[SERVICE].settings.limits
+    endpoint = request.match_info.route.name or ""
+    limit = body_limit(endpoint, limits)
     if request.content_length is not None and request.content_length > limit:
-        raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
+        raise PayloadTooLarge(f"request bodies are limited to {limit} bytes here")
     if request.content_type != "application/json":
         raise UnsupportedMediaType("send application/json")
-    # The app's client_max_size is the webhook's (AdmissionReviews carry whole objects); the join
-    # API keeps the protocol's 64 KiB, also for bodies without Content-Length.
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(16 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
-        chunks.append(chunk)
-    raw = b"".join(chunks)
+    raw = await request.read()  # from memory: the middleware read it (and refused a larger one)
+    if len(raw) > limit:
+        raise PayloadTooLarge(f"request bodies are limited to {limit} bytes here")
     try:
-        return json.loads(raw, object_pairs_hook=_no_duplicates)
+        doc = json.loads(raw, object_pairs_hook=_no_duplicates)
     except (ValueError, RecursionError) as exc:
         raise MalformedInput(f"body is not JSON: {str(exc)[:120]}") from None
+    # The renewal's first step shares the finish step's route but carries only a CSR: 64 KiB.
+    if (
+        endpoint == "renew"
+        and isinstance(doc, dict)
+        and "session" not in doc
+        and len(raw) > limits.max_body_bytes
+    ):
+        raise PayloadTooLarge(f"a renewal's first step is limited to {limits.max_body_bytes} bytes")
+    return doc
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -45,11 +50,18 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def peer_certificate(request: web.Request) -> x509.Certificate | None:
+    """The client certificate as the client sent it. The TLS layer asks for one but does not judge
+    it (``bootstrap.service.clientcert``): whoever uses it verifies it (``svid.verify_svid``)."""
     obj = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
     if obj is None:
         return None
     der = obj.getpeercert(binary_form=True)
-    return x509.load_der_x509_certificate(der) if der else None
+    if not der:
+        return None
+    try:
+        return x509.load_der_x509_certificate(der)
+    except ValueError:
+        return None  # TLS accepted bytes that are no certificate we can read: as if none was sent
 
 
 def client_address(request: web.Request) -> str:

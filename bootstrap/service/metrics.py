@@ -34,6 +34,26 @@ class Metrics:
         self.bundle_sequence = Gauge(
             "nodegate_bundle_sequence", "spiffe_sequence of the served trust bundle.", registry=self.registry
         )
+        # Clients that misbehave or go away are not server errors: they are counted here, apart
+        # from nodegate_requests_total, whose "unavailable" code means the service failed.
+        self.client_errors = Counter(
+            "nodegate_client_errors",
+            "Requests and connections the client did not complete: reason aborted (closed mid-body), "
+            "body_timeout, header_timeout, idle_timeout, handshake_failed.",
+            ["endpoint", "reason"],
+            registry=self.registry,
+        )
+        self.connections = Gauge(
+            "nodegate_connections",
+            "Open client connections, TLS handshakes included.",
+            registry=self.registry,
+        )
+        self.connections_refused = Counter(
+            "nodegate_connections_refused",
+            "Connections closed at accept: reason address_limit or total_limit.",
+            ["reason"],
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

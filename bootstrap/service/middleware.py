@@ -1,6 +1,8 @@
-"""The one middleware around every route: each failure becomes ``application/problem+json`` with
-a machine code (nothing reaches the client as a 500 or a traceback), and the join and admin
-endpoints are counted and timed."""
+"""The one middleware around every route: the body is read first, within its route's limits
+(``bootstrap.service.bodies``), each failure becomes ``application/problem+json`` with a machine
+code (nothing reaches the client as a 500 or a traceback), and the join and admin endpoints are
+counted and timed. Clients that go away or stall are counted apart
+(``nodegate_client_errors_total``): they are not service failures."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from aiohttp import web
 from admission.webhook import WebhookProblem
 from attest.errors import AttestationError
 from bootstrap.problems import MethodNotAllowed, NotFound, PayloadTooLarge, ServiceError, attestation_status
+from bootstrap.service.bodies import BodyRefused, ClientGone, read_body
+from bootstrap.service.listener import connection_of
 from bootstrap.service.problemjson import problem, webhook_problem
 from bootstrap.service.state import SERVICE, Service
 
@@ -28,44 +32,69 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
     service: Service = request.app[SERVICE]
     endpoint = _endpoint(request)
+    conn = connection_of(request)
     started = time.perf_counter()
     code = "ok"
     try:
+        if endpoint != "other":  # routing failures (404, 405) are answered without reading
+            request = await read_body(request, endpoint, service.settings.limits, conn)
         resp = await handler(request)
-    except AttestationError as exc:
-        code = exc.code
-        resp = problem(attestation_status(exc), exc.code, exc.detail, retry_after=_retry(exc))
-    except ServiceError as exc:
-        code = exc.code
-        resp = problem(exc.status, exc.code, exc.detail, retry_after=exc.retry_after)
-    except WebhookProblem as exc:
-        code = exc.code
-        resp = webhook_problem(exc)
-    except web.HTTPRequestEntityTooLarge:
-        code = PayloadTooLarge.code
-        resp = problem(
-            413, code, f"request bodies are limited to {service.settings.limits.max_body_bytes} bytes"
-        )
+    except ClientGone as exc:
+        # The connection is gone or about to be closed: nobody reads this answer.
+        service.metrics.client_errors.labels(endpoint, exc.reason).inc()
+        log.debug("client gone", extra={"endpoint": endpoint, "code": exc.reason})
+        resp = problem(408, "malformed_request", exc.detail)
         resp.force_close()
-    except web.HTTPMethodNotAllowed:
-        code = MethodNotAllowed.code
-        resp = problem(405, code, f"{request.method} is not allowed on {request.path}")
-    except web.HTTPNotFound:
-        code = NotFound.code
-        resp = problem(404, code, f"no endpoint {request.path}")
-    except web.HTTPException as exc:  # other routing answers (e.g. 400 from the parser)
-        code = "malformed_request" if exc.status < 500 else "unavailable"
-        resp = problem(exc.status if exc.status < 500 else 503, code, exc.reason)
+        if conn is not None:
+            conn.answered()
+        return resp
     except asyncio.CancelledError:
         raise
-    except Exception:  # a bug: never a 500 with a traceback; the log has it
-        log.exception("unexpected error", extra={"endpoint": endpoint})
-        code = "unavailable"
-        resp = problem(503, code, "internal error; the request changed nothing, retry later", retry_after=5)
+    except Exception as exc:  # noqa: BLE001  (every failure becomes a problem document)
+        code, resp = _problem_for(exc, request, service, endpoint)
     if endpoint in JOIN_ENDPOINTS or endpoint.startswith("admin"):
         service.metrics.requests.labels(endpoint, code).inc()
         service.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+    if conn is not None:
+        conn.answered()
     return resp
+
+
+def _problem_for(
+    exc: Exception, request: web.Request, service: Service, endpoint: str
+) -> tuple[str, web.Response]:
+    """The machine code and the problem document for a failure."""
+    if isinstance(exc, BodyRefused):
+        resp = problem(exc.status, exc.code, exc.detail)
+        resp.force_close()  # the unread body would otherwise keep the connection busy
+        return exc.code, resp
+    if isinstance(exc, AttestationError):
+        return exc.code, problem(attestation_status(exc), exc.code, exc.detail, retry_after=_retry(exc))
+    if isinstance(exc, ServiceError):
+        return exc.code, problem(exc.status, exc.code, exc.detail, retry_after=exc.retry_after)
+    if isinstance(exc, WebhookProblem):
+        return exc.code, webhook_problem(exc)
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        limit = service.settings.limits.max_body_bytes
+        resp = problem(413, PayloadTooLarge.code, f"request bodies are limited to {limit} bytes")
+    elif isinstance(exc, web.HTTPMethodNotAllowed):
+        resp = problem(405, MethodNotAllowed.code, f"{request.method} is not allowed on {request.path}")
+    elif isinstance(exc, web.HTTPNotFound):
+        resp = problem(404, NotFound.code, f"no endpoint {request.path}")
+    elif isinstance(exc, web.HTTPException):  # other routing answers (e.g. 400 from the parser)
+        code = "malformed_request" if exc.status < 500 else "unavailable"
+        return code, problem(exc.status if exc.status < 500 else 503, code, exc.reason)
+    else:  # a bug: never a 500 with a traceback; the log has it
+        log.error("unexpected error", exc_info=exc, extra={"endpoint": endpoint})
+        return "unavailable", problem(
+            503, "unavailable", "internal error; the request changed nothing, retry later", retry_after=5
+        )
+    resp.force_close()  # a body may be left unread
+    return _code_of(resp.status), resp
+
+
+def _code_of(status: int) -> str:
+    return {413: PayloadTooLarge.code, 405: MethodNotAllowed.code, 404: NotFound.code}[status]
 
 
 def _endpoint(request: web.Request) -> str:

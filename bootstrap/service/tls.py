@@ -11,23 +11,32 @@ from pathlib import Path
 
 from attest import ca, svid
 from bootstrap.config import Settings
-from bootstrap.service import authority
+from bootstrap.service import authority, clientcert
 
 log = logging.getLogger("nodegate.server")
 
 
+# TLS 1.2 suites: forward secrecy and AEAD only (no CBC, no RSA key exchange); TLS 1.3's are all
+# AEAD and are not affected by this string.
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+
+
 def listener_context(cas: ca.CaSet, now: datetime) -> ssl.SSLContext:
-    """TLS 1.2+, and optional client certificates checked against the trust bundle (node SVIDs
-    for renewal, admin SVIDs); no certificate loaded yet."""
+    """TLS 1.2+ with AEAD suites, and optional client certificates (node SVIDs for renewal, admin
+    SVIDs) that the handshake asks for and the application judges (``clientcert``); no server
+    certificate loaded yet."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.verify_mode = ssl.CERT_OPTIONAL
+    ctx.set_ciphers(TLS12_CIPHERS)
+    ctx.options |= ssl.OP_NO_RENEGOTIATION
     trust(ctx, cas, now)
+    clientcert.request_without_verifying(ctx)
     return ctx
 
 
 def trust(ctx: ssl.SSLContext, cas: ca.CaSet, now: datetime) -> None:
-    """Adds the current roots for client certificates; retired ones are refused by verify_svid."""
+    """Adds the current roots for client certificates (what the handshake falls back to when it
+    verifies them itself, see ``clientcert``); retired ones are refused by verify_svid."""
     ctx.load_verify_locations(cadata=svid.bundle_pem(cas.roots(now)).decode())
 
 

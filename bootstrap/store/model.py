@@ -26,6 +26,7 @@ __all__ = [
     "Attestation",
     "AuditEntry",
     "Check",
+    "DamagedRecord",
     "NodeRecord",
     "Store",
     "StoreSchemaError",
@@ -39,6 +40,7 @@ MAX_AK_PUBLIC: Final = 4096  # a TPM2B_PUBLIC is well under this
 MAX_ACTOR: Final = 256
 MAX_CODE: Final = 64
 MAX_DETAIL: Final = 1024  # audit details are truncated, never refused
+MAX_ANCHORS: Final = 32  # CA certificates remembered per store (a rotation adds one)
 MAX_BOOT_ID: Final = 64  # /proc/sys/kernel/random/boot_id is a 36-character UUID
 MAX_MEASURED_BOOT_CLASS: Final = 128
 ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget"})
@@ -96,6 +98,15 @@ class Attestation:
 
 
 @dataclass(frozen=True, slots=True)
+class DamagedRecord:
+    """A stored node this store cannot read: listed for the admin, refused to the node
+    (``node_record_damaged``), never trusted or overwritten; ``forget`` removes it."""
+
+    node_name: str
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
     at: datetime
     node_name: str
@@ -113,7 +124,12 @@ Check = Callable[[NodeRecord | None], None]
 class Store(Protocol):
     async def get(self, node_name: str) -> NodeRecord | None: ...
 
-    async def list_nodes(self) -> list[NodeRecord]: ...
+    async def list_nodes(self) -> list[NodeRecord]:
+        """Every readable record, by name; damaged ones are in ``damaged_nodes``. ``get`` and
+        ``commit`` of a damaged one raise NodeRecordDamaged."""
+        ...
+
+    async def damaged_nodes(self) -> list[DamagedRecord]: ...
 
     async def commit(
         self, att: Attestation, *, session_id: str, session_expires_at: datetime, action: str, check: Check
@@ -147,6 +163,20 @@ class Store(Protocol):
 
     async def prune(self, now: datetime) -> int:
         """Forget used sessions whose expiry has passed; returns how many."""
+        ...
+
+    async def has_nodes(self) -> bool:
+        """Whether any node is bound (damaged records count: they were nodes)."""
+        ...
+
+    async def trust_anchors(self) -> frozenset[str]:
+        """The CA certificates (SHA-256 of the DER, hex) that this store's SVIDs were issued
+        under, as remembered; the service refuses to start on a CA that shares none of them
+        while the store holds nodes (docs/backup.md)."""
+        ...
+
+    async def remember_trust_anchors(self, anchors: frozenset[str]) -> None:
+        """Add ``anchors`` to the remembered set (the newest MAX_ANCHORS are kept)."""
         ...
 
     async def close(self) -> None: ...
@@ -224,6 +254,21 @@ def check_measured_boot_class(value: object) -> str | None:
     if not value.isprintable():
         raise ValueError("measured_boot_class must be printable")
     return value
+
+
+def check_anchors(anchors: object) -> frozenset[str]:
+    if not isinstance(anchors, frozenset) or not all(
+        isinstance(a, str) and _HEX64.fullmatch(a) for a in anchors
+    ):
+        raise ValueError("trust anchors are a frozenset of 64 lowercase hex characters each")
+    return anchors
+
+
+def merged_anchors(known: list[str], add: frozenset[str]) -> list[str]:
+    """``known`` (oldest first) with the new ``add`` appended, the newest MAX_ANCHORS."""
+    out = [a for a in known if _HEX64.fullmatch(a)]
+    out += sorted(a for a in add if a not in out)
+    return out[-MAX_ANCHORS:]
 
 
 def check_action(action: object, allowed: frozenset[str] = COMMIT_ACTIONS) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import admission, attest, ekcert, eventlog, gate, join
+from tests.bench import admission, attest, ekcert, eventlog, gate, join, soak
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
@@ -21,6 +21,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "gate": gate.main,
     "eventlog": eventlog.main,
     "ekcert": ekcert.main,
+    "soak": soak.main,
 }
 
 

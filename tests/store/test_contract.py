@@ -10,6 +10,7 @@ is tested in test_store.py, test_store_schema.py and test_store_kube.py.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -25,9 +26,10 @@ from hypothesis import strategies as st
 from attest.errors import CounterRegressed
 from attest.tpm import Counters
 from bootstrap.kube import Kube
-from bootstrap.problems import NodeNameConflict, NodeRevoked, SessionReused
+from bootstrap.problems import NodeNameConflict, NodeRecordDamaged, NodeRevoked, SessionReused
 from bootstrap.store import MAX_SERIALS, Attestation, NodeRecord, Store
 from bootstrap.store.kube import ATTEMPTS, CLAIM_STALE, KubeStore
+from bootstrap.store.model import MAX_ANCHORS
 from bootstrap.store.sqlite import SqliteStore
 from tests.store.common import EK_A, EK_B, RES, T0, Ticker, allow, commit, make_att
 from tests.support.kshim import ShimEmulator
@@ -202,6 +204,68 @@ async def test_boot_id_and_measured_boot_class_round_trip(backend: Backend) -> N
     again = await backend.open()
     assert await again.get("gpu-1") == renewed
     assert await again.list_nodes() == [renewed]
+
+
+async def test_has_nodes(store: Store) -> None:
+    assert not await store.has_nodes()
+    await commit(store, make_att(), "s1")
+    assert await store.has_nodes()
+    await store.forget("gpu-1", actor="admin", reason="re-imaged")
+    assert not await store.has_nodes()
+
+
+async def test_trust_anchors_are_remembered_merged_and_bounded(backend: Backend) -> None:
+    store = await backend.open()
+    assert await store.trust_anchors() == frozenset()
+    first = frozenset({"a" * 64})
+    await store.remember_trust_anchors(first)
+    await store.remember_trust_anchors(frozenset({"b" * 64, "a" * 64}))
+    assert await store.trust_anchors() == {"a" * 64, "b" * 64}
+    many = [f"{i:064x}" for i in range(MAX_ANCHORS + 5)]
+    for a in many:
+        await store.remember_trust_anchors(frozenset({a}))
+    await store.close()
+    again = await backend.open()
+    assert await again.trust_anchors() == frozenset(many[-MAX_ANCHORS:])  # the newest, after a restart
+    with pytest.raises(ValueError, match="trust anchors"):
+        await again.remember_trust_anchors(frozenset({"not hex"}))
+
+
+async def damage(backend: Backend, api: Any, tmp_path: Path, node: str) -> None:
+    """What an adversarial run did to one node: its counters no longer read back."""
+    if backend.sqlite:
+        db = sqlite3.connect(tmp_path / "nodegate.db")
+        db.execute("UPDATE nodes SET counters = '[1, \"two\"' WHERE node_name = ?", (node,))
+        db.commit()
+        db.close()
+    else:
+        api.objects[RES, None, node].patch({"metadata": {"annotations": {"nodegate.io/counters": "{no"}}})
+
+
+async def test_a_damaged_record_is_listed_refused_and_forgettable(
+    backend: Backend, api: Any, tmp_path: Path
+) -> None:
+    """Before: one damaged row made the whole listing (and that node's join) fail with a traceback."""
+    store = await backend.open()
+    await commit(store, make_att("gpu-1"), "s1")
+    good = await commit(store, make_att("gpu-2", EK_B), "s2")
+    await damage(backend, api, tmp_path, "gpu-1")
+    assert await store.list_nodes() == [good]
+    damaged = await store.damaged_nodes()
+    assert [d.node_name for d in damaged] == ["gpu-1"]
+    assert "gpu-1" in damaged[0].problem
+    with pytest.raises(NodeRecordDamaged):
+        await store.get("gpu-1")
+    with pytest.raises(NodeRecordDamaged):  # neither trusted nor overwritten by a join
+        await commit(store, make_att("gpu-1", serial="05"), "s3")
+    with pytest.raises(NodeRecordDamaged):
+        await store.revoke("gpu-1", actor="admin", reason="r")
+    await store.record_refusal("gpu-1", "node_record_damaged", "refused")  # the audit still works
+    assert await store.has_nodes()
+    assert await store.forget("gpu-1", actor="admin", reason="damaged")  # the fix
+    assert await store.damaged_nodes() == []
+    rec = await commit(store, make_att("gpu-1", serial="06"), "s4")
+    assert await store.get("gpu-1") == rec
 
 
 async def test_time_zones_are_normalised_to_utc(store: Store) -> None:

@@ -19,7 +19,7 @@ from kmock._internal import enums
 from attest.errors import CounterRegressed
 from attest.tpm import Counters
 from bootstrap.kube import Kube, KubeUnavailable
-from bootstrap.problems import NodeNameConflict, NodeRevoked, SessionReused
+from bootstrap.problems import NodeNameConflict, NodeRecordDamaged, NodeRevoked, SessionReused
 from bootstrap.store import NodeRecord, StoreUnavailable, open_store
 from bootstrap.store.kube import (
     ANN_AUDIT,
@@ -192,7 +192,7 @@ async def test_a_damaged_boot_annotation_is_not_trusted(
 ) -> None:
     await commit(store, make_att(), "s1")
     kmock.objects[RES, None, "gpu-1"].patch({"metadata": {"annotations": {key: value}}})
-    with pytest.raises(StoreUnavailable, match="gpu-1"):
+    with pytest.raises(NodeRecordDamaged, match="gpu-1"):
         await store.get("gpu-1")
 
 
@@ -506,15 +506,16 @@ async def test_damaged_objects_are_refused_not_trusted(kmock: Any, store: KubeSt
     await commit(store, make_att("gpu-1"), "s1")
     await commit(store, make_att("gpu-2", EK_B), "s2")
     kmock.objects[RES, None, "gpu-1"].patch({"metadata": {"annotations": {ANN_SESSIONS: "{not json"}}})
-    with pytest.raises(StoreUnavailable, match="gpu-1"):
+    with pytest.raises(NodeRecordDamaged, match="gpu-1"):
         await store.get("gpu-1")
-    with pytest.raises(StoreUnavailable, match="gpu-1"):
+    with pytest.raises(NodeRecordDamaged, match="gpu-1"):
         await commit(store, make_att("gpu-1", serial="02"), "s3", "renew")
     assert [r.node_name for r in await store.list_nodes()] == ["gpu-2"]  # one bad object hides no other
+    assert [d.node_name for d in await store.damaged_nodes()] == ["gpu-1"]
     kmock.objects[RES, None, "gpu-2"].patch({"metadata": {"annotations": {ANN_AUDIT: "[1, 2"}}})
     assert (await store.get("gpu-2")) is not None  # a damaged audit trail is only dropped
     kmock.objects[RES, None, "gpu-2"].patch({"spec": {"ekSha256": "XYZ"}})
-    with pytest.raises(StoreUnavailable, match="ekSha256"):
+    with pytest.raises(NodeRecordDamaged, match="ekSha256"):
         await store.get("gpu-2")
 
 

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 from attest.tpm import Counters
 from bootstrap.kube import Kube
+from bootstrap.problems import NodeRecordDamaged
 from bootstrap.store.model import (
     NodeRecord,
     StoreUnavailable,
@@ -75,6 +76,7 @@ __all__ = [
     "published_from",
     "status_patch",
     "read",
+    "refuse_damaged",
     "required_time",
     "sessions_json",
     "sessions_value",
@@ -159,6 +161,7 @@ class NodeObject:
     audit: tuple[dict[str, str], ...]  # oldest first, as stored
     status_behind: bool  # status attestedAt/expiresAt differ from what the last write published
     status_set: bool  # status carries one of the fields this store writes
+    damaged: str | None = None  # what cannot be read (then record is None): see parse
 
 
 # -- reading ------------------------------------------------------------------------------------
@@ -253,7 +256,8 @@ def _record(
 
 
 def parse(obj: dict[str, Any]) -> NodeObject:
-    """Raises StoreUnavailable for an object this store cannot trust (someone edited it badly)."""
+    """The object as this store reads it. One it cannot trust (someone edited it badly) comes
+    back ``damaged``, without a record: refused to its node, listed for the admin, forgettable."""
     meta = field(obj, "metadata")
     name = str(meta.get("name", ""))
     try:
@@ -289,7 +293,26 @@ def parse(obj: dict[str, Any]) -> NodeObject:
             status_set=ours_set,
         )
     except Corrupt as exc:
-        raise StoreUnavailable(f"NodeAttestation {name}: {exc}; fix or forget it") from None
+        annotations = field(meta, "annotations")
+        try:
+            sessions = _sessions(annotations)
+        except Corrupt:
+            sessions = ()
+        return NodeObject(
+            name=name,
+            rv=str(meta.get("resourceVersion", "")),
+            record=None,
+            sessions=sessions,
+            audit=_audit(annotations),
+            status_behind=False,
+            status_set=bool(field(obj, "status")),
+            damaged=f"NodeAttestation {name}: {exc}; fix or forget it",
+        )
+
+
+def refuse_damaged(obj: NodeObject | None) -> None:
+    if obj is not None and obj.damaged is not None:
+        raise NodeRecordDamaged(obj.damaged)
 
 
 async def read(kube: Kube, name: str) -> NodeObject | None:

@@ -18,6 +18,7 @@ from typing import Any, Final, TypeVar
 
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound
 from bootstrap.problems import NodeNameConflict, SessionReused
+from bootstrap.store.kube.anchors import TrustAnchors
 from bootstrap.store.kube.claims import EkClaims
 from bootstrap.store.kube.objects import (
     ANN_AUDIT,
@@ -40,6 +41,7 @@ from bootstrap.store.kube.objects import (
     published_copies,
     published_from,
     read,
+    refuse_damaged,
     required_time,
     sessions_json,
     sessions_value,
@@ -50,10 +52,12 @@ from bootstrap.store.model import (
     Attestation,
     AuditEntry,
     Check,
+    DamagedRecord,
     NodeRecord,
     StoreUnavailable,
     check_action,
     check_actor,
+    check_anchors,
     check_attestation,
     check_code,
     check_limit,
@@ -90,6 +94,7 @@ class KubeStore:
         self._attempts = attempts
         self._backoff = backoff
         self._claims = EkClaims(kube, namespace=namespace, clock=clock, attempts=attempts, pause=self._pause)
+        self._anchors = TrustAnchors(kube, namespace=namespace, attempts=attempts, pause=self._pause)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -162,6 +167,7 @@ class KubeStore:
             obj = await self._read(node_name)
             if obj is None:
                 return None
+            refuse_damaged(obj)
             await self._repair(obj)
             return obj.record
 
@@ -170,14 +176,19 @@ class KubeStore:
     async def list_nodes(self) -> list[NodeRecord]:
         out = []
         for raw in await self._unavailable(self._list()):
-            try:
-                rec = parse(raw).record
-            except StoreUnavailable as exc:  # one damaged object must not hide every other node
-                log.warning("%s", exc)
-                continue
-            if rec is not None:
-                out.append(rec)
+            obj = parse(raw)
+            if obj.damaged is not None:  # one damaged object must not hide every other node
+                log.warning("%s", obj.damaged)
+            elif obj.record is not None:
+                out.append(obj.record)
         return sorted(out, key=lambda r: r.node_name)
+
+    async def damaged_nodes(self) -> list[DamagedRecord]:
+        objs = [parse(raw) for raw in await self._unavailable(self._list())]
+        return sorted(
+            (DamagedRecord(o.name, o.damaged) for o in objs if o.damaged is not None),
+            key=lambda d: d.node_name,
+        )
 
     async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
         check_session_id(session_id)
@@ -198,11 +209,7 @@ class KubeStore:
             objs = [] if obj is None else [obj]
         else:
             objs = []
-            for raw in await self._unavailable(self._list()):
-                try:
-                    objs.append(parse(raw))
-                except StoreUnavailable as exc:
-                    log.warning("%s", exc)
+            objs = [parse(raw) for raw in await self._unavailable(self._list())]
         entries: list[tuple[datetime, int, AuditEntry]] = []
         for obj in objs:
             for i, e in enumerate(obj.audit):
@@ -238,6 +245,7 @@ class KubeStore:
         name = att.node_name
         for attempt in range(self._attempts):
             obj = await self._read(name)
+            refuse_damaged(obj)  # neither trusted nor overwritten
             if obj is not None and any(s.id == session.id for s in obj.sessions):
                 raise SessionReused("this session already finished")
             other = await self._ek_taken(att.ek_sha256, name)
@@ -316,6 +324,7 @@ class KubeStore:
         entry_action = "revoke" if revoked else "unrevoke"
 
         def build(obj: NodeObject) -> dict[str, Any]:
+            refuse_damaged(obj)
             if obj.record is None:
                 raise KeyError(node_name)
             ann = {ANN_AUDIT: self._audit_value(obj, entry_action, actor, "", text)}
@@ -334,7 +343,7 @@ class KubeStore:
         text = clip(reason)
 
         def build(obj: NodeObject) -> dict[str, Any] | None:
-            if obj.record is None:
+            if obj.record is None and obj.damaged is None:
                 return None
             return forget_patch(
                 sessions=self._sessions_value(obj), audit=self._audit_value(obj, "forget", actor, "", text)
@@ -362,12 +371,8 @@ class KubeStore:
         async def run() -> int:
             dropped = 0
             for raw in await self._list():
-                try:
-                    first = parse(raw)
-                except StoreUnavailable as exc:
-                    log.warning("%s", exc)
-                    continue
-                if not any(s.exp < cutoff for s in first.sessions):
+                first = parse(raw)
+                if first.damaged is not None or not any(s.exp < cutoff for s in first.sessions):
                     continue
                 removed: list[int] = []
 
@@ -388,6 +393,19 @@ class KubeStore:
             return dropped
 
         return await self._unavailable(run())
+
+    async def has_nodes(self) -> bool:
+        for raw in await self._unavailable(self._list()):
+            if field(raw, "spec").get("ekSha256") not in (None, ""):
+                return True
+        return False
+
+    async def trust_anchors(self) -> frozenset[str]:
+        return await self._unavailable(self._anchors.read())
+
+    async def remember_trust_anchors(self, anchors: frozenset[str]) -> None:
+        check_anchors(anchors)
+        await self._unavailable(self._anchors.add(anchors))
 
     async def close(self) -> None:
         return None

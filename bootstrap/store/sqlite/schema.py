@@ -61,8 +61,13 @@ def _v2(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE nodes ADD COLUMN measured_boot_class TEXT")
 
 
+def _v3(db: sqlite3.Connection) -> None:
+    """Facts about the store as a whole: the CA certificates its SVIDs were issued under."""
+    db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-SCHEMA: Final[tuple[Migration, ...]] = (_v1, _v2)
+SCHEMA: Final[tuple[Migration, ...]] = (_v1, _v2, _v3)
 SCHEMA_VERSION: Final = len(SCHEMA)
 
 

@@ -16,27 +16,28 @@ import asyncio
 import contextlib
 import functools
 import json
-import os
+import logging
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from attest.tpm import Counters
 from bootstrap.files import ensure_dir
-from bootstrap.problems import NodeNameConflict, SessionReused
+from bootstrap.problems import NodeNameConflict, NodeRecordDamaged, SessionReused
 from bootstrap.store.model import (
     Attestation,
     AuditEntry,
     Check,
+    DamagedRecord,
     NodeRecord,
     StoreUnavailable,
     check_action,
     check_actor,
+    check_anchors,
     check_attestation,
     check_code,
     check_limit,
@@ -44,37 +45,26 @@ from bootstrap.store.model import (
     check_session_id,
     check_time,
     clip,
+    merged_anchors,
     record_from,
     utcnow,
+)
+from bootstrap.store.sqlite.rows import (
+    COLUMNS,
+    create_private,
+    from_us,
+    put_record,
+    read_anchors,
+    record_of,
+    to_us,
 )
 from bootstrap.store.sqlite.schema import SCHEMA, Migration, migrate
 
 T = TypeVar("T")
+log = logging.getLogger("nodegate.store")
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-_US: Final = timedelta(microseconds=1)
 DEFAULT_BUSY_TIMEOUT: Final = 5.0
 DEFAULT_AUDIT_ROWS: Final = 100_000  # prune() trims the audit table to this many newest rows
-
-
-def _to_us(dt: datetime) -> int:
-    """Times are stored as integer microseconds since the epoch: exact, and they sort."""
-    return (dt - _EPOCH) // _US
-
-
-def _from_us(value: int | None) -> datetime | None:
-    return None if value is None else _EPOCH + value * _US
-
-
-def _create_private(path: Path) -> None:
-    """The file exists with mode 0600 before sqlite writes a byte (sqlite gives the -wal and -shm
-    files the same mode as the database)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        if os.fstat(fd).st_mode & 0o077:
-            os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
 
 
 class SqliteStore:
@@ -146,7 +136,7 @@ class SqliteStore:
 
     def _open(self) -> None:
         ensure_dir(self.path.parent)
-        _create_private(self.path)
+        create_private(self.path)
         db = sqlite3.connect(
             self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
         )
@@ -250,36 +240,14 @@ class SqliteStore:
     ) -> None:
         db.execute(
             "INSERT INTO audit (at, node_name, action, actor, code, detail) VALUES (?, ?, ?, ?, ?, ?)",
-            (_to_us(self._clock()), node, action, actor, code, detail),
+            (to_us(self._clock()), node, action, actor, code, detail),
         )
 
     # -- reads ------------------------------------------------------------------------------------
 
-    _COLUMNS: Final = (
-        "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, "
-        "svid_serials, boot_id, measured_boot_class"
-    )
-
-    @staticmethod
-    def _record(row: tuple[Any, ...]) -> NodeRecord:
-        name, ek, ak, spiffe, counters, attested, expires, revoked, serials, boot_id, mb_class = row
-        return NodeRecord(
-            node_name=name,
-            ek_sha256=ek,
-            ak_public=bytes(ak),
-            spiffe_id=spiffe,
-            counters=None if counters is None else Counters(*json.loads(counters)),
-            attested_at=_from_us(attested),
-            expires_at=_from_us(expires),
-            revoked=bool(revoked),
-            svid_serials=tuple(json.loads(serials)),
-            boot_id=boot_id,
-            measured_boot_class=mb_class,
-        )
-
     def _get(self, db: sqlite3.Connection, node_name: str) -> NodeRecord | None:
-        row = db.execute(f"SELECT {self._COLUMNS} FROM nodes WHERE node_name = ?", (node_name,)).fetchone()  # noqa: S608  (constant columns)
-        return None if row is None else self._record(row)
+        row = db.execute(f"SELECT {COLUMNS} FROM nodes WHERE node_name = ?", (node_name,)).fetchone()  # noqa: S608  (constant columns)
+        return None if row is None else record_of(row)
 
     async def get(self, node_name: str) -> NodeRecord | None:
         check_node_name(node_name)
@@ -287,10 +255,30 @@ class SqliteStore:
             raise StoreUnavailable("the store is closed")
         return self._guarded(self._get, self._reader, node_name)
 
+    def _rows(self) -> list[tuple[Any, ...]]:
+        return self._conn.execute(f"SELECT {COLUMNS} FROM nodes ORDER BY node_name").fetchall()  # noqa: S608
+
     async def list_nodes(self) -> list[NodeRecord]:
         def run() -> list[NodeRecord]:
-            rows = self._conn.execute(f"SELECT {self._COLUMNS} FROM nodes ORDER BY node_name").fetchall()  # noqa: S608
-            return [self._record(r) for r in rows]
+            out = []
+            for row in self._rows():
+                try:
+                    out.append(record_of(row))
+                except NodeRecordDamaged as exc:  # one damaged row must not hide every other node
+                    log.warning("%s", exc.detail)
+            return out
+
+        return await self._run(run)
+
+    async def damaged_nodes(self) -> list[DamagedRecord]:
+        def run() -> list[DamagedRecord]:
+            out = []
+            for row in self._rows():
+                try:
+                    record_of(row)
+                except NodeRecordDamaged as exc:
+                    out.append(DamagedRecord(str(row[0]), exc.detail))
+            return out
 
         return await self._run(run)
 
@@ -319,7 +307,7 @@ class SqliteStore:
                 args = (node_name, limit)  # type: ignore[assignment]
             out = []
             for at, node, action, actor, code, detail in self._conn.execute(sql, args):
-                when = _from_us(at)
+                when = from_us(at)
                 assert when is not None  # noqa: S101  (NOT NULL column)
                 out.append(AuditEntry(when, node, action, actor, code, detail))
             return out
@@ -351,51 +339,17 @@ class SqliteStore:
             try:
                 db.execute(
                     "INSERT INTO used_sessions (id, expires_at) VALUES (?, ?)",
-                    (session_id, _to_us(session_exp)),
+                    (session_id, to_us(session_exp)),
                 )
             except sqlite3.IntegrityError:
                 raise SessionReused("this session already finished") from None
-            self._put(db, rec)
+            put_record(db, rec)
             self._audit(
                 db, rec.node_name, action, "node", "", f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
             )
             return rec
 
         return await self._grouped(run)
-
-    @staticmethod
-    def _put(db: sqlite3.Connection, rec: NodeRecord) -> None:
-        # commit's records always carry these
-        assert rec.counters is not None  # noqa: S101
-        assert rec.attested_at is not None  # noqa: S101
-        assert rec.expires_at is not None  # noqa: S101
-        try:
-            db.execute(
-                """INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at,
-                                      expires_at, revoked, svid_serials, boot_id, measured_boot_class)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (node_name) DO UPDATE SET
-                     ek_sha256 = excluded.ek_sha256, ak_public = excluded.ak_public,
-                     spiffe_id = excluded.spiffe_id, counters = excluded.counters,
-                     attested_at = excluded.attested_at, expires_at = excluded.expires_at,
-                     revoked = excluded.revoked, svid_serials = excluded.svid_serials,
-                     boot_id = excluded.boot_id, measured_boot_class = excluded.measured_boot_class""",
-                (
-                    rec.node_name,
-                    rec.ek_sha256,
-                    rec.ak_public,
-                    rec.spiffe_id,
-                    json.dumps(list(rec.counters)),
-                    _to_us(rec.attested_at),
-                    _to_us(rec.expires_at),
-                    int(rec.revoked),
-                    json.dumps(list(rec.svid_serials)),
-                    rec.boot_id,
-                    rec.measured_boot_class,
-                ),
-            )
-        except sqlite3.IntegrityError:  # the UNIQUE(ek_sha256) backstop
-            raise NodeNameConflict("this TPM is bound to another node name") from None
 
     async def record_refusal(self, node_name: str, code: str, detail: str) -> None:
         check_node_name(node_name)
@@ -433,7 +387,7 @@ class SqliteStore:
         return await self._run(self._write, run)
 
     async def prune(self, now: datetime) -> int:
-        cutoff = _to_us(check_time(now, "now"))
+        cutoff = to_us(check_time(now, "now"))
 
         def run(db: sqlite3.Connection) -> int:
             n = db.execute("DELETE FROM used_sessions WHERE expires_at < ?", (cutoff,)).rowcount
@@ -445,6 +399,27 @@ class SqliteStore:
             return int(n)
 
         return await self._run(self._write, run)
+
+    async def has_nodes(self) -> bool:
+        return await self._run(
+            lambda: self._conn.execute("SELECT 1 FROM nodes LIMIT 1").fetchone() is not None
+        )
+
+    async def trust_anchors(self) -> frozenset[str]:
+        return frozenset(await self._run(lambda: read_anchors(self._conn)))
+
+    async def remember_trust_anchors(self, anchors: frozenset[str]) -> None:
+        check_anchors(anchors)
+
+        def run(db: sqlite3.Connection) -> None:
+            merged = merged_anchors(read_anchors(db), anchors)
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES ('trust_anchors', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (json.dumps(merged),),
+            )
+
+        await self._run(self._write, run)
 
     async def close(self) -> None:
         if self._closed:

@@ -1,0 +1,322 @@
+"""The listening socket, within limits, so that no client can hold what genuine joins need.
+
+Counted from the TCP accept, before any TLS byte: at most ``per_address`` open connections from
+one client address and ``total`` in all; others are closed at once (``nodegate_connections_refused_total``).
+Then every phase of a connection has a deadline, so a stalled client holds its connection for a
+bounded time and never an in-flight slot (the body is read before the handler takes one,
+``bootstrap.service.bodies``):
+
+- the TLS handshake: ``handshake_timeout``;
+- the headers of a request: ``header_timeout`` from its first byte (a new connection's first
+  request is due within the same time);
+- the body: the time ``bodies`` gives it, plus ``body_grace`` as a backstop;
+- an idle keep-alive connection is closed after ``idle_timeout``.
+
+Python's ``asyncio`` TLS is used as is (``loop.start_tls``), after the address check; aiohttp's
+request handler serves the connection once it is admitted. The middleware tells the connection
+where its request is (``connection_of(request)``): body, handler, answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from aiohttp import web
+
+from bootstrap.service.metrics import Metrics
+
+log = logging.getLogger("nodegate.server")
+
+Phase = Literal["accepting", "idle", "headers", "body", "working", "closed"]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    per_address: int = 64
+    total: int = 2048
+    handshake_timeout: float = 10.0
+    header_timeout: float = 10.0
+    idle_timeout: float = 60.0
+    body_grace: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.per_address < 1 or self.total < self.per_address:
+            raise ValueError("connection limits: per_address >= 1 and total >= per_address")
+        times = (self.handshake_timeout, self.header_timeout, self.idle_timeout, self.body_grace)
+        if min(times) <= 0:
+            raise ValueError("connection limits: every timeout is positive")
+
+
+class Connections:
+    """The open connections of one listener: admission by address, and their closing."""
+
+    def __init__(
+        self,
+        limits: ConnectionLimits,
+        metrics: Metrics,
+        handler_factory: Callable[[], asyncio.Protocol],
+        tls: ssl.SSLContext | None,
+    ) -> None:
+        self.limits = limits
+        self.metrics = metrics
+        self.tls = tls
+        self._handler_factory = handler_factory
+        self._open: set[Connection] = set()
+        self._by_address: Counter[str] = Counter()
+
+    def protocol(self) -> Connection:
+        """The protocol factory for ``loop.create_server``."""
+        return Connection(self)
+
+    def new_handler(self) -> asyncio.Protocol:
+        return self._handler_factory()
+
+    def admit(self, conn: Connection) -> bool:
+        if len(self._open) >= self.limits.total:
+            self.metrics.connections_refused.labels("total_limit").inc()
+            return False
+        if self._by_address[conn.address] >= self.limits.per_address:
+            self.metrics.connections_refused.labels("address_limit").inc()
+            return False
+        self._open.add(conn)
+        self._by_address[conn.address] += 1
+        self.metrics.connections.inc()
+        return True
+
+    def release(self, conn: Connection) -> None:
+        if conn not in self._open:
+            return
+        self._open.discard(conn)
+        self._by_address[conn.address] -= 1
+        if self._by_address[conn.address] <= 0:
+            del self._by_address[conn.address]
+        self.metrics.connections.dec()
+
+    def client_error(self, reason: str, endpoint: str = "connection") -> None:
+        self.metrics.client_errors.labels(endpoint, reason).inc()
+
+    def count(self, address: str | None = None) -> int:
+        return len(self._open) if address is None else self._by_address.get(address, 0)
+
+    def abort_unserved(self) -> None:
+        """At shutdown: connections aiohttp does not know yet (handshakes in flight)."""
+        for conn in list(self._open):
+            conn.abort_if_unserved()
+
+
+class Connection(asyncio.Protocol):
+    """One client connection: the raw TCP protocol until TLS is up, then the TLS transport's
+    protocol in front of aiohttp's request handler, with the deadline of its current phase."""
+
+    def __init__(self, owner: Connections) -> None:
+        self._owner = owner
+        self.address = "unknown"
+        self.phase: Phase = "accepting"
+        self._raw: asyncio.Transport | None = None
+        self._transport: asyncio.Transport | None = None
+        self._handler: asyncio.Protocol | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_reason = ""
+        self._early: list[bytes] = []
+        self._early_eof = False
+        self._upgrade: asyncio.Task[None] | None = None
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """The TCP accept (a TLS transport never calls this: ``start_tls`` does not)."""
+        raw = transport if isinstance(transport, asyncio.Transport) else None
+        peer = transport.get_extra_info("peername")
+        self.address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+        if raw is None or not self._owner.admit(self):
+            self.phase = "closed"
+            transport.abort()  # type: ignore[attr-defined]
+            return
+        self._raw = raw
+        if self._owner.tls is None:
+            self._serve(raw)
+            return
+        raw.pause_reading()  # no byte reaches this protocol before start_tls takes the transport
+        self._upgrade = asyncio.get_running_loop().create_task(self._handshake(raw, self._owner.tls))
+
+    def data_received(self, data: bytes) -> None:
+        if self._handler is None:  # TLS data that arrived with the handshake's last flight
+            self._early.append(data)
+            return
+        if self.phase == "idle":
+            self.phase = "headers"
+            if self._timer_reason != "header_timeout":  # a fresh connection's clock keeps running
+                self._arm(self._owner.limits.header_timeout, "header_timeout")
+        self._handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._handler is None:
+            self._early_eof = True
+            return None
+        return self._handler.eof_received()
+
+    def pause_writing(self) -> None:
+        if self._handler is not None:
+            self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._handler is not None:
+            self._handler.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.phase = "closed"
+        self._disarm()
+        self._owner.release(self)
+        if self._handler is not None:
+            self._handler.connection_lost(exc)
+
+    # -- phases (the middleware moves a request along) ----------------------------------------
+
+    def reading_body(self, seconds: float) -> None:
+        self.phase = "body"
+        self._arm(seconds + self._owner.limits.body_grace, "body_timeout")
+
+    def working(self) -> None:
+        self.phase = "working"
+        self._disarm()
+
+    def answered(self) -> None:
+        if self.phase == "closed":
+            return
+        self.phase = "idle"
+        self._arm(self._owner.limits.idle_timeout, "idle_timeout")
+
+    def abort_if_unserved(self) -> None:
+        if self._handler is None:
+            if self._upgrade is not None:
+                self._upgrade.cancel()
+            if self._raw is not None:
+                self._raw.abort()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    async def _handshake(self, raw: asyncio.Transport, ctx: ssl.SSLContext) -> None:
+        if self.phase == "closed" or raw.is_closing():
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            tls = await loop.start_tls(
+                raw, self, ctx, server_side=True, ssl_handshake_timeout=self._owner.limits.handshake_timeout
+            )
+        except (OSError, ConnectionError, RuntimeError, ssl.SSLError):
+            # start_tls closed the transport; connection_lost releases the slot
+            self._owner.client_error("handshake_failed")
+            self.phase = "closed"
+            self._owner.release(self)
+            return
+        if tls is None or self._closed():
+            if tls is not None:
+                tls.abort()
+            return
+        self._serve(tls)
+
+    def _serve(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        handler = self._owner.new_handler()
+        handler.connection_made(transport)
+        self._handler = handler
+        self.phase = "idle"
+        self._arm(self._owner.limits.header_timeout, "header_timeout")
+        early, self._early = self._early, []
+        for data in early:
+            self.data_received(data)
+        if self._early_eof:
+            handler.eof_received()
+
+    def _closed(self) -> bool:
+        return self.phase == "closed"  # a method: connection_lost may change it across an await
+
+    def _arm(self, seconds: float, reason: str) -> None:
+        self._disarm()
+        self._timer_reason = reason
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._expired, reason)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_reason = ""
+
+    def _expired(self, reason: str) -> None:
+        self._timer = None
+        if self.phase == "closed":
+            return
+        if reason != "idle_timeout":  # an idle keep-alive connection ending is normal
+            self._owner.client_error(reason)
+        transport = self._transport or self._raw
+        if transport is not None:
+            transport.abort()  # not close(): a client that stopped reading never drains it
+
+
+def connection_of(request: web.BaseRequest) -> Connection | None:
+    """The guarded connection a request came on (None under a plain aiohttp site, in tests)."""
+    transport = request.transport
+    if transport is None:
+        return None
+    with contextlib.suppress(AttributeError, NotImplementedError):
+        proto = transport.get_protocol()
+        if isinstance(proto, Connection):
+            return proto
+    return None
+
+
+class GuardedSite(web.BaseSite):
+    """An aiohttp site whose connections go through ``Connections`` (TLS done there)."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        host: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None,
+        limits: ConnectionLimits,
+        metrics: Metrics,
+        backlog: int = 1024,
+    ) -> None:
+        super().__init__(runner, backlog=backlog)
+        self._host = host
+        self._port = port
+        self._tls = tls
+        self._limits = limits
+        self._metrics = metrics
+        self.connections: Connections | None = None
+
+    @property
+    def name(self) -> str:
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{self._host}:{self.port}"
+
+    @property
+    def port(self) -> int:
+        """The bound port (the configured one until started)."""
+        for sock in getattr(self._server, "sockets", None) or []:
+            return int(sock.getsockname()[1])
+        return self._port
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        if server is None:
+            raise RuntimeError("call runner.setup() first")
+        self.connections = Connections(self._limits, self._metrics, server, self._tls)
+        self._server = await asyncio.get_running_loop().create_server(
+            self.connections.protocol, self._host, self._port, backlog=self._backlog, reuse_address=True
+        )
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.connections is not None:
+            self.connections.abort_unserved()

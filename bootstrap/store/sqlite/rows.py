@@ -1,0 +1,125 @@
+"""How a node record sits in the sqlite file: the ``nodes`` row (times as integer microseconds,
+counters and serials as JSON) and the ``meta`` facts, read back strictly: a row that does not
+read back as written is damaged (NodeRecordDamaged), never half-trusted."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+from bootstrap.problems import NodeNameConflict, NodeRecordDamaged
+from bootstrap.store.model import (
+    NodeRecord,
+    check_boot_id,
+    check_counters,
+    check_ek,
+    check_measured_boot_class,
+)
+
+__all__ = ["COLUMNS", "create_private", "from_us", "put_record", "read_anchors", "record_of", "to_us"]
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_US: Final = timedelta(microseconds=1)
+COLUMNS: Final = (
+    "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, "
+    "svid_serials, boot_id, measured_boot_class"
+)
+
+
+def to_us(dt: datetime) -> int:
+    """Times are stored as integer microseconds since the epoch: exact, and they sort."""
+    return (dt - _EPOCH) // _US
+
+
+def from_us(value: int | None) -> datetime | None:
+    return None if value is None else _EPOCH + value * _US
+
+
+def create_private(path: Path) -> None:
+    """The file exists with mode 0600 before sqlite writes a byte (sqlite gives the -wal and -shm
+    files the same mode as the database)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        if os.fstat(fd).st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def record_of(row: tuple[Any, ...]) -> NodeRecord:
+    """The record in ``row`` (COLUMNS); NodeRecordDamaged when a column does not read back."""
+    name, ek, ak, spiffe, counters, attested, expires, revoked, serials, boot_id, mb_class = row
+    try:
+        parsed = None if counters is None else check_counters(tuple(json.loads(counters)))
+        history = json.loads(serials)
+        if not isinstance(history, list) or not all(isinstance(x, str) for x in history):
+            raise ValueError("svid_serials is not a list of serials")  # noqa: TRY301  (folded below)
+        for number in (attested, expires):
+            if number is not None and not isinstance(number, int):
+                raise ValueError("a time is not an integer")  # noqa: TRY301
+        return NodeRecord(
+            node_name=name,
+            ek_sha256=check_ek(ek),
+            ak_public=bytes(ak),
+            spiffe_id=str(spiffe),
+            counters=parsed,
+            attested_at=from_us(attested),
+            expires_at=from_us(expires),
+            revoked=bool(revoked),
+            svid_serials=tuple(history),
+            boot_id=check_boot_id(boot_id),
+            measured_boot_class=check_measured_boot_class(mb_class),
+        )
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise NodeRecordDamaged(
+            f"the stored record of node {name} is damaged ({exc}); fix or forget it"
+        ) from None
+
+
+def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
+    # commit's records always carry these
+    assert rec.counters is not None  # noqa: S101
+    assert rec.attested_at is not None  # noqa: S101
+    assert rec.expires_at is not None  # noqa: S101
+    try:
+        db.execute(
+            """INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at,
+                                  expires_at, revoked, svid_serials, boot_id, measured_boot_class)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (node_name) DO UPDATE SET
+                 ek_sha256 = excluded.ek_sha256, ak_public = excluded.ak_public,
+                 spiffe_id = excluded.spiffe_id, counters = excluded.counters,
+                 attested_at = excluded.attested_at, expires_at = excluded.expires_at,
+                 revoked = excluded.revoked, svid_serials = excluded.svid_serials,
+                 boot_id = excluded.boot_id, measured_boot_class = excluded.measured_boot_class""",
+            (
+                rec.node_name,
+                rec.ek_sha256,
+                rec.ak_public,
+                rec.spiffe_id,
+                json.dumps(list(rec.counters)),
+                to_us(rec.attested_at),
+                to_us(rec.expires_at),
+                int(rec.revoked),
+                json.dumps(list(rec.svid_serials)),
+                rec.boot_id,
+                rec.measured_boot_class,
+            ),
+        )
+    except sqlite3.IntegrityError:  # the UNIQUE(ek_sha256) backstop
+        raise NodeNameConflict("this TPM is bound to another node name") from None
+
+
+def read_anchors(db: sqlite3.Connection) -> list[str]:
+    """The remembered CA certificates (oldest first); unreadable reads as none (the next start
+    writes them anew)."""
+    row = db.execute("SELECT value FROM meta WHERE key = 'trust_anchors'").fetchone()
+    try:
+        value = json.loads(row[0]) if row else []
+    except ValueError:
+        return []
+    return [a for a in value if isinstance(a, str)] if isinstance(value, list) else []
