@@ -87,12 +87,14 @@ async def build_service(
     async def refused(node: str, code: str, detail: str) -> None:
         await holder["s"].refused(node, code, detail)
 
+    ek_trust = load_ek_trust(settings)
+    metrics.ek_roots_skipped.set(len(ek_trust.skipped))  # skipping a root never widens trust
     join = JoinService(
         settings,
         store=store,
         sealer=sealer,
         authorities=current,
-        ek_trust=load_ek_trust(settings),
+        ek_trust=ek_trust,
         kube=kube,
         on_refusal=refused,
     )

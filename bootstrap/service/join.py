@@ -94,6 +94,10 @@ class JoinService:
         ca_file = settings.kubernetes.kubelet_api_ca_file  # read once: a bad file stops the start
         self._kubelet_ca = read_ca_bundle(ca_file, "kubernetes.kubelet_api_ca_file") if ca_file else None
 
+    @property
+    def ek_trust(self) -> EkTrust:
+        return self._ek
+
     # -- join ----------------------------------------------------------------------------------
 
     async def start(self, req: StartRequest) -> StartResponse:

@@ -48,6 +48,11 @@ class Metrics:
             "Open client connections, TLS handshakes included.",
             registry=self.registry,
         )
+        self.ek_roots_skipped = Gauge(
+            "nodegate_ek_roots_skipped_files",
+            "ek_roots files that could not be used and were skipped at start (listed by /readyz).",
+            registry=self.registry,
+        )
         self.connections_refused = Counter(
             "nodegate_connections_refused",
             "Connections closed at accept: reason address_limit or total_limit.",

@@ -48,4 +48,6 @@ async def readyz(request: web.Request) -> web.StreamResponse:
     except StoreUnavailable as exc:
         log.warning("readyz: store unavailable", extra={"error": str(exc)[:300]})
         return web.Response(status=503, text="store unavailable\n")
-    return web.Response(text="ok\n")
+    # Ready still: a skipped EK root only narrows trust, but the operator should see which.
+    skipped = "".join(f"ek_roots skipped: {line}\n" for line in service.join.ek_trust.skipped_lines())
+    return web.Response(text="ok\n" + skipped)

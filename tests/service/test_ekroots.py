@@ -24,6 +24,7 @@ from bootstrap.config import load_settings, settings_from_obj
 from bootstrap.service import ekroots
 from bootstrap.service.ekroots import MANIFEST, load_ek_trust, load_roots
 from tests.attest import ekbuild as b
+from tests.support.service import EkCa, running, settings_for
 
 ROOT_NAME = b.nuvoton_name()
 NUVOTON_ROOT = b.make_ca(ROOT_NAME.name, edit=b.replace_in_tbs(ROOT_NAME.sorted_der, ROOT_NAME.vendor_der))
@@ -310,3 +311,17 @@ def test_store_files_are_the_vendor_bytes(tmp_path: Path) -> None:
     text = _entry(store, "Nuvoton").read_bytes()
     assert base64.b64decode(b"".join(text.splitlines()[1:-1])) == NUVOTON_ROOT.der
     assert timedelta(0) < NUVOTON_ROOT.cert.not_valid_after_utc - b.NOW
+
+
+async def test_a_skipped_root_is_shown_by_readyz_and_counted(tmp_path: Path) -> None:
+    """Skipping a root never widens trust, so the service stays ready; but it says which file."""
+    bad = tmp_path / "vendor-root.pem"
+    bad.write_text("-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n")
+    ek_ca = EkCa.create()
+    settings = settings_for(tmp_path, ek_ca, ek_roots=[str(ek_ca.write(tmp_path / "good.pem")), str(bad)])
+    async with running(settings) as r:
+        async with r.http() as http, http.get(f"{r.base}/readyz") as resp:
+            text = await resp.text()
+        assert resp.status == 200
+        assert f"ek_roots skipped: {bad}" in text
+        assert b"nodegate_ek_roots_skipped_files 1.0" in r.service.metrics.render()
