@@ -14,6 +14,9 @@ NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
 TAMPERED = "gpu-node-4"
 SELECTION = "sha256:0,1,2,3,4,5,6,7"
 PCR_CLASS = "demo-fleet"
+MB_CLASS = "demo-linux"  # the measured_boot class: Secure Boot, the demo's db CA, shim, grub, kernel
+KERNEL = "vmlinuz-6.8.0-demo"  # what the fleet boots
+UNKNOWN_KERNEL = "vmlinuz-6.9.0-unknown"  # what the tampered node boots
 POOL = {"node-restriction.kubernetes.io/nodegate.io-pcr-class": PCR_CLASS}  # set by nodegate at join
 CR_NAME = "gpu-stack"
 CR_GROUP, CR_VERSION, CR_PLURAL = "nodewright.nvidia.com", "v1alpha1", "nodewrights"
@@ -21,8 +24,10 @@ PACKAGES = {"gpu-driver": "550.54.15", "ib-tuning": "1.2.0"}
 TAINT_KEY = "nodegate.io/hold"
 
 
-def service_config(golden: dict[int, str]) -> dict[str, Any]:
-    """`nodegate serve`'s config: paths relative to the demo's folder, ``golden`` the PCR class."""
+def service_config(golden: dict[int, str], authority: str, applications: list[str]) -> dict[str, Any]:
+    """`nodegate serve`'s config: paths relative to the demo's folder, ``golden`` the PCR class;
+    ``authority`` (the db CA's subject) and ``applications`` (shim, grub and kernel digests) the
+    measured-boot class."""
     return {
         "trust_domain": TRUST_DOMAIN,
         "listen": "127.0.0.1:0",
@@ -30,8 +35,16 @@ def service_config(golden: dict[int, str]) -> dict[str, Any]:
         "store": "kubernetes",
         "ek_roots": ["ek-roots.pem"],
         "server_names": ["127.0.0.1", "localhost"],
+        # warn: a node that booted something else is judged, and refused, by its event log, which
+        # names the event; the PCR class still labels the nodes that match it (their pool).
         "pcr_policy": {
-            "classes": [{"name": PCR_CLASS, "golden": {"sha256": {i: [v] for i, v in golden.items()}}}]
+            "classes": [
+                {"name": PCR_CLASS, "mode": "warn", "golden": {"sha256": {i: [v] for i, v in golden.items()}}}
+            ]
+        },
+        "measured_boot": {
+            "secure_boot": "required",
+            "classes": [{"name": MB_CLASS, "authorities": [authority], "boot_applications": applications}],
         },
         "kubernetes": {"kubeconfig": "kubeconfig"},
         # The demo runs the gate's one-shot pass itself (step 6), so serve does not run one too.

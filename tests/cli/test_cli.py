@@ -24,9 +24,18 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"gpu-node-{n}: spiffe://demo.nodegate.test/node/gpu-node-{n}  (X.509-SVID until " in out
         assert f"kubelet certificate CN=system:node:gpu-node-{n},O=system:nodes" in out
     assert "spiffe://demo.nodegate.test/node/gpu-node-4" not in out
-    # the tampered node: refused with its code, in the one line `nodegate join` prints
-    assert "refused: pcr_policy_violation (HTTP 403)" in out
-    assert "nodegate join: refused (pcr_policy_violation, HTTP 403): " in out
+    # measured boot: every machine's TPM measured a boot and its log went with the join
+    assert "15 events (Secure Boot on, db CA O=nodegate demo,CN=nodegate demo UEFI CA" in out
+    assert "--event-log boot/gpu-node-1/binary_bios_measurements" in out
+    assert "each kubelet reports its boot id (status.nodeInfo.bootID)" in out
+    # the tampered node: refused with its code, in the one line `nodegate join` prints, which
+    # names the event (number, PCR, type) and the rule it broke
+    assert "refused: measured_boot_violation (HTTP 403)" in out
+    (refusal,) = [x for x in lines if "nodegate join: refused (measured_boot_violation, HTTP 403): " in x]
+    assert "class demo-linux: event 15 (PCR 4, EV_EFI_BOOT_SERVICES_APPLICATION): boot application " in (
+        refusal
+    )
+    assert "(\\vmlinuz-6.9.0-unknown) is not allowed (rule boot_applications)" in refusal
     # the gate: every node held, then two released and the failed one held
     assert "3 nodes: 0 released; held: packages-pending 3;" in out
     assert out.count("held: nodegate.io/hold=packages-pending; phase Held") == 3
@@ -45,7 +54,7 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert "only nodegate may remove or change the nodegate.io/hold taint" in out
     assert lines[-1].startswith("demo complete in ")
     assert lines[-1].endswith(
-        "3 nodes attested, 1 refused (pcr_policy_violation), 2 released, 1 held (validation-failed), "
+        "3 nodes attested, 1 refused (measured_boot_violation), 2 released, 1 held (validation-failed), "
         "webhook 1 allowed / 4 denied"
     )
     # cleaned up: the temp dir is gone and no process still uses it
