@@ -9,6 +9,7 @@ import contextlib
 import json
 import re
 import ssl
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ from bootstrap.demo.manifests import (
     webhook_cases,
 )
 from bootstrap.demo.narration import DemoFailed, detail, short, step
-from bootstrap.demo.processes import Joined, Machine, run_join, start_serve, to_thread
+from bootstrap.demo.processes import Joined, Machine, run_attest, run_join, start_serve, to_thread
 from bootstrap.gate import Gate, LeaseHeld
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.node.tpm import Agent
@@ -59,6 +60,7 @@ class Summary:
     held: dict[str, str]
     allowed: int
     denied: int
+    rebooted: str
 
 
 class Demo:
@@ -287,8 +289,68 @@ class Demo:
             raise DemoFailed(f"the gate should release {NODES[:-1]} and hold {NODES[-1]}: {holds}")
         return released, held
 
+    async def _attestation(self, name: str) -> dict[str, object]:
+        att = await self._kube().get_cluster_object("nodegate.io", "v1alpha1", "nodeattestations", name)
+        status: dict[str, object] = (att or {}).get("status") or {}
+        return status
+
+    async def reboot_step(self) -> str:
+        """NodeWright reboots a released node; the gate holds it until `nodegate attest` proves
+        the new boot. Returns the node's name."""
+        name = NODES[0]
+        step(
+            8,
+            f"NodeWright reboots {name} for a package with a reboot interrupt (played by the demo)",
+        )
+        before = await self._attestation(name)
+        started = time.monotonic()
+        old = self.machines[name]
+        await to_thread(f"powering {name} off", old.tpm.power_off)
+        # Power cycle: the same TPM state folder, so the same EK; Startup(CLEAR) resets the PCRs
+        # and grows resetCount. Not in a thread: registered for cleanup before anything can cancel.
+        try:
+            tpm = swtpm.start(old.tpm.ca, old.tpm.state)
+        except (RuntimeError, OSError) as exc:
+            raise DemoFailed(f"restarting swtpm for {name}: {exc}") from None
+        self.stack.callback(tpm.stop)
+        self.machines[name] = await to_thread(f"booting {name}", self._boot, name, tpm)
+        await self._report_boot(name)
+        boot_id = self.machines[name].boot_id_file.read_text().strip()
+        rebooted = time.monotonic()
+        detail(
+            f"TPM2_Shutdown, swtpm restarted on its state (a TPM reset), firmware measured the boot "
+            f"again, kubelet reports boot {boot_id[:8]}...: {rebooted - started:.2f} s"
+        )
+        summary = await self.gate_pass()
+        held = time.monotonic()
+        hold = await self._hold(name)
+        message = str((await self._attestation(name)).get("message", ""))
+        if hold != "unattested" or "rebooted since its last attestation" not in message:
+            raise DemoFailed(f"the gate should hold the rebooted {name} unattested: {hold}: {message}")
+        detail(f"`nodegate gate --once`: {summary}: {held - rebooted:.2f} s")
+        detail(f"{name}: held: {TAINT_KEY}={hold}; {short(message, 120)}")
+        result = await run_attest(self.machines[name], self.url, self.bundle, self.root / "out" / name)
+        attested = time.monotonic()
+        if result.returncode != 0:
+            raise DemoFailed(f"nodegate attest on {name} failed: {result.stderr.strip()[-300:]}")
+        after = await self._attestation(name)
+        if after.get("bootID") != boot_id:
+            raise DemoFailed(f"the attestation of {name} records boot {after.get('bootID')}, not {boot_id}")
+        detail(
+            f"$ nodegate attest --dir out/{name} --event-log boot/{name}/binary_bios_measurements: "
+            f"{result.stdout.strip().split(' as ')[0]}; resetCount {before.get('resetCount')} -> "
+            f"{after.get('resetCount')}: {attested - held:.2f} s"
+        )
+        summary = await self.gate_pass()
+        released = time.monotonic()
+        if (hold := await self._hold(name)) is not None:
+            raise DemoFailed(f"the gate should release {name} after its new attestation: held {hold}")
+        detail(f"`nodegate gate --once`: {summary}: {released - attested:.2f} s")
+        detail(f"{name}: released again, {released - started:.2f} s after its reboot began")
+        return name
+
     async def webhook_step(self) -> tuple[int, int]:
-        step(8, f"the admission webhook judges sample CRs (POST {self.url}/admission/validate)")
+        step(9, f"the admission webhook judges sample CRs (POST {self.url}/admission/validate)")
         detail(
             f"PackagePolicy {PCR_CLASS} (ghcr.io/nvidia, digests, budget <= 50%) and RBAC: ml-platform may "
             "deploy, only sre may reboot; the same decisions as `nodegate policy test`"
@@ -338,6 +400,7 @@ class Demo:
             refused = await self.tampered_step(emu, joining)
             await self.gate_hold_step()
             released, held = await self.gate_release_step()
+            rebooted = await self.reboot_step()
             allowed, denied = await self.webhook_step()
         except KubeUnavailable as exc:
             raise DemoFailed(f"emulated Kubernetes API: {exc}") from None
@@ -345,4 +408,4 @@ class Demo:
             joining.cancel()  # run_join kills its process when cancelled
             with contextlib.suppress(asyncio.CancelledError, DemoFailed):
                 await joining
-        return Summary(ids, refused, released, held, allowed, denied)
+        return Summary(ids, refused, released, held, allowed, denied, rebooted)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert captured.err == ""
     out = captured.out
     lines = out.splitlines()
-    assert [line[:5] for line in lines if line.startswith("[")] == [f"[{n}/9]" for n in range(1, 10)]
+    assert [line.split(" ")[0] for line in lines if line.startswith("[")] == [
+        f"[{n}/10]" for n in range(1, 11)
+    ]
     assert "emulated Kubernetes API (kmock)" in out
     assert "swtpm: emulated TPM hardware" in out
     # SPIFFE IDs from the SVIDs that `nodegate join` wrote, and kubelet certificates via the CSR API
@@ -43,6 +46,16 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     for n in (1, 2):
         assert f"gpu-node-{n}: released: hold taint removed; phase Ready" in out
     assert "gpu-node-3: held: nodegate.io/hold=validation-failed; phase Held" in out
+    # a reboot: the TPM reset, the gate holds the node as rebooted, `nodegate attest` proves the
+    # new boot (resetCount grew) and the gate releases it, each phase timed
+    assert "[8/10] NodeWright reboots gpu-node-1 for a package with a reboot interrupt" in out
+    assert "3 nodes: 1 released; held: unattested 1, validation-failed 1;" in out
+    held = "gpu-node-1: held: nodegate.io/hold=unattested; unattested: rebooted since its last attestation"
+    assert f"{held} (boot " in out
+    resets = re.search(r"attested this boot \(renewed\); resetCount (\d+) -> (\d+): [0-9.]+ s", out)
+    assert resets is not None
+    assert int(resets.group(2)) > int(resets.group(1))
+    assert re.search(r"gpu-node-1: released again, [0-9.]+ s after its reboot began", out)
     # the webhook: allowed and denied, with the reasons
     assert out.count("ALLOWED  ") == 1
     assert "ALLOWED  alice (ml-platform) creates NodeWright gpu-stack (PackagePolicy demo-fleet)" in out
@@ -55,10 +68,10 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert lines[-1].startswith("demo complete in ")
     assert lines[-1].endswith(
         "3 nodes attested, 1 refused (measured_boot_violation), 2 released, 1 held (validation-failed), "
-        "webhook 1 allowed / 4 denied"
+        "1 rebooted and re-attested (gpu-node-1), webhook 1 allowed / 4 denied"
     )
     # cleaned up: the temp dir is gone and no process still uses it
-    (cleanup,) = [line for line in lines if line.startswith("[9/9]")]
+    (cleanup,) = [line for line in lines if line.startswith("[10/10]")]
     tmp = cleanup.rsplit(", ", 1)[1]
     assert "nodegate-demo-" in tmp
     assert not Path(tmp).exists()
