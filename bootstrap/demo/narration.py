@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-STEPS = 10
+STEPS = 11
 _INDENT = " " * 6
 
 

@@ -79,7 +79,8 @@ def run() -> int:
         f"demo complete in {time.monotonic() - started:.1f} s: {len(summary.spiffe_ids)} nodes attested, "
         f"1 refused ({summary.refused}), {len(summary.released)} released, {len(summary.held)} held "
         f"({', '.join(summary.held.values())}), 1 rebooted and re-attested ({summary.rebooted}), "
-        f"webhook {summary.allowed} allowed / {summary.denied} denied",
+        f"webhook {summary.allowed} allowed / {summary.denied} denied, "
+        f"1 package pod given {len(summary.tolerations)} hold tolerations",
         flush=True,
     )
     return 0

@@ -13,6 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -31,8 +32,10 @@ from bootstrap.demo.manifests import (
     KERNEL,
     MB_CLASS,
     NODES,
+    OPERATOR_ACCOUNT,
     PACKAGES,
     PCR_CLASS,
+    SAMPLE_NAME,
     SELECTION,
     TAINT_KEY,
     TAMPERED,
@@ -40,8 +43,12 @@ from bootstrap.demo.manifests import (
     UNKNOWN_KERNEL,
     node_state_annotation,
     package_cr,
+    package_pod,
+    pod_review,
     policy_documents,
     rbac_documents,
+    review,
+    sample_cr,
     service_config,
     webhook_cases,
 )
@@ -50,6 +57,8 @@ from bootstrap.demo.processes import Joined, Machine, run_attest, run_join, star
 from bootstrap.gate import Gate, LeaseHeld
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.node.tpm import Agent
+
+_SKYHOOK = ("skyhook.nvidia.com", "v1alpha1", "Skyhook")
 
 
 @dataclass
@@ -61,6 +70,7 @@ class Summary:
     allowed: int
     denied: int
     rebooted: str
+    tolerations: list[str]
 
 
 class Demo:
@@ -380,6 +390,44 @@ class Demo:
                     detail(f"         {short(reason, 240)}")
         return allowed, denied
 
+    async def _review(self, http: aiohttp.ClientSession, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with http.post(f"{self.url}/admission/{route}", json=body) as resp:
+            if resp.status != 200:
+                raise DemoFailed(f"/admission/{route} answered HTTP {resp.status}")
+            answer: dict[str, Any] = (await resp.json())["response"]
+        return answer
+
+    async def package_pod_step(self) -> list[str]:
+        """A sample-shaped CR admitted, and its package pod given the hold tolerations."""
+        step(10, "NodeWright package pods on held nodes, without editing the CR (POST /admission/mutate)")
+        detail(
+            f"Skyhook {SAMPLE_NAME}: the demo's own CR in the shape of upstream's sample "
+            "(operator/config/samples; upstream's files are not shipped here), with digests"
+        )
+        held = NODES[-1]
+        cr = sample_cr()
+        ctx = ssl.create_default_context(cafile=str(self.bundle))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
+            admitted = await self._review(
+                http, "validate", review(cr, "alice", ("ml-platform",), kind=_SKYHOOK)
+            )
+            if not admitted["allowed"]:
+                raise DemoFailed(f"the sample CR was denied: {admitted}")
+            policy = (admitted.get("auditAnnotations") or {}).get("policy")
+            detail(f"ALLOWED  alice (ml-platform) creates Skyhook {SAMPLE_NAME} (PackagePolicy {policy})")
+            pod = package_pod(cr, "zeb", held)
+            detail(f"{OPERATOR_ACCOUNT} creates pod {pod['metadata']['name']} on the held {held}")
+            answer = await self._review(http, "mutate", pod_review(pod, OPERATOR_ACCOUNT))
+            other = await self._review(http, "mutate", pod_review(pod, "system:serviceaccount:ml:trainer"))
+        patch = json.loads(base64.b64decode(answer.get("patch") or b"W10="))
+        added = [op["value"] for op in patch if op.get("path") == "/spec/tolerations/-"]
+        if not answer["allowed"] or len(added) != len(patch) or "patch" in other:
+            raise DemoFailed(f"the mutating webhook answered {answer} (and for another account {other})")
+        shown = [f"{t['key']}={t['value']}:{t['effect']}" for t in added]
+        detail(f"JSONPatch adds {len(added)} tolerations, nothing else: {', '.join(shown)}")
+        detail("the same pod from another service account: allowed, no patch")
+        return shown
+
     async def run(self) -> Summary:
         golden = await self.tpms_step()
         emu = await self.api_step()
@@ -402,10 +450,11 @@ class Demo:
             released, held = await self.gate_release_step()
             rebooted = await self.reboot_step()
             allowed, denied = await self.webhook_step()
+            tolerations = await self.package_pod_step()
         except KubeUnavailable as exc:
             raise DemoFailed(f"emulated Kubernetes API: {exc}") from None
         finally:
             joining.cancel()  # run_join kills its process when cancelled
             with contextlib.suppress(asyncio.CancelledError, DemoFailed):
                 await joining
-        return Summary(ids, refused, released, held, allowed, denied, rebooted)
+        return Summary(ids, refused, released, held, allowed + 1, denied, rebooted, tolerations)
