@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bootstrap.config import parse_duration
-from bootstrap.node.defaults import ATTEMPTS, DEFAULT_TCTI, EVENT_LOG, NODE_DIR
+from bootstrap.node.defaults import ATTEMPTS, BOOT_ID, DEFAULT_TCTI, EVENT_LOG, NODE_DIR
 
 PASSPHRASE_ENV: Final = "NODEGATE_BACKUP_PASSPHRASE"  # noqa: S105  (the variable's name)
 
@@ -54,7 +54,8 @@ def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _node_common(p: argparse.ArgumentParser) -> None:
-    """--server, --ca-bundle, --tcti, --attempts, --event-log: the same for join, renew, attest."""
+    """--server, --ca-bundle, --tcti, --attempts, --event-log, --boot-id-file: the same for join,
+    renew, attest."""
     p.add_argument("--server", required=True, help="join server URL, https://host:port")
     p.add_argument(
         "--ca-bundle",
@@ -75,6 +76,14 @@ def _node_common(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help=f"the measured-boot event log to send (default: {EVENT_LOG} when --tcti is the platform TPM)",
+    )
+    # For tests and demos that play several machines on one host: each needs its own boot id.
+    p.add_argument(
+        "--boot-id-file",
+        type=Path,
+        default=BOOT_ID,
+        metavar="FILE",
+        help=f"where this boot's id is read (default {BOOT_ID}; another file only for tests and demos)",
     )
 
 

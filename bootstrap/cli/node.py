@@ -32,6 +32,7 @@ def attest_main(args: argparse.Namespace) -> int:
             ek_kind=args.ek,
             attempts=args.attempts,
             event_log=args.event_log,
+            boot_id_file=args.boot_id_file,
         )
         result = asyncio.run(attest(opts))
     except (JoinUsageError, JoinFailed) as exc:
@@ -53,6 +54,7 @@ def join_main(args: argparse.Namespace) -> int:
             ek_kind=args.ek,
             attempts=args.attempts,
             event_log=args.event_log,
+            boot_id_file=args.boot_id_file,
         )
         result = asyncio.run(join(opts))
     except (JoinUsageError, JoinFailed) as exc:
@@ -78,6 +80,7 @@ def renew_main(args: argparse.Namespace) -> int:
             before=args.before,
             attempts=args.attempts,
             event_log=args.event_log,
+            boot_id_file=args.boot_id_file,
         )
         result = asyncio.run(renew(opts))
     except (JoinUsageError, JoinFailed) as exc:

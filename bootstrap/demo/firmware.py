@@ -5,11 +5,17 @@ sends what a real machine sends and the service replays it against the quote."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import struct
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from bootstrap.node.tpm import Agent
 
@@ -51,6 +57,30 @@ def _application(image_digest: bytes, path: str) -> Measurement:
 def image_digest(name: str) -> bytes:
     """The demo's stand-in for an image's Authenticode digest."""
     return hashlib.sha256(f"demo image {name}".encode()).digest()
+
+
+def db_certificate() -> tuple[str, bytes]:
+    """The demo's stand-in for the Secure Boot db CA that signed shim: (RFC 4514 subject, DER)."""
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.COMMON_NAME, "nodegate demo UEFI CA"),
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "nodegate demo"),
+        ]
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.subject.rfc4514_string(), cert.public_bytes(serialization.Encoding.DER)
 
 
 def linux_boot(

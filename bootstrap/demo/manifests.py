@@ -14,15 +14,24 @@ NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
 TAMPERED = "gpu-node-4"
 SELECTION = "sha256:0,1,2,3,4,5,6,7"
 PCR_CLASS = "demo-fleet"
+MB_CLASS = "demo-linux"  # the measured_boot class: Secure Boot, the demo's db CA, shim, grub, kernel
+KERNEL = "vmlinuz-6.8.0-demo"  # what the fleet boots
+UNKNOWN_KERNEL = "vmlinuz-6.9.0-unknown"  # what the tampered node boots
 POOL = {"node-restriction.kubernetes.io/nodegate.io-pcr-class": PCR_CLASS}  # set by nodegate at join
 CR_NAME = "gpu-stack"
 CR_GROUP, CR_VERSION, CR_PLURAL = "nodewright.nvidia.com", "v1alpha1", "nodewrights"
 PACKAGES = {"gpu-driver": "550.54.15", "ib-tuning": "1.2.0"}
 TAINT_KEY = "nodegate.io/hold"
+# The operator's service account as its chart names it in namespace skyhook (nodegate's default
+# nodewright.operator_service_accounts, set explicitly in the demo's config).
+OPERATOR_ACCOUNT = "system:serviceaccount:skyhook:skyhook-operator-controller-manager"
+SAMPLE_NAME = "demo-sample"
 
 
-def service_config(golden: dict[int, str]) -> dict[str, Any]:
-    """`nodegate serve`'s config: paths relative to the demo's folder, ``golden`` the PCR class."""
+def service_config(golden: dict[int, str], authority: str, applications: list[str]) -> dict[str, Any]:
+    """`nodegate serve`'s config: paths relative to the demo's folder, ``golden`` the PCR class;
+    ``authority`` (the db CA's subject) and ``applications`` (shim, grub and kernel digests) the
+    measured-boot class."""
     return {
         "trust_domain": TRUST_DOMAIN,
         "listen": "127.0.0.1:0",
@@ -30,13 +39,22 @@ def service_config(golden: dict[int, str]) -> dict[str, Any]:
         "store": "kubernetes",
         "ek_roots": ["ek-roots.pem"],
         "server_names": ["127.0.0.1", "localhost"],
+        # warn: a node that booted something else is judged, and refused, by its event log, which
+        # names the event; the PCR class still labels the nodes that match it (their pool).
         "pcr_policy": {
-            "classes": [{"name": PCR_CLASS, "golden": {"sha256": {i: [v] for i, v in golden.items()}}}]
+            "classes": [
+                {"name": PCR_CLASS, "mode": "warn", "golden": {"sha256": {i: [v] for i, v in golden.items()}}}
+            ]
+        },
+        "measured_boot": {
+            "secure_boot": "required",
+            "classes": [{"name": MB_CLASS, "authorities": [authority], "boot_applications": applications}],
         },
         "kubernetes": {"kubeconfig": "kubeconfig"},
         # The demo runs the gate's one-shot pass itself (step 6), so serve does not run one too.
         "gate": {"enabled": False, "stability_window": "0s"},
         "admission": {"policy_files": ["policies.yaml"], "rbac_files": ["rbac.yaml"]},
+        "nodewright": {"operator_service_accounts": [OPERATOR_ACCOUNT]},
     }
 
 
@@ -200,3 +218,113 @@ def webhook_cases(node: dict[str, Any]) -> list[tuple[str, bool, dict[str, Any]]
             ),
         ),
     ]
+
+
+def _pkg(version: str, interrupt: dict[str, Any]) -> dict[str, Any]:
+    image = "ghcr.io/nvidia/skyhook/agentless"
+    digest = "sha256:" + hashlib.sha256(f"{image}:{version}".encode()).hexdigest()
+    return {"version": version, "image": image, "containerSHA": digest, "interrupt": interrupt}
+
+
+def sample_cr() -> dict[str, Any]:
+    """The demo's own Skyhook CR, written in the shape of upstream's sample (the grouping sample of
+    NVIDIA/nodewright operator/config/samples: kustomize labels, additionalTolerations, a percent
+    budget, two agentless packages with service interrupts); upstream's files are not shipped here.
+    Differences: the pool's selector, and image digests (the demo's PackagePolicy requires them)."""
+    return {
+        "apiVersion": "skyhook.nvidia.com/v1alpha1",
+        "kind": "Skyhook",
+        "metadata": {
+            "name": SAMPLE_NAME,
+            "labels": {
+                "app.kubernetes.io/name": "skyhook",
+                "app.kubernetes.io/instance": SAMPLE_NAME,
+                "app.kubernetes.io/part-of": "skyhook-operator",
+                "app.kubernetes.io/managed-by": "kustomize",
+                "app.kubernetes.io/created-by": "skyhook-operator",
+            },
+        },
+        "spec": {
+            "additionalTolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "nodeSelectors": {"matchLabels": dict(POOL)},
+            "interruptionBudget": {"percent": 25},
+            "packages": {
+                "zeb": _pkg("2.1.4", {"type": "service", "services": ["cron"]}),
+                "dax": _pkg("1.2.3", {"type": "service", "services": ["containerd", "foobar"]}),
+            },
+        },
+    }
+
+
+def _safe_name(*parts: str, limit: int = 63) -> str:
+    """How the operator names its pods (generateSafeName): the parts joined by dashes, dots as
+    dashes, cut to fit, lower case, and 8 hex digits of the full name's SHA-256."""
+    name = "-".join(parts).replace(".", "-")
+    return f"{name[: limit - 9]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}".lower()
+
+
+def package_pod(cr: dict[str, Any], package: str, node: str, stage: str = "apply") -> dict[str, Any]:
+    """The pod NodeWright's operator creates to run ``stage`` of ``package`` on ``node``: the shape
+    of createPodFromPackage (operator/internal/controller/skyhook_controller.go, NVIDIA/nodewright
+    71ca22b89874a282e52a5a80856a5f1143f5e55c; tests/admission/upstream/pods.py builds it in full):
+    pinned to the node, privileged agent on the host's root, the operator's own tolerations plus
+    the CR's additionalTolerations, and no service account of its own (the API server sets default)."""
+    name, spec = str(cr["metadata"]["name"]), cr["spec"]
+    version = str(spec["packages"][package]["version"])
+    info = {"name": package, "version": version, "skyhook": name, "stage": stage}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": _safe_name(name, package, version, stage, node),
+            "namespace": "skyhook",
+            "labels": {"skyhook.nvidia.com/name": name, "skyhook.nvidia.com/package": f"{package}-{version}"},
+            "annotations": {"skyhook.nvidia.com/package": json.dumps(info, separators=(",", ":"))},
+            "ownerReferences": [
+                {"apiVersion": cr["apiVersion"], "kind": cr["kind"], "name": name, "controller": True}
+            ],
+        },
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "OnFailure",
+            "initContainers": [
+                {
+                    "name": f"{package}-{stage}",
+                    "image": "ghcr.io/nvidia/skyhook/agent:6.3.0",
+                    "args": [stage, "/root", f"/var/lib/skyhook/{name}/{package}-{version}"],
+                    "securityContext": {"privileged": True},
+                    "volumeMounts": [{"name": "root-mount", "mountPath": "/root"}],
+                }
+            ],
+            "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+            "volumes": [{"name": "root-mount", "hostPath": {"path": "/"}}],
+            "hostPID": True,
+            "hostNetwork": True,
+            "tolerations": [
+                {"key": "node.kubernetes.io/unschedulable", "operator": "Exists"},
+                {
+                    "key": "skyhook.nvidia.com",
+                    "operator": "Equal",
+                    "value": "runtime-required",
+                    "effect": "NoSchedule",
+                },
+                *spec.get("additionalTolerations", []),
+            ],
+            "serviceAccountName": "default",
+        },
+    }
+
+
+def pod_review(pod: dict[str, Any], user: str) -> dict[str, Any]:
+    """The Pod CREATE AdmissionReview the API server sends a mutating webhook for ``user``."""
+    body = review(
+        pod, user, ("system:serviceaccounts", "system:serviceaccounts:skyhook"), kind=("", "v1", "Pod")
+    )
+    body["request"].update(
+        {
+            "namespace": "skyhook",
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "dryRun": False,
+        }
+    )
+    return body

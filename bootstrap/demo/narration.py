@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-STEPS = 9
+STEPS = 11
 _INDENT = " " * 6
 
 

@@ -89,11 +89,48 @@ class Joined:
     stderr: str
 
 
-async def run_join(name: str, tpm: swtpm.Swtpm, server: str, bundle: Path, out: Path) -> Joined:
+@dataclass(frozen=True)
+class Machine:
+    """What one emulated machine's boot gives its node agent: its TPM, the kernel's boot id (a
+    file per machine: they share one kernel here) and the firmware's event log."""
+
+    name: str
+    tpm: swtpm.Swtpm
+    boot_id_file: Path
+    event_log: Path
+
+
+async def run_join(machine: Machine, server: str, bundle: Path, out: Path) -> Joined:
     """The real `nodegate join` for one node, as its boot script would run it."""
+    return await _run_node(
+        f"nodegate join of {machine.name}",
+        "join",
+        *("--server", server, "--ca-bundle", str(bundle), "--node-name", machine.name),
+        *_machine_args(machine),
+        *("--out", str(out)),
+    )
+
+
+async def run_attest(machine: Machine, server: str, bundle: Path, node_dir: Path) -> Joined:
+    """The real `nodegate attest` for one node, as its systemd unit runs it at every boot."""
+    return await _run_node(
+        f"nodegate attest of {machine.name}",
+        "attest",
+        *("--server", server, "--ca-bundle", str(bundle), "--dir", str(node_dir)),
+        *_machine_args(machine),
+    )
+
+
+def _machine_args(machine: Machine) -> tuple[str, ...]:
+    return (
+        *("--tcti", machine.tpm.tcti, "--attempts", "3"),
+        *("--event-log", str(machine.event_log), "--boot-id-file", str(machine.boot_id_file)),
+    )
+
+
+async def _run_node(what: str, *args: str) -> Joined:
     proc = await asyncio.create_subprocess_exec(
-        *_nodegate("join", "--server", server, "--ca-bundle", str(bundle), "--node-name", name),
-        *("--tcti", tpm.tcti, "--out", str(out), "--attempts", "3"),
+        *_nodegate(*args),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=_env(),
@@ -101,7 +138,7 @@ async def run_join(name: str, tpm: swtpm.Swtpm, server: str, bundle: Path, out: 
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), JOIN_TIMEOUT)
     except TimeoutError:
-        raise DemoFailed(f"nodegate join of {name} did not finish within {JOIN_TIMEOUT:.0f} s") from None
+        raise DemoFailed(f"{what} did not finish within {JOIN_TIMEOUT:.0f} s") from None
     finally:
         if proc.returncode is None:
             proc.kill()

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from bootstrap.demo.manifests import NODES
-from bootstrap.demo.narration import DemoFailed, step
+from bootstrap.demo.narration import STEPS, DemoFailed, step
 
 _KMOCK_MISSING = (
     "the emulated Kubernetes API needs kmock, the extra nodegate[demo]: "
@@ -52,7 +52,9 @@ async def _main(root: Path) -> Summary:
                 summary = await Demo(root, stack).run()
         except TimeoutError:
             raise DemoFailed(f"the demo took longer than {TOTAL_TIMEOUT:.0f} s") from None
-        step(9, f"cleaning up: nodegate serve, {len(NODES) + 1} swtpm processes, the emulated API, {root}")
+        step(
+            STEPS, f"cleaning up: nodegate serve, {len(NODES) + 1} swtpm processes, the emulated API, {root}"
+        )
     return summary
 
 
@@ -76,7 +78,9 @@ def run() -> int:
     print(
         f"demo complete in {time.monotonic() - started:.1f} s: {len(summary.spiffe_ids)} nodes attested, "
         f"1 refused ({summary.refused}), {len(summary.released)} released, {len(summary.held)} held "
-        f"({', '.join(summary.held.values())}), webhook {summary.allowed} allowed / {summary.denied} denied",
+        f"({', '.join(summary.held.values())}), 1 rebooted and re-attested ({summary.rebooted}), "
+        f"webhook {summary.allowed} allowed / {summary.denied} denied, "
+        f"1 package pod given {len(summary.tolerations)} hold tolerations",
         flush=True,
     )
     return 0

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import hashlib
 import json
 import re
 import ssl
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import yaml
@@ -19,7 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from bootstrap.config import load_settings
-from bootstrap.demo import swtpm
+from bootstrap.demo import firmware, swtpm
 from bootstrap.demo.cluster import start_api
 from bootstrap.demo.emulator import ShimEmulator
 from bootstrap.demo.manifests import (
@@ -27,25 +29,36 @@ from bootstrap.demo.manifests import (
     CR_NAME,
     CR_PLURAL,
     CR_VERSION,
+    KERNEL,
+    MB_CLASS,
     NODES,
+    OPERATOR_ACCOUNT,
     PACKAGES,
     PCR_CLASS,
+    SAMPLE_NAME,
     SELECTION,
     TAINT_KEY,
     TAMPERED,
     TRUST_DOMAIN,
+    UNKNOWN_KERNEL,
     node_state_annotation,
     package_cr,
+    package_pod,
+    pod_review,
     policy_documents,
     rbac_documents,
+    review,
+    sample_cr,
     service_config,
     webhook_cases,
 )
 from bootstrap.demo.narration import DemoFailed, detail, short, step
-from bootstrap.demo.processes import Joined, run_join, start_serve, to_thread
+from bootstrap.demo.processes import Joined, Machine, run_attest, run_join, start_serve, to_thread
 from bootstrap.gate import Gate, LeaseHeld
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.node.tpm import Agent
+
+_SKYHOOK = ("skyhook.nvidia.com", "v1alpha1", "Skyhook")
 
 
 @dataclass
@@ -56,13 +69,17 @@ class Summary:
     held: dict[str, str]
     allowed: int
     denied: int
+    rebooted: str
+    tolerations: list[str]
 
 
 class Demo:
     def __init__(self, root: Path, stack: contextlib.AsyncExitStack) -> None:
         self.root = root
         self.stack = stack
-        self.tpms: dict[str, swtpm.Swtpm] = {}
+        self.machines: dict[str, Machine] = {}
+        self.db_subject = ""
+        self.db_der = b""
         self.url = ""
         self.api_url = ""
         self.bundle = root / "bundle.pem"
@@ -80,6 +97,7 @@ class Demo:
         for result in made:
             if isinstance(result, BaseException):
                 raise result
+        tpms: dict[str, swtpm.Swtpm] = {}
         for name in names:
             # Not in a thread: the process is registered for cleanup before anything can cancel.
             try:
@@ -87,23 +105,54 @@ class Demo:
             except (RuntimeError, OSError) as exc:
                 raise DemoFailed(f"starting swtpm for {name}: {exc}") from None
             self.stack.callback(tpm.stop)
-            self.tpms[name] = tpm
+            tpms[name] = tpm
         roots = self.root / "ek-roots.pem"
         roots.write_bytes(
             ca.root.public_bytes(serialization.Encoding.PEM)
             + ca.intermediate.public_bytes(serialization.Encoding.PEM)
         )
+        self.db_subject, self.db_der = firmware.db_certificate()
+        booted = await asyncio.gather(
+            *(to_thread(f"booting {n}", self._boot, n, tpms[n]) for n in names), return_exceptions=True
+        )
+        for result in booted:
+            if isinstance(result, BaseException):
+                raise result
+            self.machines[result.name] = result
+        # Read after the boot, so the golden values include its measurements.
         golden: dict[int, str] = await to_thread("reading PCRs", self._read_golden)
+        events = len(firmware.linux_boot(secure_boot=True, db_cert_der=self.db_der))
+        detail("each TPM has RSA and ECC EK certificates from that CA")
         detail(
-            f"each TPM has RSA and ECC EK certificates from that CA; the fleet's golden boot "
-            f"measurements (PCR 0-7) become PCR class {PCR_CLASS}"
+            f"each machine boots (the demo plays UEFI firmware): {events} events (Secure Boot on, db CA "
+            f"{self.db_subject}, shim, grub, {KERNEL}) extended into its PCRs and written to its event log"
+        )
+        detail(
+            f"golden PCR 0-7 of that boot: PCR class {PCR_CLASS} (warn, labels the pool); "
+            f"its boot chain: measured_boot class {MB_CLASS} (enforced)"
         )
         return golden
 
+    def _boot(self, name: str, tpm: swtpm.Swtpm) -> Machine:
+        """Power on: a new boot id, and the firmware measuring the boot chain into the TPM."""
+        folder = self.root / "boot" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        boot_id = folder / "boot_id"
+        boot_id.write_text(f"{uuid.uuid4()}\n")
+        kernel = UNKNOWN_KERNEL if name == TAMPERED else KERNEL
+        events = firmware.linux_boot(secure_boot=True, db_cert_der=self.db_der, kernel=kernel)
+        log = firmware.boot(tpm.tcti, events, folder / "binary_bios_measurements")
+        return Machine(name, tpm, boot_id, log)
+
     def _read_golden(self) -> dict[int, str]:
-        with Agent(self.tpms[NODES[0]].tcti) as agent:
+        with Agent(self.machines[NODES[0]].tpm.tcti) as agent:
             pcrs = agent.read_pcrs(SELECTION)
         return {i: v.hex() for i, v in pcrs["sha256"].items()}
+
+    async def _report_boot(self, name: str) -> None:
+        """What the kubelet does at start: report the kernel's boot id in the Node's status."""
+        boot_id = self.machines[name].boot_id_file.read_text().strip()
+        await self._kube().patch_node_status(name, {"status": {"nodeInfo": {"bootID": boot_id}}})
 
     async def api_step(self) -> ShimEmulator:
         step(2, "starting the emulated Kubernetes API (kmock), in this process: not a real API server")
@@ -113,10 +162,12 @@ class Demo:
         return emu
 
     async def serve_step(self, golden: dict[int, str]) -> None:
-        step(3, "starting `nodegate serve`: its own CA, TLS on loopback, PCR policy enforced")
+        step(3, "starting `nodegate serve`: its own CA, TLS on loopback, measured-boot policy enforced")
         (self.root / "policies.yaml").write_text(yaml.safe_dump_all(policy_documents()))
         (self.root / "rbac.yaml").write_text(yaml.safe_dump_all(rbac_documents()))
-        self.config.write_text(yaml.safe_dump(service_config(golden), sort_keys=False))
+        apps = [firmware.image_digest(a).hex() for a in ("shimx64.efi", "grubx64.efi", KERNEL)]
+        config = service_config(golden, self.db_subject, apps)
+        self.config.write_text(yaml.safe_dump(config, sort_keys=False))
         self.url = await start_serve(self.stack, self.config, self.root)
         # What an operator distributes to nodes: the CA certificates from state_dir.
         cas = sorted((self.root / "state" / "ca").glob("ca-*.pem"))
@@ -128,10 +179,11 @@ class Demo:
         step(4, f"{len(NODES)} nodes boot and run `nodegate join` (TPM attestation over TLS, concurrently)")
         detail(
             f"$ nodegate join --server {self.url} --ca-bundle {self.bundle.name} "
-            f"--node-name {NODES[0]} --tcti {self.tpms[NODES[0]].tcti}"
+            f"--node-name {NODES[0]} --tcti {self.machines[NODES[0]].tpm.tcti} "
+            f"--event-log boot/{NODES[0]}/binary_bios_measurements"
         )
         results = await asyncio.gather(
-            *(run_join(n, self.tpms[n], self.url, self.bundle, self.root / "out" / n) for n in NODES)
+            *(run_join(self.machines[n], self.url, self.bundle, self.root / "out" / n) for n in NODES)
         )
         ids: dict[str, str] = {}
         for name, result in zip(NODES, results, strict=True):
@@ -156,11 +208,14 @@ class Demo:
         if taints != ["packages-pending"] * len(NODES):
             raise DemoFailed(f"the Nodes were not pre-created with the hold taint: {taints}")
         detail(f"nodegate pre-created each Node with the taint {TAINT_KEY}=packages-pending:NoSchedule")
+        for name in NODES:  # what each kubelet reports once it runs: the boot the gate compares
+            await self._report_boot(name)
+        detail("each kubelet reports its boot id (status.nodeInfo.bootID), the one the join proved")
         return ids
 
     async def tampered_step(self, emu: ShimEmulator, joining: asyncio.Task[Joined]) -> str:
         """``joining``: the tampered node's join, started with the others (it boots with them)."""
-        step(5, f"{TAMPERED} booted an unsigned bootloader (PCR 7 extended) and ran `nodegate join` too")
+        step(5, f"{TAMPERED} booted an unknown kernel ({UNKNOWN_KERNEL}) and ran `nodegate join` too")
         result = await joining
         line = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else ""
         match = re.match(r"nodegate join: refused \(([a-z0-9_]+)(?:, HTTP (\d+))?\)", line)
@@ -169,16 +224,12 @@ class Demo:
         code = match.group(1)
         status = f" (HTTP {match.group(2)})" if match.group(2) else ""
         detail(f"refused: {code}{status}; what the node prints:")
-        detail(short(line))
+        detail(short(line, 320))
         has_node = any(k[0] == "v1/nodes" and k[2] == TAMPERED for k in emu.objects)
         if has_node or (self.root / "out" / TAMPERED / "svid.pem").exists():
             raise DemoFailed(f"{TAMPERED} was refused but got an SVID or a Node")
         detail("no SVID, no kubelet certificate, no Node object")
         return code
-
-    def _tamper(self) -> None:
-        with Agent(self.tpms[TAMPERED].tcti) as agent:
-            agent.extend_pcr(7, hashlib.sha256(b"unsigned bootloader").digest())
 
     def _kube(self) -> Kube:
         if self.kube is None:
@@ -248,8 +299,68 @@ class Demo:
             raise DemoFailed(f"the gate should release {NODES[:-1]} and hold {NODES[-1]}: {holds}")
         return released, held
 
+    async def _attestation(self, name: str) -> dict[str, object]:
+        att = await self._kube().get_cluster_object("nodegate.io", "v1alpha1", "nodeattestations", name)
+        status: dict[str, object] = (att or {}).get("status") or {}
+        return status
+
+    async def reboot_step(self) -> str:
+        """NodeWright reboots a released node; the gate holds it until `nodegate attest` proves
+        the new boot. Returns the node's name."""
+        name = NODES[0]
+        step(
+            8,
+            f"NodeWright reboots {name} for a package with a reboot interrupt (played by the demo)",
+        )
+        before = await self._attestation(name)
+        started = time.monotonic()
+        old = self.machines[name]
+        await to_thread(f"powering {name} off", old.tpm.power_off)
+        # Power cycle: the same TPM state folder, so the same EK; Startup(CLEAR) resets the PCRs
+        # and grows resetCount. Not in a thread: registered for cleanup before anything can cancel.
+        try:
+            tpm = swtpm.start(old.tpm.ca, old.tpm.state)
+        except (RuntimeError, OSError) as exc:
+            raise DemoFailed(f"restarting swtpm for {name}: {exc}") from None
+        self.stack.callback(tpm.stop)
+        self.machines[name] = await to_thread(f"booting {name}", self._boot, name, tpm)
+        await self._report_boot(name)
+        boot_id = self.machines[name].boot_id_file.read_text().strip()
+        rebooted = time.monotonic()
+        detail(
+            f"TPM2_Shutdown, swtpm restarted on its state (a TPM reset), firmware measured the boot "
+            f"again, kubelet reports boot {boot_id[:8]}...: {rebooted - started:.2f} s"
+        )
+        summary = await self.gate_pass()
+        held = time.monotonic()
+        hold = await self._hold(name)
+        message = str((await self._attestation(name)).get("message", ""))
+        if hold != "unattested" or "rebooted since its last attestation" not in message:
+            raise DemoFailed(f"the gate should hold the rebooted {name} unattested: {hold}: {message}")
+        detail(f"`nodegate gate --once`: {summary}: {held - rebooted:.2f} s")
+        detail(f"{name}: held: {TAINT_KEY}={hold}; {short(message, 120)}")
+        result = await run_attest(self.machines[name], self.url, self.bundle, self.root / "out" / name)
+        attested = time.monotonic()
+        if result.returncode != 0:
+            raise DemoFailed(f"nodegate attest on {name} failed: {result.stderr.strip()[-300:]}")
+        after = await self._attestation(name)
+        if after.get("bootID") != boot_id:
+            raise DemoFailed(f"the attestation of {name} records boot {after.get('bootID')}, not {boot_id}")
+        detail(
+            f"$ nodegate attest --dir out/{name} --event-log boot/{name}/binary_bios_measurements: "
+            f"{result.stdout.strip().split(' as ')[0]}; resetCount {before.get('resetCount')} -> "
+            f"{after.get('resetCount')}: {attested - held:.2f} s"
+        )
+        summary = await self.gate_pass()
+        released = time.monotonic()
+        if (hold := await self._hold(name)) is not None:
+            raise DemoFailed(f"the gate should release {name} after its new attestation: held {hold}")
+        detail(f"`nodegate gate --once`: {summary}: {released - attested:.2f} s")
+        detail(f"{name}: released again, {released - started:.2f} s after its reboot began")
+        return name
+
     async def webhook_step(self) -> tuple[int, int]:
-        step(8, f"the admission webhook judges sample CRs (POST {self.url}/admission/validate)")
+        step(9, f"the admission webhook judges sample CRs (POST {self.url}/admission/validate)")
         detail(
             f"PackagePolicy {PCR_CLASS} (ghcr.io/nvidia, digests, budget <= 50%) and RBAC: ml-platform may "
             "deploy, only sre may reboot; the same decisions as `nodegate policy test`"
@@ -279,6 +390,44 @@ class Demo:
                     detail(f"         {short(reason, 240)}")
         return allowed, denied
 
+    async def _review(self, http: aiohttp.ClientSession, route: str, body: dict[str, Any]) -> dict[str, Any]:
+        async with http.post(f"{self.url}/admission/{route}", json=body) as resp:
+            if resp.status != 200:
+                raise DemoFailed(f"/admission/{route} answered HTTP {resp.status}")
+            answer: dict[str, Any] = (await resp.json())["response"]
+        return answer
+
+    async def package_pod_step(self) -> list[str]:
+        """A sample-shaped CR admitted, and its package pod given the hold tolerations."""
+        step(10, "NodeWright package pods on held nodes, without editing the CR (POST /admission/mutate)")
+        detail(
+            f"Skyhook {SAMPLE_NAME}: the demo's own CR in the shape of upstream's sample "
+            "(operator/config/samples; upstream's files are not shipped here), with digests"
+        )
+        held = NODES[-1]
+        cr = sample_cr()
+        ctx = ssl.create_default_context(cafile=str(self.bundle))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
+            admitted = await self._review(
+                http, "validate", review(cr, "alice", ("ml-platform",), kind=_SKYHOOK)
+            )
+            if not admitted["allowed"]:
+                raise DemoFailed(f"the sample CR was denied: {admitted}")
+            policy = (admitted.get("auditAnnotations") or {}).get("policy")
+            detail(f"ALLOWED  alice (ml-platform) creates Skyhook {SAMPLE_NAME} (PackagePolicy {policy})")
+            pod = package_pod(cr, "zeb", held)
+            detail(f"{OPERATOR_ACCOUNT} creates pod {pod['metadata']['name']} on the held {held}")
+            answer = await self._review(http, "mutate", pod_review(pod, OPERATOR_ACCOUNT))
+            other = await self._review(http, "mutate", pod_review(pod, "system:serviceaccount:ml:trainer"))
+        patch = json.loads(base64.b64decode(answer.get("patch") or b"W10="))
+        added = [op["value"] for op in patch if op.get("path") == "/spec/tolerations/-"]
+        if not answer["allowed"] or len(added) != len(patch) or "patch" in other:
+            raise DemoFailed(f"the mutating webhook answered {answer} (and for another account {other})")
+        shown = [f"{t['key']}={t['value']}:{t['effect']}" for t in added]
+        detail(f"JSONPatch adds {len(added)} tolerations, nothing else: {', '.join(shown)}")
+        detail("the same pod from another service account: allowed, no patch")
+        return shown
+
     async def run(self) -> Summary:
         golden = await self.tpms_step()
         emu = await self.api_step()
@@ -291,20 +440,21 @@ class Demo:
             raise DemoFailed("no kubeconfig for the emulated API")
         self.stack.push_async_callback(self.kube.close)
         # The tampered node boots with the others; its refusal is shown after their joins.
-        await to_thread("extending PCR 7", self._tamper)
         joining = asyncio.create_task(
-            run_join(TAMPERED, self.tpms[TAMPERED], self.url, self.bundle, self.root / "out" / TAMPERED)
+            run_join(self.machines[TAMPERED], self.url, self.bundle, self.root / "out" / TAMPERED)
         )
         try:
             ids = await self.join_step()
             refused = await self.tampered_step(emu, joining)
             await self.gate_hold_step()
             released, held = await self.gate_release_step()
+            rebooted = await self.reboot_step()
             allowed, denied = await self.webhook_step()
+            tolerations = await self.package_pod_step()
         except KubeUnavailable as exc:
             raise DemoFailed(f"emulated Kubernetes API: {exc}") from None
         finally:
             joining.cancel()  # run_join kills its process when cancelled
             with contextlib.suppress(asyncio.CancelledError, DemoFailed):
                 await joining
-        return Summary(ids, refused, released, held, allowed, denied)
+        return Summary(ids, refused, released, held, allowed + 1, denied, rebooted, tolerations)

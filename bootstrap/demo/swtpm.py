@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from tpm2_pytss import ESAPI, TPM2_CAP, TPM2_HC
+from tpm2_pytss import ESAPI, TPM2_CAP, TPM2_HC, TPM2_SU
 
 from bootstrap.node.tpm import flush_raw, transient_handles
 
@@ -113,6 +113,16 @@ class Swtpm:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+    def power_off(self) -> None:
+        """An orderly power-off, as the kernel does on reboot: TPM2_Shutdown(CLEAR) first, so the
+        TPM keeps its clock marked safe (a crash instead leaves it unsafe: ``clock_unsafe``)."""
+        ctx = ESAPI(self.tcti)
+        try:
+            ctx.shutdown(TPM2_SU.CLEAR)
+        finally:
+            ctx.close()
+        self.stop()
 
     def flush_transients(self) -> int:
         """Flush every transient object and session left in the TPM; return how many."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert captured.err == ""
     out = captured.out
     lines = out.splitlines()
-    assert [line[:5] for line in lines if line.startswith("[")] == [f"[{n}/9]" for n in range(1, 10)]
+    assert [line.split(" ")[0] for line in lines if line.startswith("[")] == [
+        f"[{n}/11]" for n in range(1, 12)
+    ]
     assert "emulated Kubernetes API (kmock)" in out
     assert "swtpm: emulated TPM hardware" in out
     # SPIFFE IDs from the SVIDs that `nodegate join` wrote, and kubelet certificates via the CSR API
@@ -24,9 +27,18 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"gpu-node-{n}: spiffe://demo.nodegate.test/node/gpu-node-{n}  (X.509-SVID until " in out
         assert f"kubelet certificate CN=system:node:gpu-node-{n},O=system:nodes" in out
     assert "spiffe://demo.nodegate.test/node/gpu-node-4" not in out
-    # the tampered node: refused with its code, in the one line `nodegate join` prints
-    assert "refused: pcr_policy_violation (HTTP 403)" in out
-    assert "nodegate join: refused (pcr_policy_violation, HTTP 403): " in out
+    # measured boot: every machine's TPM measured a boot and its log went with the join
+    assert "15 events (Secure Boot on, db CA O=nodegate demo,CN=nodegate demo UEFI CA" in out
+    assert "--event-log boot/gpu-node-1/binary_bios_measurements" in out
+    assert "each kubelet reports its boot id (status.nodeInfo.bootID)" in out
+    # the tampered node: refused with its code, in the one line `nodegate join` prints, which
+    # names the event (number, PCR, type) and the rule it broke
+    assert "refused: measured_boot_violation (HTTP 403)" in out
+    (refusal,) = [x for x in lines if "nodegate join: refused (measured_boot_violation, HTTP 403): " in x]
+    assert "class demo-linux: event 15 (PCR 4, EV_EFI_BOOT_SERVICES_APPLICATION): boot application " in (
+        refusal
+    )
+    assert "(\\vmlinuz-6.9.0-unknown) is not allowed (rule boot_applications)" in refusal
     # the gate: every node held, then two released and the failed one held
     assert "3 nodes: 0 released; held: packages-pending 3;" in out
     assert out.count("held: nodegate.io/hold=packages-pending; phase Held") == 3
@@ -34,8 +46,18 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     for n in (1, 2):
         assert f"gpu-node-{n}: released: hold taint removed; phase Ready" in out
     assert "gpu-node-3: held: nodegate.io/hold=validation-failed; phase Held" in out
+    # a reboot: the TPM reset, the gate holds the node as rebooted, `nodegate attest` proves the
+    # new boot (resetCount grew) and the gate releases it, each phase timed
+    assert "[8/11] NodeWright reboots gpu-node-1 for a package with a reboot interrupt" in out
+    assert "3 nodes: 1 released; held: unattested 1, validation-failed 1;" in out
+    held = "gpu-node-1: held: nodegate.io/hold=unattested; unattested: rebooted since its last attestation"
+    assert f"{held} (boot " in out
+    resets = re.search(r"attested this boot \(renewed\); resetCount (\d+) -> (\d+): [0-9.]+ s", out)
+    assert resets is not None
+    assert int(resets.group(2)) > int(resets.group(1))
+    assert re.search(r"gpu-node-1: released again, [0-9.]+ s after its reboot began", out)
     # the webhook: allowed and denied, with the reasons
-    assert out.count("ALLOWED  ") == 1
+    assert out.count("ALLOWED  ") == 2
     assert "ALLOWED  alice (ml-platform) creates NodeWright gpu-stack (PackagePolicy demo-fleet)" in out
     assert out.count("DENIED   ") == 4
     assert "mallory lacks verb deploy on packagepolicies/demo-fleet" in out
@@ -43,13 +65,28 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert "budget exceeds the pool's 50%" in out
     assert "alice lacks verb reboot on packagepolicies/demo-fleet" in out
     assert "only nodegate may remove or change the nodegate.io/hold taint" in out
+    # package pods: a CR in the shape of upstream's sample (said so) admitted, and the operator's
+    # package pod on the held node given exactly the two hold tolerations; no other account's pod
+    assert "the demo's own CR in the shape of upstream's sample" in out
+    assert "upstream's files are not shipped here" in out
+    assert "ALLOWED  alice (ml-platform) creates Skyhook demo-sample (PackagePolicy demo-fleet)" in out
+    assert (
+        "system:serviceaccount:skyhook:skyhook-operator-controller-manager creates pod "
+        "demo-sample-zeb-2-1-4-apply-gpu-node-3-"
+    ) in out
+    assert (
+        "JSONPatch adds 2 tolerations, nothing else: nodegate.io/hold=packages-pending:NoSchedule, "
+        "nodegate.io/hold=validation-failed:NoSchedule"
+    ) in out
+    assert "the same pod from another service account: allowed, no patch" in out
     assert lines[-1].startswith("demo complete in ")
     assert lines[-1].endswith(
-        "3 nodes attested, 1 refused (pcr_policy_violation), 2 released, 1 held (validation-failed), "
-        "webhook 1 allowed / 4 denied"
+        "3 nodes attested, 1 refused (measured_boot_violation), 2 released, 1 held (validation-failed), "
+        "1 rebooted and re-attested (gpu-node-1), webhook 2 allowed / 4 denied, "
+        "1 package pod given 2 hold tolerations"
     )
     # cleaned up: the temp dir is gone and no process still uses it
-    (cleanup,) = [line for line in lines if line.startswith("[9/9]")]
+    (cleanup,) = [line for line in lines if line.startswith("[11/11]")]
     tmp = cleanup.rsplit(", ", 1)[1]
     assert "nodegate-demo-" in tmp
     assert not Path(tmp).exists()
