@@ -1,4 +1,4 @@
-"""Benchmark of the hold gate (bootstrap/gate.py) on a large cluster: resync cost and per-event reaction.
+"""Benchmark of the hold gate (bootstrap/gate/) on a large cluster: resync cost and per-event reaction.
 
 What is measured, all in one run:
 
@@ -12,11 +12,14 @@ Double   the API is kmock with tests/support/kshim.py's ShimEmulator (resourceVe
          also counts requests as they arrive (by client, verb and resource) instead of keeping
          them, and keeps each object's latest version only.
 Cluster  N nodes over 8 pools and 3 zones, 20 package CRs (10 NodeWright, 10 Skyhook; selectors by
-         pool, pool In (...), Exists, NotIn and {}; 1-4 packages each, some with an interrupt), so
-         a node is selected by ~8 CRs and carries their nodeState annotations (~20 packages). 10 %
-         of the nodes (drawn at random) have one package in progress, the rest have all complete.
-         Every node has a valid NodeAttestation and the hold taint the join service leaves (a
-         quarter of them also a foreign taint). The gate's stability window is 0.
+         pool, pool In (...), zone plus Exists, NotIn and In; 1-4 packages each, fewer where they
+         select more nodes, some with an interrupt), so a node is selected by ~6 CRs and carries
+         their nodeState annotations (~9 packages). Each CR's status holds every selected node's
+         report, as the operator writes it (status.nodeState and nodeStatus; the largest is ~1 MiB
+         at 10,000 nodes, under etcd's 1.5 MiB). 10 % of the nodes (drawn at random) have one
+         package in progress, the rest have all complete. Every node has a valid NodeAttestation of
+         its current boot and the hold taint the join service leaves (a quarter of them also a
+         foreign taint, which the CRs tolerate). The gate's stability window is 0.
 Resync   per N (1,000, 2,500, 5,000, 10,000; --quick 1,000 and 2,000) a fresh cluster and a fresh
          Gate; ``reconcile_all()`` once (the first pass: it releases 90 % of the nodes and writes
          every condition and status), then R more times (R = --rounds, default 1: the steady state,
@@ -31,13 +34,20 @@ Memory   at the largest N, a fresh Gate's ``load()`` (every list: the caches a p
          (RSS also holds what earlier sizes freed: read the tracemalloc figures first).
 Reaction at the largest N, after the resync: ``Gate.run()`` (leader election on: a Lease in the
          double); once it has decided every node and gone idle, S times (200; --quick 50; after
-         10 not counted) an "agent" client merge-patches one pending node's nodeState annotation
-         to all complete, as NodeWright's agent would, and a watch on every node (opened before
-         run()) sees that node without the hold taint. Reaction = from sending the patch to that
-         watch event. After each sample the gate is let finish the release (taint, Event,
-         condition, NodeAttestation status) and go idle (no call in flight, nothing queued), so
-         every sample starts from an idle gate. The baseline is measured between the samples (the
-         gate idle): the agent's merge patch plus GET of a node-sized object nobody watches.
+         10 not counted) one pending node's package completes as NodeWright writes it: the
+         "agent" client merge-patches the node's nodeState annotation (the gate decides and stays
+         held: the operator's report is not there yet; it is let go idle), then the operator's
+         report in the CR (status.nodeState[node], through /status: the gate's watch event is the
+         whole CR), and a watch on every node (opened before run()) sees that node without the
+         hold taint. Reaction = from sending the status patch to that watch event. After each
+         sample the gate is let finish the release (taint, Event, condition, NodeAttestation
+         status) and go idle (no call in flight, nothing queued), so every sample starts from an
+         idle gate. The baseline is measured between the samples (the gate idle): the agent's
+         merge patch plus GET of a node-sized object nobody watches.
+Reboot   then, S times on released nodes: the kubelet's new boot id (a Node status patch) until
+         the watch sees the hold ``unattested``; the join service's attestation of that boot
+         (NodeAttestation status bootID, resetCount, attestedAt) until it sees the release; each
+         against the same kind of round trip measured between the samples.
 
 How to read the output:
   ms/node         wall time of a pass / N; gate CPU = this process's CPU time / N, double CPU the
@@ -117,6 +127,13 @@ POOLS = 8
 ZONES = 3
 CR_COUNT = 20
 SEED = 4
+# The package pods' tolerations a GPU fleet's CRs carry: the GPU taint, and the hold (docs/gate.md).
+TOLERATIONS = [
+    {"key": "nvidia.com/gpu", "operator": "Exists"},
+    *({"key": GateSettings().taint_key, "operator": "Equal", "value": v, "effect": "NoSchedule"}
+      for v in ("packages-pending", "validation-failed")),
+]  # fmt: skip
+ETCD_LIMIT = 3 << 19  # 1.5 MiB: etcd's default request limit, so the largest object it stores
 TARGET_SCALING = 1.25  # ms/node at the largest N over the smallest: "linear" within 25 %
 TIMEOUT = 120.0  # per API call of the gate and the agent (a 10,000-node list is ~50 MB of JSON)
 WAIT = 120.0  # for one reaction, or for the gate to go idle
@@ -155,27 +172,39 @@ def _uid(name: str) -> str:
 
 
 def package_crs() -> list[dict[str, Any]]:
-    """The 20 CRs: pool-specific, multi-pool, GPU-only, zone-excluding and cluster-wide ones."""
+    """The 20 CRs: pool-specific, multi-pool, GPU-only in one zone, zone-excluding and zone-wide
+    ones. Their packages are few where they select many nodes: upstream keeps every selected node's
+    report in the CR's status, which must fit etcd's request limit (1.5 MiB) at 10,000 nodes too;
+    a CR selecting every node of a 10,000-node fleet could not store it (build_cluster checks)."""
     out: list[dict[str, Any]] = []
     for j in range(CR_COUNT):
         group = NODEWRIGHT if j % 2 == 0 else SKYHOOK
         selector: dict[str, Any]
+        packages_count = 1
         if j < 8:
             selector = {"matchLabels": {POOL_LABEL: f"pool-{j}"}}
+            packages_count = 1 + j % 4
         elif j < 14:
             pools = sorted({f"pool-{(j + d) % POOLS}" for d in (0, 2, 5)})
             selector = {"matchExpressions": [{"key": POOL_LABEL, "operator": "In", "values": pools}]}
+            packages_count = 1 + j % 2
         elif j < 16:
-            selector = {"matchExpressions": [{"key": GPU_LABEL, "operator": "Exists"}]}
+            selector = {
+                "matchLabels": {ZONE_LABEL: f"zone-{j % ZONES}"},
+                "matchExpressions": [{"key": GPU_LABEL, "operator": "Exists"}],
+            }
+            packages_count = 2
         elif j < 18:
             selector = {
                 "matchLabels": {"kubernetes.io/os": "linux"},
                 "matchExpressions": [{"key": ZONE_LABEL, "operator": "NotIn", "values": ["zone-0"]}],
             }
         else:
-            selector = {}
+            selector = {
+                "matchExpressions": [{"key": ZONE_LABEL, "operator": "In", "values": [f"zone-{j % ZONES}"]}]
+            }
         packages: dict[str, Any] = {}
-        for k in range(1 + j % 4):
+        for k in range(packages_count):
             pkg: dict[str, Any] = {"version": f"{j}.{k}.0", "image": f"ghcr.io/bench/pkg-{j:02d}-{k}"}
             if k == 0 and j % 5 == 0:
                 pkg["interrupt"] = {"type": "reboot"}
@@ -184,12 +213,18 @@ def package_crs() -> list[dict[str, Any]]:
                 pkg["configMap"] = {"kernel.conf": "vm.max_map_count=262144\n"}
             packages[f"pkg-{j:02d}-{k}"] = pkg
         name = f"{'nw' if group == NODEWRIGHT else 'sh'}-{j:02d}"
+        spec = {
+            "runtimeRequired": True,
+            "nodeSelectors": selector,
+            "additionalTolerations": TOLERATIONS,
+            "packages": packages,
+        }
         out.append(
             {
                 "apiVersion": f"{group}/v1alpha1",
                 "kind": holds.GROUPS[group],
                 "metadata": {"name": name, "uid": _uid(name), "annotations": {}},
-                "spec": {"runtimeRequired": True, "nodeSelectors": selector, "packages": packages},
+                "spec": spec,
                 "status": {"status": "in_progress"},
             }
         )
@@ -481,6 +516,8 @@ class _BenchDouble(ShimEmulator, _Direct):
         self.objects.clear()
         cluster = build_cluster(n, datetime.now(UTC))
         sizes = [len(json.dumps(cr, separators=(",", ":"))) for cr in cluster.crs]
+        if max(sizes) > ETCD_LIMIT:
+            raise ValueError(f"a CR of {max(sizes):,} bytes: more than etcd stores ({ETCD_LIMIT:,})")
         version = itertools.count(1)
         keys = {k: references.resource(*_split(k)) for k in RESOURCES}
         groups: list[tuple[str, list[dict[str, Any]]]] = [
