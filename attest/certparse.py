@@ -24,6 +24,7 @@ import base64
 import binascii
 import hashlib
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
+from cryptography.utils import CryptographyDeprecationWarning
 
 from attest.errors import MalformedInput
 
@@ -231,7 +233,14 @@ def _split(der: bytes, start: int, end: int) -> tuple[bytes, bytes]:
 
 
 def _load(der: bytes) -> x509.Certificate:
-    cert = x509.load_der_x509_certificate(der)
+    with warnings.catch_warnings():
+        # cryptography still loads a non-positive serial with a deprecation warning; RFC 5280
+        # forbids it and no vendor needs it, so it is refused now rather than in a future release.
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        cert = x509.load_der_x509_certificate(der)
+        serial = cert.serial_number  # parsed (and warned about) on first access
+    if serial <= 0:
+        raise ValueError("the serial number is not positive (RFC 5280 4.1.2.2)")
     # Fields decode lazily: decode them now so that every later access is safe and a bad
     # encoding is reported here, as what it is.
     _ = (cert.extensions, cert.not_valid_before_utc, cert.not_valid_after_utc, cert.signature_algorithm_oid)

@@ -452,3 +452,21 @@ def test_every_quirk_is_documented() -> None:
         certparse.SERIAL_LEADING_ZEROS,
     }
     assert all(certparse.QUIRKS.values())
+
+
+@pytest.mark.parametrize("serial_der", ["020100", "0201ff"])
+def test_a_non_positive_serial_is_refused(serial_der: str) -> None:
+    """RFC 5280 forbids zero and negative serials; no vendor needs them (cryptography still loads
+    them with a deprecation warning): refused as malformed, not tolerated."""
+    inter = b.make_ca(
+        b.cn("STM TPM EK Intermediate CA 06"),
+        parent=STM_ROOT,
+        key=rsa.generate_private_key(public_exponent=65537, key_size=2048),
+        serial=1,
+        edit=b.replace_in_tbs(bytes.fromhex("020101"), bytes.fromhex(serial_der)),
+        hash_alg=hashes.SHA256(),
+    )
+    leaf = b.issue_ek(inter, b.ek_builder(inter.name, STM_EK_KEY, san=b.cn("tpm")))
+    with pytest.raises(AttestationError) as info:
+        tpm.verify_ek(STM_EK_PUBLIC, leaf, roots=[STM_ROOT.cert], intermediates=[_root(inter.der)])
+    assert info.value.code in ("malformed_request", "ek_untrusted")
