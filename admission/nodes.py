@@ -1,4 +1,5 @@
-"""Node objects: the hold taint belongs to nodegate."""
+"""Node objects: the hold taint belongs to nodegate, and NodeWright's package state on the Node
+belongs to the NodeWright operator, not to the node's own kubelet credentials."""
 
 from __future__ import annotations
 
@@ -8,6 +9,21 @@ from typing import Any
 from admission.violations import Violation
 
 HOLD_TAINT_KEY = "nodegate.io/hold"
+NODE_USER_PREFIX = "system:node:"
+# The operator reports per-node package state in these annotations (both API groups); the gate
+# cross-checks them with the CR's status, which the operator rebuilds from them at its next
+# reconcile: a node must not be able to rewrite them with its own credentials.
+PACKAGE_STATE_PREFIXES = ("skyhook.nvidia.com/nodeState_", "nodewright.nvidia.com/nodeState_")
+
+
+def _package_state(node: Mapping[str, Any] | None) -> dict[str, Any]:
+    meta = node.get("metadata") if isinstance(node, Mapping) else None
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping):
+        return {}
+    return {
+        k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(PACKAGE_STATE_PREFIXES)
+    }
 
 
 def _hold_taints(node: Mapping[str, Any] | None, key: str) -> list[dict[str, Any]]:
@@ -43,14 +59,26 @@ def node_violations(
                 )
             ]
     elif operation == "UPDATE":
+        found: list[Violation] = []
         before, after = _hold_taints(old, hold_taint_key), _hold_taints(new, hold_taint_key)
         if before and before != after and username != owner:
-            return [
+            found.append(
                 Violation(
                     "node-hold-taint",
                     "spec.taints",
                     f"only nodegate may remove or change the {hold_taint_key} taint",
                     "wait for the gate to release the node; see kubectl nodegate status",
                 )
-            ]
+            )
+        if username.startswith(NODE_USER_PREFIX) and _package_state(old) != _package_state(new):
+            found.append(
+                Violation(
+                    "node-package-state",
+                    "metadata.annotations",
+                    "a node may not change NodeWright's package state annotations (nodeState_*) "
+                    "with its own credentials",
+                    "only the NodeWright operator reports package state",
+                )
+            )
+        return found
     return []

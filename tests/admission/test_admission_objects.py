@@ -262,3 +262,23 @@ def test_could_overlap() -> None:
         {"env": "test"}, sel({"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["test"]}]})
     )
     assert deploymentpolicy.could_overlap({"env": "test"}, sel({"matchLabels": {"zone": "a"}}))
+
+
+@pytest.mark.parametrize("prefix", ["skyhook.nvidia.com", "nodewright.nvidia.com"])
+def test_a_node_may_not_rewrite_its_package_state(prefix: str) -> None:
+    """The operator rebuilds the CR's status.nodeState from these annotations at its next
+    reconcile, so a kubelet that could rewrite them could forge "complete" for the gate."""
+    key = f"{prefix}/nodeState_gpu-stack"
+    before = node(HOLD)
+    before["metadata"]["annotations"] = {key: '{"gpu-driver|550.54.15":{"state":"in_progress"}}'}
+    forged = copy.deepcopy(before)
+    forged["metadata"]["annotations"][key] = '{"gpu-driver|550.54.15":{"state":"complete"}}'
+    dropped = copy.deepcopy(before)
+    del dropped["metadata"]["annotations"][key]
+    for after in (forged, dropped):
+        assert node_rules("UPDATE", after, before) == ["node-package-state"]
+    operator = "system:serviceaccount:skyhook:skyhook-operator-controller-manager"
+    assert node_rules("UPDATE", forged, before, user=operator) == []
+    other = copy.deepcopy(before)
+    other["metadata"]["annotations"]["example.com/x"] = "y"  # the node's own annotations: fine
+    assert node_rules("UPDATE", other, before) == []
