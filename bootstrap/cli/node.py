@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from bootstrap.cli.common import node_log
 from bootstrap.node.attest import AttestOptions, attest
@@ -22,18 +23,21 @@ def run(args: argparse.Namespace) -> int:
     return join_main(args) if args.command == "join" else renew_main(args)
 
 
+def _shared(args: argparse.Namespace) -> dict[str, Any]:
+    """The options join, renew and attest take from the same flags (cli/arguments.py _node_common)."""
+    return {
+        "server": args.server,
+        "ca_bundle": args.ca_bundle,
+        "tcti": args.tcti,
+        "attempts": args.attempts,
+        "event_log": args.event_log,
+        "boot_id_file": args.boot_id_file,
+    }
+
+
 def attest_main(args: argparse.Namespace) -> int:
     try:
-        opts = AttestOptions(
-            server=args.server,
-            ca_bundle=args.ca_bundle,
-            dir=args.dir,
-            tcti=args.tcti,
-            ek_kind=args.ek,
-            attempts=args.attempts,
-            event_log=args.event_log,
-            boot_id_file=args.boot_id_file,
-        )
+        opts = AttestOptions(**_shared(args), dir=args.dir, ek_kind=args.ek)
         result = asyncio.run(attest(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate attest", exc)
@@ -45,17 +49,7 @@ def attest_main(args: argparse.Namespace) -> int:
 
 def join_main(args: argparse.Namespace) -> int:
     try:
-        opts = JoinOptions(
-            server=args.server,
-            ca_bundle=args.ca_bundle,
-            node_name=args.node_name,
-            tcti=args.tcti,
-            out=args.out,
-            ek_kind=args.ek,
-            attempts=args.attempts,
-            event_log=args.event_log,
-            boot_id_file=args.boot_id_file,
-        )
+        opts = JoinOptions(**_shared(args), node_name=args.node_name, out=args.out, ek_kind=args.ek)
         result = asyncio.run(join(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate join", exc)
@@ -72,16 +66,7 @@ def _left(d: timedelta) -> str:
 
 def renew_main(args: argparse.Namespace) -> int:
     try:
-        opts = RenewOptions(
-            server=args.server,
-            ca_bundle=args.ca_bundle,
-            dir=args.dir,
-            tcti=args.tcti,
-            before=args.before,
-            attempts=args.attempts,
-            event_log=args.event_log,
-            boot_id_file=args.boot_id_file,
-        )
+        opts = RenewOptions(**_shared(args), dir=args.dir, before=args.before)
         result = asyncio.run(renew(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate renew", exc)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import math
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from importlib import metadata
 
 
@@ -60,3 +62,15 @@ def versions(dists: Iterable[str]) -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[dist] = None
     return out
+
+
+def per_call_us(fn: Callable[[], object], n: int) -> float:
+    """Mean µs per call of ``n`` back-to-back calls, the garbage collector paused."""
+    gc.disable()
+    try:
+        start = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter_ns() - start) / n / 1000.0
+    finally:
+        gc.enable()

@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import argparse
 import base64
-import gc
 import json
 import logging
 import statistics
 import tempfile
-import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -173,17 +171,6 @@ def _write_store(folder: Path, certs: Sequence[Cert]) -> Path:
     return folder
 
 
-def _time(fn: Callable[[], object], n: int) -> float:
-    gc.disable()
-    try:
-        start = time.perf_counter_ns()
-        for _ in range(n):
-            fn()
-        return (time.perf_counter_ns() - start) / n / 1000.0
-    finally:
-        gc.enable()
-
-
 def _ours(leaf: Leaf, anchors: list[Cert], inter: list[Cert]) -> Callable[[], bool]:
     def run() -> bool:
         try:
@@ -250,7 +237,7 @@ def run(*, rounds: int, quick: bool, certs: Path | None = None) -> dict[str, Any
             for by in cases.values():
                 for case in rotated:
                     if case in by:
-                        totals[case] += _time(by[case], max(1, int(BATCH[case] * scale)))
+                        totals[case] += common.per_call_us(by[case], max(1, int(BATCH[case] * scale)))
             per_round.append(totals)
     n = len(cases)
     med = {c: statistics.median(t[c] for t in per_round) / n for c in order}

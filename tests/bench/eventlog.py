@@ -25,14 +25,12 @@ per-call times are medians over rounds, and the ratios are medians of per-round 
 from __future__ import annotations
 
 import argparse
-import gc
 import hashlib
 import json
 import logging
 import statistics
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -128,17 +126,6 @@ def _tpm2_case(path: Path) -> Callable[[], None]:
     return run
 
 
-def _time(fn: Callable[[], None], n: int) -> float:
-    gc.disable()
-    try:
-        start = time.perf_counter_ns()
-        for _ in range(n):
-            fn()
-        return (time.perf_counter_ns() - start) / n / 1000.0
-    finally:
-        gc.enable()
-
-
 def _synthetic(folder: Path) -> list[Path]:
     paths = []
     for seed in range(SYNTHETIC):
@@ -194,7 +181,7 @@ def _run(paths: list[Path], *, rounds: int, quick: bool, source: str) -> dict[st
         rotated = order[r % len(order) :] + order[: r % len(order)]
         for name in cases:
             for case in rotated:
-                totals[case] += _time(cases[name][case], max(1, int(BATCH[case] * scale)))
+                totals[case] += common.per_call_us(cases[name][case], max(1, int(BATCH[case] * scale)))
         per_round.append(totals)
     med = {c: statistics.median(t[c] for t in per_round) for c in order}
     ratio_keylime = statistics.median(t["keylime"] / t["ours"] for t in per_round)
