@@ -4,8 +4,12 @@ NodeWright accepts but will not do as written. Refusing these is a PackagePolicy
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from admission.checks.images import valid_digest
 from admission.crs import CrView
+from admission.holdtolerations import missing_hold_tolerations
 from admission.images import ImageError, parse_image
 
 
@@ -40,3 +44,23 @@ def soft_warnings(cr: CrView) -> list[str]:
         if not sha:
             unpinned.append(f"package {pkg.key} is not pinned by digest (containerSHA); tags are mutable")
     return first + unpinned
+
+
+def hold_warnings(obj: Mapping[str, Any], hold_taint_key: str) -> list[str]:
+    """When the CR lacks the package-hold tolerations (``nodewright.inject_tolerations`` off, or the
+    mutating webhook not installed): NodeWright will skip every node nodegate holds. One line per
+    missing toleration, in the form to paste (warnings are cut at 120 characters)."""
+    spec = obj.get("spec")
+    missing = missing_hold_tolerations(
+        spec.get("additionalTolerations") if isinstance(spec, Mapping) else None, hold_taint_key
+    )
+    if not missing:
+        return []
+    head = f"NodeWright skips nodes held by {hold_taint_key}; add to spec.additionalTolerations:"
+    return [
+        head,
+        *(
+            f"- {{key: {t['key']}, operator: Equal, value: {t['value']}, effect: {t['effect']}}}"
+            for t in missing
+        ),
+    ]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from admission import changes, deploymentpolicy, nodes, rules
-from admission.advice import soft_warnings
+from admission.advice import hold_warnings, soft_warnings
 from admission.crs import PACKAGE_GROUPS, CrView
 from admission.guards import guard_violations
 from admission.policy import PackagePolicy
@@ -210,8 +210,9 @@ class Decider:
             return _deny(
                 f"authorization is unavailable ({exc}); nodegate denies until it answers (fail closed)"
             )
-        if decision.allowed and update_warnings:
-            decision.warnings[:0] = update_warnings
+        if decision.allowed:
+            # Early: without the hold tolerations NodeWright never reaches a held node.
+            decision.warnings[:0] = [*update_warnings, *hold_warnings(obj, self.hold_taint_key)]
         return decision
 
     async def _toggle(self, req: Request, cr: CrView, compiled: tuple[_Candidate, ...]) -> Decision:

@@ -11,12 +11,13 @@ missing, revoked or expired. NodeWright does not look at tolerations; these rule
 from __future__ import annotations
 
 from admission.crs import CrView, PackageCR
+from admission.holdtolerations import PACKAGE_HOLD_VALUES
 from admission.structural import as_view
 from admission.violations import Violation
 
 # The hold reasons under which package pods are meant to run (the mutating webhook adds Equal
 # tolerations for exactly these).
-PACKAGE_REASONS = frozenset({"packages-pending", "validation-failed"})
+PACKAGE_REASONS = frozenset(PACKAGE_HOLD_VALUES)
 
 
 def guard_violations(cr: PackageCR | CrView, hold_taint_key: str) -> list[Violation]:
@@ -33,7 +34,12 @@ def guard_violations(cr: PackageCR | CrView, hold_taint_key: str) -> list[Violat
                     "name the taint key to tolerate",
                 )
             )
-        elif key == hold_taint_key and not (operator in (None, "", "Equal") and value in PACKAGE_REASONS):
+        elif (
+            key == hold_taint_key and not (operator in (None, "", "Equal") and value in PACKAGE_REASONS)
+        ) or (not key and operator in (None, "", "Equal") and value not in PACKAGE_REASONS):
+            # An empty key with Equal tolerates every taint with that value (ToleratesTaint), so
+            # value "unattested" without a key would reach held machines (the API server refuses
+            # such a toleration in a pod anyway: without a key the operator must be Exists).
             out.append(
                 Violation(
                     "hold-toleration",

@@ -1,62 +1,59 @@
-"""``POST /admission/mutate``: NodeWright's package and interrupt pods get the hold-taint
-tolerations, so that they run on nodes nodegate holds while their packages are pending, without
-any edit to the CRs.
+"""``POST /admission/mutate``: NodeWright and Skyhook CRs get the package-hold tolerations, so that
+the operator reaches nodes nodegate holds while their packages are pending, with CRs written the
+way upstream documents them.
 
-The operator creates those pods with its own service account (they run as the namespace's
-default one), on a node named in the pod. A Pod CREATE by one of the configured operator
-accounts (config ``nodewright.operator_service_accounts``) gets two Equal tolerations of the hold
-taint, for reasons ``packages-pending`` and ``validation-failed``, added by a JSONPatch; Equal, so
-the pods never run on nodes held ``unattested`` or ``quarantined``. Nothing else changes, and any
-other request is allowed unchanged: this webhook decides nothing, it only adds.
+NodeWright's node picker selects a node for a CR only when the CR's own tolerations tolerate every
+taint on it, and its package pods carry that same list (:mod:`admission.holdtolerations`). A CREATE
+or UPDATE of a package CR (both API groups) whose ``spec.additionalTolerations`` lacks them gets
+them appended by an RFC 6902 JSONPatch: the user's tolerations stay as they are, in order, and
+nothing else in the object changes. No patch when they are there (the API server may call again
+after another webhook; a re-apply of the original manifest is mutated back to the same object),
+for an UPDATE that leaves the spec as it was to the operator (its finalizer and re-encoding
+updates, status, labels, pause/disable), and for subresources. Config
+``nodewright.inject_tolerations`` off: no patch at all (the validating webhook then warns).
+The webhook decides nothing and has no side effects, so ``dryRun`` gets the same answer.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from admission.guards import PACKAGE_REASONS
+from admission import changes
+from admission.crs import PACKAGE_GROUPS
+from admission.holdtolerations import missing_hold_tolerations
 from admission.nodes import HOLD_TAINT_KEY
 from admission.review import Request
 
-
-def hold_tolerations(key: str = HOLD_TAINT_KEY) -> list[dict[str, str]]:
-    """The tolerations package pods get, one per hold reason they are meant to run under."""
-    return [
-        {"key": key, "operator": "Equal", "value": reason, "effect": "NoSchedule"}
-        for reason in sorted(PACKAGE_REASONS)
-    ]
+SPEC, FIELD = "spec", "additionalTolerations"
 
 
-def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
-    """The same toleration (an omitted operator means Equal)."""
-    return (
-        a.get("key") == b.get("key")
-        and (a.get("operator") or "Equal") == (b.get("operator") or "Equal")
-        and a.get("value") == b.get("value")
-        and a.get("effect") == b.get("effect")
-    )
+def pointer(*tokens: str) -> str:
+    """An RFC 6901 JSON Pointer: ``~`` as ``~0`` and ``/`` as ``~1`` in each reference token."""
+    return "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens)
 
 
-def toleration_patch(pod: Mapping[str, Any], key: str = HOLD_TAINT_KEY) -> list[dict[str, Any]]:
-    """JSONPatch operations adding the hold tolerations the pod lacks (none when it has them: the
-    API server may call the webhook again after another one changed the pod)."""
-    spec = pod.get("spec")
-    if not isinstance(spec, Mapping):
+def toleration_patch(obj: Mapping[str, Any], key: str = HOLD_TAINT_KEY) -> list[dict[str, Any]]:
+    """JSONPatch operations appending the hold tolerations the CR lacks (none when it has them, or
+    when its spec or tolerations are not of a shape the API server stores: the validating webhook
+    and the CRD refuse those, nothing is added to them)."""
+    spec = obj.get(SPEC)
+    if spec is not None and not isinstance(spec, Mapping):
         return []
-    present = spec.get("tolerations")
+    present = spec.get(FIELD) if spec is not None else None
     if present is not None and not isinstance(present, list):
-        return []  # not a pod the API server will accept; nothing to add to
-    have = [t for t in present or [] if isinstance(t, Mapping)]
-    missing = [t for t in hold_tolerations(key) if not any(_same(t, h) for h in have)]
+        return []
+    missing = missing_hold_tolerations(present, key)
     if not missing:
         return []
-    if present is None:
-        return [{"op": "add", "path": "/spec/tolerations", "value": missing}]
-    return [{"op": "add", "path": "/spec/tolerations/-", "value": t} for t in missing]
+    if spec is None:  # absent or null: "add" sets the member either way
+        return [{"op": "add", "path": pointer(SPEC), "value": {FIELD: missing}}]
+    if present is None:  # absent or null
+        return [{"op": "add", "path": pointer(SPEC, FIELD), "value": missing}]
+    return [{"op": "add", "path": pointer(SPEC, FIELD, "-"), "value": t} for t in missing]
 
 
 @dataclass(frozen=True)
@@ -81,21 +78,25 @@ def encode_mutation_response(mutation: Mutation, uid: str) -> bytes:
 
 
 @dataclass(frozen=True)
-class PodMutator:
-    operator_accounts: frozenset[str]
+class CrMutator:
     hold_taint_key: str = HOLD_TAINT_KEY
-
-    @classmethod
-    def of(cls, accounts: Iterable[str], hold_taint_key: str = HOLD_TAINT_KEY) -> PodMutator:
-        return cls(frozenset(accounts), hold_taint_key)
+    enabled: bool = True  # config nodewright.inject_tolerations
 
     def mutate(self, req: Request) -> Mutation:
         kind = req.kind
-        if kind.group != "" or kind.kind != "Pod" or req.operation != "CREATE" or req.sub_resource:
-            return Mutation(reason="not a Pod CREATE")
-        if req.user_info.username not in self.operator_accounts:
-            return Mutation(reason="not created by a NodeWright operator account")
-        if req.object is None:
+        if PACKAGE_GROUPS.get(kind.group) != kind.kind or req.sub_resource:
+            return Mutation(reason="not a NodeWright or Skyhook CR")
+        if req.operation not in ("CREATE", "UPDATE"):
+            return Mutation(reason=f"{req.operation} is not mutated")
+        obj = req.object
+        if obj is None:
             return Mutation(reason="no object")
-        patch = toleration_patch(req.object, self.hold_taint_key)
+        if not self.enabled:
+            return Mutation(reason="nodewright.inject_tolerations is off")
+        old = req.old_object
+        if req.operation == "UPDATE" and old is not None and changes.unchanged(old, obj)[0]:
+            # The operator's finalizer and re-encoding updates, status, labels, pause/disable: the
+            # spec stays as it was stored (a CR from before nodegate gets them on its next edit).
+            return Mutation(reason="spec unchanged")
+        patch = toleration_patch(obj, self.hold_taint_key)
         return Mutation(tuple(patch), "" if patch else "tolerations present")

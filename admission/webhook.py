@@ -4,7 +4,7 @@ v1 out.
 Always HTTP 200 with the request's uid for a well-formed review. A body that is not one (not JSON,
 not a review, too large, not ``application/json``) raises :class:`WebhookProblem`, which the server
 answers as ``application/problem+json`` (400, 413 or 415); never a 500. The decision itself is
-:mod:`admission.decider`'s (validating) and :mod:`admission.mutate`'s (package pods' tolerations);
+:mod:`admission.decider`'s (validating) and :mod:`admission.mutate`'s (the package CRs' hold tolerations);
 reading reviews and composing responses are :mod:`admission.review`'s and
 :mod:`admission.response`'s. This module also re-exports the names callers import from it.
 """
@@ -27,7 +27,7 @@ from admission.decider import (
     StaticPolicies,
     rbac_authorizer,
 )
-from admission.mutate import PodMutator, encode_mutation_response
+from admission.mutate import CrMutator, encode_mutation_response
 from admission.response import MAX_LISTED, Decision, encode_review_response
 from admission.review import (
     AdmissionRequest,
@@ -51,11 +51,11 @@ __all__ = [
     "AdmissionReview",
     "Authorizer",
     "AuthorizerUnavailable",
+    "CrMutator",
     "Decider",
     "Decision",
     "GroupVersionKind",
     "LocalRbac",
-    "PodMutator",
     "PolicySource",
     "Request",
     "RequestKind",
@@ -133,17 +133,17 @@ def make_handler(decider: Decider) -> Callable[[web.Request], Awaitable[web.Stre
     return validate
 
 
-def make_mutate_handler(mutator: PodMutator) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+def make_mutate_handler(mutator: CrMutator) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def mutate(request: web.Request) -> web.StreamResponse:
         req = await _read(request)
         mutation = mutator.mutate(req)
         if mutation.patch and log.isEnabledFor(logging.INFO):
             log.info(
-                "admission mutated %s/%s %s/%s by %s: hold-taint tolerations",
-                req.kind.group or "core",
+                "admission mutated %s %s/%s %s by %s: hold-taint tolerations",
+                req.operation,
+                req.kind.group,
                 req.kind.kind,
-                req.namespace,
-                req.name or "(generated name)",
+                req.name,
                 req.user_info.username,
                 extra={"uid": req.uid, "dry_run": req.dry_run},
             )

@@ -152,24 +152,10 @@ class AdmissionSettings(_Model):
     owner: str = "system:serviceaccount:nodegate:nodegate"
 
 
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SERVICE_ACCOUNT = re.compile(rf"system:serviceaccount:{_DNS_LABEL}:[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-
-
 class NodeWrightSettings(_Model):
-    # The NodeWright operator's service accounts: Pods they create (its package and interrupt pods)
-    # get the hold-taint tolerations from POST /admission/mutate (docs/admission.md).
-    operator_service_accounts: tuple[str, ...] = (
-        "system:serviceaccount:skyhook:skyhook-operator-controller-manager",
-    )
-
-    @field_validator("operator_service_accounts")
-    @classmethod
-    def _accounts(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for account in v:
-            if not _SERVICE_ACCOUNT.fullmatch(account):
-                raise ValueError(f"{account!r} is not system:serviceaccount:<namespace>:<name>")
-        return v
+    # POST /admission/mutate adds the package-hold tolerations to NodeWright and Skyhook CRs, so
+    # NodeWright's operator reaches held nodes (docs/admission.md). Off: the validating webhook warns.
+    inject_tolerations: bool = True
 
 
 class Limits(_Model):

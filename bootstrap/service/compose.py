@@ -12,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.mutate import PodMutator
+from admission.mutate import CrMutator
 from admission.webhook import MAX_REVIEW_BYTES, make_handler, make_mutate_handler
 from attest import ca
 from bootstrap.config import Settings
@@ -173,7 +173,7 @@ def make_app(service: Service) -> web.Application:
     r.add_get("/metrics", adminroutes.metrics, name="metrics")
     r.add_post("/admission/validate", make_handler(service.decider), name="admission")
     settings = service.settings
-    mutator = PodMutator.of(settings.nodewright.operator_service_accounts, settings.gate.taint_key)
+    mutator = CrMutator(settings.gate.taint_key, settings.nodewright.inject_tolerations)
     r.add_post("/admission/mutate", make_mutate_handler(mutator), name="admission_mutate")
     app.on_startup.append(background.start)
     app.on_cleanup.append(background.stop)

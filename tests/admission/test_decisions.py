@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
+from admission.holdtolerations import hold_tolerations
 from admission.webhook import Decider
 from tests.admission.test_admission_rules import DIGEST, SAMPLE, UNINSTALL, policy
 from tests.admission.test_webhook import NODEGATE, POLICIES, decide, decider, no_reboot, review
 from tests.admission.upstream.gotypes import encode_skyhook_spec
+
+NODEGATE_HOLD = "nodegate.io/hold"
 
 NODEWRIGHT = ("nodewright.nvidia.com", "NodeWright")
 
@@ -260,6 +263,7 @@ async def test_require_digest_wants_a_real_digest() -> None:
 async def test_a_dependency_cycle_warns() -> None:
     doc = no_reboot(SAMPLE)
     doc["spec"]["packages"]["tuning"]["dependsOn"] = {"something-important": "1.0.0"}
+    doc["spec"]["additionalTolerations"] = hold_tolerations(NODEGATE_HOLD)  # as the mutation leaves it
     d = await _judge(doc)
     assert d.allowed, d.message
     assert d.warnings[0].startswith("dependsOn cycle ")

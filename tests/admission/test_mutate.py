@@ -1,5 +1,7 @@
-"""``POST /admission/mutate``: the NodeWright operator's package and interrupt pods get the
-hold-taint tolerations; nothing else changes, and nothing else is changed."""
+"""``POST /admission/mutate``: NodeWright and Skyhook CRs get the package-hold tolerations in
+``spec.additionalTolerations``; the user's tolerations and everything else stay as they are, and a
+CR that has them gets no patch. Patches are applied with an independent RFC 6902 implementation
+(``jsonpatch``) to the object as the API server sends it (JSON)."""
 
 from __future__ import annotations
 
@@ -9,252 +11,308 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.mutate import PodMutator, hold_tolerations
+from admission.holdtolerations import hold_tolerations, missing_hold_tolerations, tolerates
+from admission.mutate import CrMutator, pointer, toleration_patch
 from admission.review import parse_review
 from bootstrap.config import ConfigError, settings_from_obj
-from tests.admission.upstream.model import ALICE, OPERATOR, User
-from tests.admission.upstream.pods import (
-    OPERATOR_TOLERATIONS,
-    interrupt_pod,
-    package_pod,
-    pod_review,
-    safe_name,
-)
+from tests.admission.test_webhook import decide, decider, review
 from tests.support.service import EkCa, running, settings_for
 
-MUTATOR = PodMutator.of([OPERATOR.username])
-HOLD = [
-    {"key": "nodegate.io/hold", "operator": "Equal", "value": "packages-pending", "effect": "NoSchedule"},
-    {"key": "nodegate.io/hold", "operator": "Equal", "value": "validation-failed", "effect": "NoSchedule"},
-]
+KEY = "nodegate.io/hold"
+HOLD = hold_tolerations(KEY)
+GPU = {"key": "nvidia.com/gpu", "operator": "Exists"}
+SKYHOOK = ("skyhook.nvidia.com", "Skyhook")
+NODEWRIGHT = ("nodewright.nvidia.com", "NodeWright")
+MUTATOR = CrMutator(KEY)
 
 
-def apply_patch(doc: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-    """RFC 6902 "add" into objects and arrays (all this webhook sends)."""
-    out = copy.deepcopy(doc)
-    for op in patch:
-        assert op["op"] == "add", op
-        *parents, last = op["path"].split("/")[1:]
-        place: Any = out
-        for part in parents:
-            place = place[int(part)] if isinstance(place, list) else place[part]
-        if isinstance(place, list):
-            place.insert(len(place) if last == "-" else int(last), op["value"])
-        else:
-            place[last] = op["value"]  # (an existing member, such as a null, is replaced)
-    return out
+def cr(group: str = "skyhook.nvidia.com", kind: str = "Skyhook", **spec: Any) -> dict[str, Any]:
+    """A package CR as the API server sends it to a mutating webhook on CREATE (defaults not yet
+    applied: the CRD's defaulting runs after mutation)."""
+    return {
+        "apiVersion": f"{group}/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "demo", "labels": {"app.kubernetes.io/part-of": "skyhook-operator"}},
+        "spec": {
+            "nodeSelectors": {"matchLabels": {"agentpool": "gpu"}},
+            "interruptionBudget": {"percent": 25},
+            "packages": {"baz": {"version": "1.1.0", "image": "ghcr.io/nvidia/skyhook-packages/shellscript"}},
+            **spec,
+        },
+    }
 
 
-def mutated(pod: dict[str, Any] | None, **review: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    body = pod_review(pod, **review)
+def answer(obj: Any, *, mutator: CrMutator = MUTATOR, **kw: Any) -> dict[str, Any]:
+    extra = kw.pop("extra_request", {})
+    body = review(obj, **kw)
+    body["request"].update(extra)
     request = parse_review(json.dumps(body).encode()).request
-    response = MUTATOR.mutate(request).response(request.uid)
+    response = mutator.mutate(request).response(request.uid)
     assert response["uid"] == request.uid
-    assert response["allowed"] is True
+    assert response["allowed"] is True  # this webhook never refuses
+    return response
+
+
+def mutated(obj: dict[str, Any], **kw: Any) -> dict[str, Any] | None:
+    """The object after the API server applied the answer's patch; None when there was none."""
+    response = answer(obj, **kw)
     if "patch" not in response:
         assert "patchType" not in response
-        return None, response
+        return None
     assert response["patchType"] == "JSONPatch"
-    patch = json.loads(base64.b64decode(response["patch"]))
-    assert pod is not None
-    return apply_patch(pod, patch), response
-
-
-PODS = [
-    package_pod("simple-skyhook", "dexter", "1.2.3", stage, "kind-worker")
-    for stage in ("apply", "config", "upgrade", "uninstall", "post-interrupt")
-] + [
-    interrupt_pod("simple-skyhook", "dexter", "1.2.3", "interrupt", "reboot", "kind-worker"),
-    interrupt_pod("config-skyhook", "spencer", "3.2.3", "interrupt", "service", "ip-10-0-1-17.ec2.internal"),
-    package_pod(
-        "interrupt-grouping",
-        "zeb",
-        "2.1.4",
-        "apply",
-        "kind-worker2",
-        additional_tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}],
-    ),
-]
-
-
-@pytest.mark.parametrize("pod", PODS, ids=lambda p: p["metadata"]["name"])
-def test_the_operators_pods_get_the_hold_tolerations_and_nothing_else(pod: dict[str, Any]) -> None:
-    after, response = mutated(pod)
-    assert after is not None
-    tolerations = pod["spec"]["tolerations"]
-    assert after["spec"]["tolerations"] == [*tolerations, *HOLD]
-    after["spec"]["tolerations"] = tolerations
-    assert after == pod  # nothing else changed
     assert response["auditAnnotations"] == {"mutation": "hold-tolerations"}
+    patch = json.loads(base64.b64decode(response["patch"]))
+    wire = json.loads(json.dumps(obj))  # as sent
+    result: dict[str, Any] = jsonpatch.apply_patch(wire, patch)
+    return result
 
 
-def test_the_pods_are_shaped_as_the_operator_shapes_them() -> None:
-    pod = package_pod("simple-skyhook", "dexter", "1.2.3", "apply", "kind-worker")
-    assert pod["metadata"]["name"] == safe_name(
-        63, "simple-skyhook", "dexter", "1.2.3", "apply", "kind-worker"
-    )
-    assert pod["metadata"]["name"].startswith("simple-skyhook-dexter-1-2-3-apply-kind-worker-")
-    assert len(safe_name(63, "x" * 100)) == 63
-    assert pod["metadata"]["labels"] == {
-        "skyhook.nvidia.com/name": "simple-skyhook",
-        "skyhook.nvidia.com/package": "dexter-1.2.3",
-    }
-    assert pod["metadata"]["ownerReferences"][0]["kind"] == "Skyhook"
-    assert [c["name"] for c in pod["spec"]["initContainers"]] == [
-        "dexter-init",
-        "dexter-apply",
-        "dexter-applycheck",
-    ]
-    assert pod["spec"]["tolerations"] == OPERATOR_TOLERATIONS
-    interrupt = interrupt_pod("simple-skyhook", "dexter", "1.2.3", "interrupt", "reboot", "kind-worker")
-    assert interrupt["metadata"]["labels"]["skyhook.nvidia.com/interrupt"] == "True"
-
-
-def test_a_pod_without_tolerations_gets_the_list() -> None:
-    pod = PODS[0]
-    bare = copy.deepcopy(pod)
-    del bare["spec"]["tolerations"]
-    after, _ = mutated(bare)
+@pytest.mark.parametrize("kind", [SKYHOOK, NODEWRIGHT], ids=["skyhook", "nodewright"])
+def test_a_cr_without_tolerations_gets_both_and_nothing_else(kind: tuple[str, str]) -> None:
+    before = cr(*kind)
+    after = mutated(before, kind=kind)
     assert after is not None
-    assert after["spec"]["tolerations"] == HOLD
-    bare["spec"]["tolerations"] = None
-    after, _ = mutated(bare)
+    assert after["spec"]["additionalTolerations"] == HOLD
+    del after["spec"]["additionalTolerations"]
+    assert after == before
+
+
+def test_the_users_tolerations_stay_first_and_in_order() -> None:
+    mine = [GPU, {"key": "example.com/b", "operator": "Equal", "value": "x", "effect": "NoExecute"}]
+    before = cr(additionalTolerations=copy.deepcopy(mine))
+    after = mutated(before)
     assert after is not None
-    assert after["spec"]["tolerations"] == HOLD
-
-
-def test_called_again_it_adds_nothing_more() -> None:
-    once, _ = mutated(PODS[0])
-    assert once is not None
-    twice, response = mutated(once)
-    assert twice is None
-    assert response == {"uid": response["uid"], "allowed": True}
-    spelled = copy.deepcopy(PODS[0])
-    spelled["spec"]["tolerations"] += [{k: v for k, v in t.items() if k != "operator"} for t in HOLD]
-    assert mutated(spelled)[0] is None  # an omitted operator is Equal
+    assert after["spec"]["additionalTolerations"] == [*mine, *HOLD]
+    after["spec"]["additionalTolerations"] = mine
+    assert after == before
 
 
 @pytest.mark.parametrize(
-    ("review", "why"),
+    "shape",
     [
-        ({"user": ALICE}, "a user's pod"),
-        ({"user": User("system:serviceaccount:skyhook:default")}, "the pods' own account"),
-        (
-            {"user": User("system:serviceaccount:other:skyhook-skyhook-operator-controller-manager")},
-            "another namespace",
-        ),
-        ({"operation": "UPDATE"}, "not a CREATE"),
-        ({"sub": "ephemeralcontainers"}, "a subresource"),
+        {"additionalTolerations": None},
+        {"additionalTolerations": []},
     ],
+    ids=["null", "empty"],
 )
-def test_anything_else_passes_unchanged(review: dict[str, Any], why: str) -> None:
-    after, response = mutated(PODS[0], **review)
-    assert after is None, why
-    assert response["allowed"] is True
+def test_null_and_empty_lists_get_the_tolerations(shape: dict[str, Any]) -> None:
+    after = mutated(cr(**shape))
+    assert after is not None and after["spec"]["additionalTolerations"] == HOLD
 
 
-def test_other_kinds_and_no_object_pass_unchanged() -> None:
-    body = pod_review(PODS[0])
-    body["request"]["kind"] = {"group": "apps", "version": "v1", "kind": "Deployment"}
-    request = parse_review(json.dumps(body).encode()).request
-    assert MUTATOR.mutate(request).patch == ()
-    assert mutated(None)[0] is None
-    odd = copy.deepcopy(PODS[0])
-    odd["spec"]["tolerations"] = "not a list"
-    assert mutated(odd)[0] is None  # the API server refuses such a pod; nothing to add to
+@pytest.mark.parametrize("spec", ["absent", None], ids=["absent", "null"])
+def test_a_cr_without_spec_gets_one(spec: Any) -> None:
+    before = cr()
+    if spec == "absent":
+        del before["spec"]
+    else:
+        before["spec"] = None
+    after = mutated(before)
+    assert after is not None and after["spec"] == {"additionalTolerations": HOLD}
 
 
-def test_the_taint_key_follows_the_gate() -> None:
-    custom = PodMutator.of([OPERATOR.username], "example.com/hold")
-    request = parse_review(json.dumps(pod_review(PODS[0])).encode()).request
-    (first, second) = custom.mutate(request).patch
-    assert first["value"]["key"] == second["value"]["key"] == "example.com/hold"
-    assert hold_tolerations("example.com/hold")[0]["value"] == "packages-pending"
+def test_only_the_missing_one_is_added() -> None:
+    before = cr(additionalTolerations=[HOLD[1]])
+    after = mutated(before)
+    assert after is not None and after["spec"]["additionalTolerations"] == [HOLD[1], HOLD[0]]
 
 
-_tolerations = st.lists(
-    st.fixed_dictionaries(
-        {},
-        optional={
-            "key": st.sampled_from(["nodegate.io/hold", "nvidia.com/gpu", ""]),
-            "operator": st.sampled_from(["Equal", "Exists", ""]),
-            "value": st.sampled_from(["packages-pending", "validation-failed", "unattested", ""]),
-            "effect": st.sampled_from(["NoSchedule", "NoExecute", ""]),
-            "tolerationSeconds": st.integers(0, 60),
-        },
-    ),
-    max_size=5,
+@pytest.mark.parametrize(
+    "present",
+    [
+        HOLD,
+        list(reversed(HOLD)),
+        [{"key": KEY, "value": v, "effect": "NoSchedule"} for v in ("packages-pending", "validation-failed")],
+        [{"key": KEY, "operator": "Equal", "value": v} for v in ("packages-pending", "validation-failed")],
+    ],
+    ids=["as-added", "reversed", "operator-omitted", "any-effect"],
 )
+def test_no_patch_when_the_tolerations_are_there(present: list[dict[str, str]]) -> None:
+    assert mutated(cr(additionalTolerations=[GPU, *present])) is None
 
 
-@settings(max_examples=200, deadline=None)
-@given(tolerations=_tolerations, pod=st.sampled_from(PODS))
-def test_the_patch_only_adds_what_is_missing(tolerations: list[dict[str, Any]], pod: dict[str, Any]) -> None:
-    """Whatever tolerations a pod has: afterwards it tolerates the hold taint for both package
-    reasons, its other tolerations and every other field are as they were, and a second call
-    adds nothing."""
-    before = copy.deepcopy(pod)
-    before["spec"]["tolerations"] = tolerations
-    after, _ = mutated(before)
-    result = before if after is None else after
-    assert result["spec"]["tolerations"][: len(tolerations)] == tolerations
-    for wanted in HOLD:
-        assert any(
-            t.get("key") == wanted["key"]
-            and t.get("value") == wanted["value"]
-            and t.get("effect") == "NoSchedule"
-            and (t.get("operator") or "Equal") == "Equal"
-            for t in result["spec"]["tolerations"]
-        )
-    assert {**result, "spec": {**result["spec"], "tolerations": None}} == {
-        **before,
-        "spec": {**before["spec"], "tolerations": None},
-    }
-    assert mutated(result)[0] is None
+@pytest.mark.parametrize("kind", [SKYHOOK, NODEWRIGHT], ids=["skyhook", "nodewright"])
+def test_a_second_apply_of_the_original_manifest_is_mutated_back_to_the_same_object(
+    kind: tuple[str, str],
+) -> None:
+    """GitOps (Flux's server-side dry-run and apply, Argo CD's server-side diff): the manifest
+    without the tolerations is applied again; the result is the stored object, so no drift."""
+    manifest = cr(*kind, additionalTolerations=[GPU])
+    stored = mutated(manifest, kind=kind)
+    assert stored is not None
+    stored["metadata"].update(
+        uid="u-1", resourceVersion="7", generation=1, finalizers=["skyhook.nvidia.com/skyhook"]
+    )
+    reapplied = copy.deepcopy(stored)
+    reapplied["spec"] = copy.deepcopy(manifest["spec"])  # the manager drops the fields it no longer sends
+    again = mutated(reapplied, kind=kind, op="UPDATE", old=stored)
+    assert again == stored
+    assert mutated(stored, kind=kind, op="UPDATE", old=stored) is None  # a no-op apply: no patch
+
+
+def test_the_operators_own_updates_are_left_alone() -> None:
+    """A CR stored before nodegate was installed: the operator's finalizer, status and re-encoding
+    updates do not change its spec, so they get no patch (its next spec edit does)."""
+    old = cr()
+    finalized = copy.deepcopy(old)
+    finalized["metadata"]["finalizers"] = ["skyhook.nvidia.com/skyhook"]
+    finalized["status"] = {"status": "in_progress"}
+    finalized["spec"]["podNonInterruptLabels"] = {}  # the Go types' re-encoding
+    finalized["spec"]["packages"]["baz"]["name"] = "baz"
+    assert mutated(finalized, op="UPDATE", old=old) is None
+    edited = copy.deepcopy(finalized)
+    edited["spec"]["packages"]["baz"]["version"] = "1.2.0"
+    after = mutated(edited, op="UPDATE", old=old)
+    assert after is not None and after["spec"]["additionalTolerations"] == HOLD
+
+
+def test_subresources_deletes_and_other_kinds_are_not_mutated() -> None:
+    assert "patch" not in answer(cr(), extra_request={"subResource": "status"}, op="UPDATE", old=cr())
+    assert "patch" not in answer(None, op="DELETE", old=cr())
+    policy = {"apiVersion": "skyhook.nvidia.com/v1alpha1", "kind": "DeploymentPolicy", "spec": {}}
+    assert "patch" not in answer(policy, kind=("skyhook.nvidia.com", "DeploymentPolicy"))
+    assert "patch" not in answer({"apiVersion": "v1", "kind": "Node"}, kind=("", "Node"))
+    assert "patch" not in answer(cr(), kind=("skyhook.nvidia.com", "NodeWright"))  # kind of the other group
+
+
+def test_dry_run_gets_the_same_answer() -> None:
+    wet, dry = answer(cr()), answer(cr(), dry_run=True)
+    assert dry["patch"] == wet["patch"]
+
+
+def test_shapes_the_api_server_refuses_are_not_patched() -> None:
+    assert toleration_patch({"spec": ["x"]}, KEY) == []
+    assert toleration_patch({"spec": {"additionalTolerations": "x"}}, KEY) == []
+
+
+def test_inject_tolerations_off_sends_no_patch() -> None:
+    off = CrMutator(KEY, enabled=False)
+    assert "patch" not in answer(cr(), mutator=off)
+
+
+def test_a_custom_taint_key() -> None:
+    after = mutated(cr(), mutator=CrMutator("example.com/hold"))
+    assert after is not None
+    assert [t["key"] for t in after["spec"]["additionalTolerations"]] == ["example.com/hold"] * 2
+
+
+def test_json_pointer_escaping() -> None:
+    assert pointer("spec", "additionalTolerations", "-") == "/spec/additionalTolerations/-"
+    assert pointer("a/b", "c~d", "~1") == "/a~1b/c~0d/~01"
+    doc = {"a/b": {"c~d": {"~1": 1}}}
+    assert jsonpatch.apply_patch(
+        doc, [{"op": "replace", "path": pointer("a/b", "c~d", "~1"), "value": 2}]
+    ) == {"a/b": {"c~d": {"~1": 2}}}
+
+
+# -- properties ----------------------------------------------------------------------------------
+
+_words = st.sampled_from(["", KEY, "nvidia.com/gpu", "example.com/a~b", "x/y"])
+_toleration = st.fixed_dictionaries(
+    {},
+    optional={
+        "key": _words,
+        "operator": st.sampled_from(["", "Equal", "Exists", "Lt"]),
+        "value": st.sampled_from(["", "packages-pending", "validation-failed", "unattested", "1"]),
+        "effect": st.sampled_from(["", "NoSchedule", "NoExecute", "PreferNoSchedule"]),
+        "tolerationSeconds": st.integers(0, 5),
+    },
+)
+_tolerations = st.one_of(st.just("absent"), st.none(), st.lists(_toleration, max_size=5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tolerations=_tolerations, key=_words.filter(bool), kind=st.sampled_from([SKYHOOK, NODEWRIGHT]))
+def test_the_patch_applies_keeps_everything_and_is_idempotent(
+    tolerations: Any, key: str, kind: tuple[str, str]
+) -> None:
+    before = cr(*kind) if tolerations == "absent" else cr(*kind, additionalTolerations=tolerations)
+    mutator = CrMutator(key)
+    after = mutated(before, kind=kind, mutator=mutator) or copy.deepcopy(before)
+    got = after["spec"].get("additionalTolerations") or []
+    mine = [] if tolerations in ("absent", None) else tolerations
+    assert got[: len(mine)] == mine  # the user's, unchanged and in order
+    added = got[len(mine) :]
+    assert added == missing_hold_tolerations(mine, key)
+    for value in ("packages-pending", "validation-failed"):
+        assert any(tolerates(t, {"key": key, "value": value, "effect": "NoSchedule"}) for t in got)
+    rest = copy.deepcopy(after)
+    rest["spec"].pop("additionalTolerations", None)
+    original = copy.deepcopy(before)
+    original["spec"].pop("additionalTolerations", None)
+    assert rest == original  # nothing else
+    assert mutated(after, kind=kind, mutator=mutator) is None  # idempotent
+
+
+# -- the validating webhook's warning when the tolerations are missing ---------------------------
+
+
+async def test_validation_warns_about_missing_tolerations_naming_them() -> None:
+    sample = cr(additionalTolerations=[GPU])
+    d = await decide(decider(), review(sample, groups=("ml-platform",)))
+    assert d.allowed, d.message
+    assert d.warnings[:3] == [
+        "NodeWright skips nodes held by nodegate.io/hold; add to spec.additionalTolerations:",
+        "- {key: nodegate.io/hold, operator: Equal, value: packages-pending, effect: NoSchedule}",
+        "- {key: nodegate.io/hold, operator: Equal, value: validation-failed, effect: NoSchedule}",
+    ]
+    after = mutated(sample)
+    d = await decide(decider(), review(after, groups=("ml-platform",)))
+    assert d.allowed and not any("held by" in w or w.startswith("- {key") for w in d.warnings)
+
+
+@pytest.mark.parametrize(
+    "toleration",
+    [
+        {"key": KEY, "operator": "Exists"},
+        {"key": KEY, "operator": "Equal", "value": "unattested", "effect": "NoSchedule"},
+        {"key": KEY, "operator": "Equal", "value": "quarantined"},
+        {"operator": "Equal", "value": "unattested"},  # no key: every taint with that value
+        {"operator": "Exists"},
+    ],
+    ids=["exists", "unattested", "quarantined", "keyless-equal", "wildcard"],
+)
+async def test_wider_hold_tolerations_stay_refused_after_mutation(toleration: dict[str, str]) -> None:
+    before = cr(additionalTolerations=[toleration])
+    after = mutated(before) or before  # Exists already tolerates the hold: nothing to add
+    d = await decide(decider(), review(after, groups=("ml-platform",)))
+    assert not d.allowed
+    assert d.violations[0].rule in ("hold-toleration", "toleration-wildcard")
 
 
 # -- the service: config and route ---------------------------------------------------------------
 
 
-def test_the_operator_accounts_are_configured() -> None:
-    default = settings_from_obj({})
-    assert default.nodewright.operator_service_accounts == (
-        "system:serviceaccount:skyhook:skyhook-operator-controller-manager",
+def test_inject_tolerations_is_configured_and_the_pod_setting_is_gone() -> None:
+    assert settings_from_obj({}).nodewright.inject_tolerations is True
+    assert (
+        settings_from_obj({"nodewright": {"inject_tolerations": False}}).nodewright.inject_tolerations
+        is False
     )
-    mine = settings_from_obj({"nodewright": {"operator_service_accounts": [OPERATOR.username]}})
-    assert mine.nodewright.operator_service_accounts == (OPERATOR.username,)
-    for bad in ("skyhook-operator", "system:serviceaccount:skyhook", "system:serviceaccount:Sky:op", "alice"):
-        with pytest.raises(ConfigError, match="operator_service_accounts"):
-            settings_from_obj({"nodewright": {"operator_service_accounts": [bad]}})
-    with pytest.raises(ConfigError, match="nodewright"):
-        settings_from_obj({"nodewright": {"operator": "x"}})
+    with pytest.raises(ConfigError, match="operator_service_accounts"):
+        settings_from_obj({"nodewright": {"operator_service_accounts": []}})
 
 
-async def test_the_service_serves_the_mutating_webhook(tmp_path: Path) -> None:
-    config = settings_for(
-        tmp_path, EkCa.create(), nodewright={"operator_service_accounts": [OPERATOR.username]}
-    )
+@pytest.mark.parametrize("inject", [True, False])
+async def test_the_service_serves_the_mutating_webhook(tmp_path: Path, inject: bool) -> None:
+    config = settings_for(tmp_path, EkCa.create(), nodewright={"inject_tolerations": inject})
     async with running(config) as svc, svc.http() as http:
         url = f"{svc.base}/admission/mutate"
-        body = pod_review(PODS[0])
+        body = review(cr())
         async with http.post(url, json=body) as resp:
             assert resp.status == 200
             out = (await resp.json())["response"]
         assert out["uid"] == body["request"]["uid"]
-        assert out["patchType"] == "JSONPatch"
-        assert (
-            apply_patch(PODS[0], json.loads(base64.b64decode(out["patch"])))["spec"]["tolerations"][-2:]
-            == HOLD
-        )
-        async with http.post(url, json=pod_review(PODS[0], user=ALICE)) as resp:
-            assert (await resp.json())["response"] == {
-                "uid": pod_review(PODS[0], user=ALICE)["request"]["uid"],
-                "allowed": True,
-            }
+        if inject:
+            patch = json.loads(base64.b64decode(out["patch"]))
+            assert jsonpatch.apply_patch(cr(), patch)["spec"]["additionalTolerations"] == HOLD
+        else:
+            assert out == {"uid": body["request"]["uid"], "allowed": True}
         async with http.post(url, data=b"{}", headers={"Content-Type": "application/json"}) as resp:
             assert resp.status == 400
             assert resp.content_type == "application/problem+json"
