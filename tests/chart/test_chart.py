@@ -162,21 +162,6 @@ SCENARIOS: dict[str, tuple[Doc, str, str]] = {
     "sqlite": ({"store": "sqlite", "replicaCount": 1, "persistence": {"enabled": True}}, "nodegate", "ng"),
     "sqlite-emptydir": ({"store": "sqlite", "replicaCount": 1}, "nodegate", "ng"),
     "custom-namespace": ({"config": {"trust_domain": "fleet.example.com"}}, "gpu-trust", "edge"),
-    "nodewright-operators": (
-        {
-            "config": {
-                "trust_domain": "fleet.example.com",
-                "nodewright": {
-                    "operator_service_accounts": [
-                        "system:serviceaccount:skyhook:skyhook-skyhook-operator-controller-manager",
-                        "system:serviceaccount:nodewright:nodewright-operator-controller-manager",
-                    ]
-                },
-            }
-        },
-        "nodegate",
-        "ng",
-    ),
     "own-ca-secret": (
         {"ca": {"create": False, "generate": False, "secretName": "corp-nodegate-ca"}},
         "nodegate",
@@ -963,54 +948,50 @@ def test_webhook_configuration(scenario: tuple[str, Doc, str, list[Doc]]) -> Non
         check_helm_certificate(docs, namespace, values)
 
 
-DEFAULT_OPERATORS = ["system:serviceaccount:skyhook:skyhook-operator-controller-manager"]
-
-
 def test_mutating_webhook_configuration(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
-    """Pod CREATEs by the NodeWright operator's accounts, and only those, go to /admission/mutate;
-    the accounts are the ones nodegate's own config names."""
+    """CREATE and UPDATE of the package CRs of both groups go to /admission/mutate, with the
+    validating webhook's failure policy, service, CA and timeout; nothing else (no Pods)."""
     _name, values, _namespace, docs = scenario
     mwc = one(docs, "MutatingWebhookConfiguration")
     vwc = one(docs, "ValidatingWebhookConfiguration")
     (hook,) = mwc["webhooks"]
-    assert hook["name"] == "package-pods.nodegate.io"
-    assert hook["failurePolicy"] == "Fail"
+    packages = next(h for h in vwc["webhooks"] if h["name"] == "packages.nodegate.io")
+    assert hook["name"] == "package-tolerations.nodegate.io"
+    assert hook["failurePolicy"] == packages["failurePolicy"] == "Fail"
     assert hook["sideEffects"] == "None"
     assert hook["matchPolicy"] == "Equivalent"
     assert hook["reinvocationPolicy"] == "IfNeeded"
-    assert hook["timeoutSeconds"] == values.get("webhook", {}).get("timeoutSeconds", 5)
+    assert (
+        hook["timeoutSeconds"]
+        == packages["timeoutSeconds"]
+        == values.get("webhook", {}).get("timeoutSeconds", 5)
+    )
     assert hook["admissionReviewVersions"] == ["v1"]
-    validating = vwc["webhooks"][0]["clientConfig"]
+    validating = packages["clientConfig"]
     assert hook["clientConfig"]["service"] == {**validating["service"], "path": "/admission/mutate"}
     assert hook["clientConfig"].get("caBundle") == validating.get("caBundle")
     assert mwc["metadata"].get("annotations") == vwc["metadata"].get("annotations")  # cert-manager's CA
     assert hook["rules"] == [
         {
-            "apiGroups": [""],
-            "apiVersions": ["v1"],
-            "resources": ["pods"],
-            "operations": ["CREATE"],
-            "scope": "Namespaced",
+            "apiGroups": [group],
+            "apiVersions": ["v1alpha1"],
+            "resources": [resource],
+            "operations": ["CREATE", "UPDATE"],
+            "scope": "Cluster",
         }
+        for group, resource in (("nodewright.nvidia.com", "nodewrights"), ("skyhook.nvidia.com", "skyhooks"))
     ]
-    assert "objectSelector" not in hook
-    assert hook["namespaceSelector"] == vwc["webhooks"][0]["namespaceSelector"]
-    operators = (
-        values.get("config", {}).get("nodewright", {}).get("operator_service_accounts", DEFAULT_OPERATORS)
-    )
-    (cond,) = hook["matchConditions"]
-    assert (
-        cond["expression"] == f"request.userInfo.username in {json.dumps(operators, separators=(',', ':'))}"
-    )
-    config = settings_from_obj(rendered_config(docs))
-    assert list(config.nodewright.operator_service_accounts) == operators
+    assert [r for r in packages["rules"] if r["resources"] != ["deploymentpolicies"]] == hook["rules"]
+    assert "objectSelector" not in hook and "matchConditions" not in hook
+    assert hook["namespaceSelector"] == packages["namespaceSelector"]
+    assert settings_from_obj(rendered_config(docs)).nodewright.inject_tolerations is True
 
 
-def test_no_operator_accounts_no_mutating_webhook(helm: str, tmp_path: Path) -> None:
-    values = {"config": {"trust_domain": "a.org", "nodewright": {"operator_service_accounts": []}}}
+def test_no_injection_no_mutating_webhook(helm: str, tmp_path: Path) -> None:
+    values = {"config": {"trust_domain": "a.org", "nodewright": {"inject_tolerations": False}}}
     docs = render(helm, tmp_path, values)
     assert not [d for d in docs if d["kind"] == "MutatingWebhookConfiguration"]
-    assert settings_from_obj(rendered_config(docs)).nodewright.operator_service_accounts == ()
+    assert settings_from_obj(rendered_config(docs)).nodewright.inject_tolerations is False
 
 
 def check_helm_certificate(docs: list[Doc], namespace: str, values: Doc) -> None:
@@ -1071,7 +1052,8 @@ BAD_VALUES: list[tuple[Doc, str]] = [
     ({"config": {"trust_domain": ""}}, "trust_domain"),
     ({"config": {"trust_domain": "Example.ORG/x"}}, "trust_domain"),
     ({"config": {"enrollment": "anyone"}}, "enrollment"),
-    ({"config": {"nodewright": {"operator_service_accounts": ["alice"]}}}, "operator_service_accounts"),
+    ({"config": {"nodewright": {"operator_service_accounts": []}}}, "operator_service_accounts"),
+    ({"config": {"nodewright": {"inject_tolerations": "yes"}}}, "inject_tolerations"),
     ({"config": {"nodewright": {"operators": ["x"]}}}, "operators"),
     ({"tls": {"ipAddresses": ["not an ip"]}}, "ipAddresses"),
     ({"containerPort": 443}, "containerPort"),
