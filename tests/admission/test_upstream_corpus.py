@@ -12,13 +12,16 @@ upstream's mutating webhook (the chart's default).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import Counter
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.mutate import CrMutator, toleration_patch
 from admission.policy import PackagePolicy
 from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.review import parse_review
@@ -178,3 +181,44 @@ async def test_without_rights_only_unchanged_updates_pass() -> None:
         elif decision.allowed:
             assert decision.audit.get("reason") == "spec unchanged", str(case.provenance)
             assert case.operation == "UPDATE"
+
+
+def _behind_nodegate(case: Case) -> Case:
+    """The case behind nodegate's own mutating webhook: the object gets the patch the webhook
+    answers for this very review, and a stored ``oldObject`` went through it when written."""
+    mutator = CrMutator("nodegate.io/hold")
+    old = case.old
+    if old is not None and case.kind == "Skyhook":
+        old = jsonpatch.apply_patch(old, toleration_patch(old, "nodegate.io/hold"))
+    moved = Case(
+        case.source, case.provenance, case.kind, case.operation, case.obj, old, case.user, case.verdict
+    )
+    if case.obj is None:
+        return moved
+    response = mutator.mutate(parse_review(_wire(moved)).request).response("x")
+    if "patch" in response:
+        moved.obj = jsonpatch.apply_patch(case.obj, json.loads(base64.b64decode(response["patch"])))
+    return moved
+
+
+async def test_nodegate_agrees_with_upstream_behind_its_own_mutating_webhook() -> None:
+    """Upstream's verdicts are unchanged by nodegate's mutation; nothing admitted lacks the hold
+    tolerations (no warning), and the operator's own updates stay unchanged UPDATEs."""
+    decider = _decider()
+    disagreements = []
+    checked = 0
+    for original in CASES:
+        case = _behind_nodegate(original)
+        if _kind(case) != "checked":
+            continue
+        checked += 1
+        decision = await decider.decide(parse_review(_wire(case)).request)
+        if decision.allowed != case.verdict.wire:
+            disagreements.append(
+                f"{case.provenance}: upstream {case.verdict.wire}, nodegate {decision.message}"
+            )
+        assert not any("nodegate.io/hold" in w for w in decision.warnings), str(case.provenance)
+        if case.source == "operator":
+            assert decision.audit.get("reason") == "spec unchanged", str(case.provenance)
+    assert disagreements == []
+    assert checked > 400
