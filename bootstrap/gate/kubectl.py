@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -65,6 +66,23 @@ class UsageError(StatusError):
 PackageRow = holds.PackageStatus
 
 
+# The gate's message names why NodeWright cannot progress a CR on the node (bootstrap/gate/
+# nodewright.py blocked(): "<group>/<cr>: NodeWright <verb> (<cause>): <detail>; fix: ..."); the
+# table shows it, cause first, before the packages it keeps from starting ("not started").
+_BLOCKED = re.compile(
+    r"([a-z0-9.-]+/[^ ;:]+): NodeWright (?:reports the node blocked|cannot schedule its package pods here)"
+    r"(?: \(([^);]*)\))?(?:: ([^;]*))?"
+)
+
+
+def blocked_causes(message: str) -> list[str]:
+    out = []
+    for ref, cause, said in _BLOCKED.findall(message):
+        detail = said.replace("its package pods do not tolerate ", "does not tolerate ")
+        out.append(f"blocked ({cause or 'NodeWright'}): {ref}" + (f": {detail}" if detail else ""))
+    return out
+
+
 def _summary(row: PackageRow) -> str:
     where = "/".join(x for x in (row.stage, row.state) if x) or "not started"
     return f"{row.cr}: {row.package} {row.version} ({where})"
@@ -109,6 +127,8 @@ class NodeRow:
         if self.attestation_problem:
             items.append(self.attestation_problem)
         pending = [_summary(p) for p in self.packages if not p.complete]
+        if pending:
+            items.extend(blocked_causes(self.message))  # why those packages do not start
         items.extend(pending)
         held = self.hold is not None or self.phase in ("Held", "Quarantined")
         if not pending and not self.attestation_problem and held and self.message:

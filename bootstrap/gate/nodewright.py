@@ -19,12 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from admission.holdtolerations import PACKAGE_HOLD_VALUES, missing_hold_tolerations
+
 GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"}
 PREFIXES = ("nodewright.nvidia.com", "skyhook.nvidia.com")  # node annotations: the new one first
 MAX_FIELD = 256  # one string of a status.packages entry
 MAX_ANNOTATION = 256 * 1024  # the API server's limit for all of an object's annotations
 MAX_LINE = 512  # one line of what a node waits for
-HOLD_VALUES_FOR_PACKAGES = ("packages-pending", "validation-failed")  # package pods may run there
+HOLD_VALUES_FOR_PACKAGES = PACKAGE_HOLD_VALUES  # package pods may run there
 _CONDITIONS = ("TaintNotTolerable", "NodesIgnored")  # the CR conditions that explain "blocked"
 # Tolerations upstream's node picker always adds (cluster_state_v2.go SelectNodes): the cordon, and
 # for runtimeRequired CRs the runtime-required taint (default key of v0.15 and of v0.18; a custom
@@ -428,23 +430,30 @@ def blocked(cr: PackageCr, node: NodeView, report: NodeReport | None) -> str | N
     taints = untolerated(cr, node.taints)
     hold = [t for t in taints if t.get("key") == node.hold_key]
     others = [t for t in taints if t.get("key") != node.hold_key]
+    # Held for packages: both package hold values, since a failed package turns one into the other.
+    held_for_packages = any(
+        t.get("key") == node.hold_key and t.get("value") in HOLD_VALUES_FOR_PACKAGES for t in node.taints
+    )
+    have = [dict(zip(("key", "operator", "value", "effect"), t, strict=True)) for t in cr.tolerations]
+    missing = missing_hold_tolerations(have, node.hold_key) if held_for_packages else []
     fixes: list[str] = []
     if others:
         fixes.append(
             f"tolerate {', '.join(show_taint(t) for t in others)} in the CR's spec.additionalTolerations "
             "or remove it from the node"
         )
-    if any(t.get("value") in HOLD_VALUES_FOR_PACKAGES for t in hold):
+    if missing:
         fixes.append(
-            f"tolerate {node.hold_key} (operator Equal, values {' and '.join(HOLD_VALUES_FOR_PACKAGES)}, "
-            "effect NoSchedule) in the CR's spec.additionalTolerations (docs/gate.md)"
+            f"add to spec.additionalTolerations (operator Equal): {', '.join(map(show_taint, missing))}; "
+            "re-apply the CR (nodewright.inject_tolerations adds them)"
         )
     elif hold:
         fixes.append("none needed: package pods wait until the node is attested (then the hold changes)")
-    if taints:
+    if taints or missing:
+        shown = ", ".join(show_taint(t) for t in taints or missing)
         return (
             f"{cr.ref}: NodeWright {verb} (TaintNotTolerable): its package pods do not tolerate "
-            f"{', '.join(show_taint(t) for t in taints)}; fix: {'; '.join(fixes)}"
+            f"{shown}; fix: {'; '.join(fixes)}"
         )
     if not reported:
         return None

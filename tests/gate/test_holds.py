@@ -279,9 +279,16 @@ def test_the_hold_taint_itself() -> None:
     bare = cr(reported={}, tolerations=[])
     d = decide(node(taints=[pending]), [bare])
     assert (
-        f"fix: tolerate {KEY} (operator Equal, values packages-pending and "
-        "validation-failed, effect NoSchedule) in the CR's spec.additionalTolerations" in d.message
+        f"fix: add to spec.additionalTolerations (operator Equal): {KEY}=packages-pending:NoSchedule, "
+        f"{KEY}=validation-failed:NoSchedule; re-apply the CR (nodewright.inject_tolerations adds them)"
+        in d.message
     )
+    # Only the missing one is named.
+    erroring = {"dexter|1.2.3": entry("apply", "erroring")}
+    half = cr(reported=erroring, tolerations=[HOLD_TOLERATIONS[0]])
+    d = decide(node("apply", "erroring"), [half])
+    assert d.reason == "validation-failed"
+    assert f"(operator Equal): {KEY}=validation-failed:NoSchedule; re-apply" in d.message
     unattested = {"key": KEY, "value": "unattested", "effect": "NoSchedule"}
     d = decide(node(taints=[unattested]), [cr(reported={})], None)
     assert "package pods wait until the node is attested" in d.message

@@ -866,3 +866,34 @@ async def test_status_tells_the_gates_story(kmock: Any, kube: Kube) -> None:
     }
     assert cells["rebooted"]["WAITING FOR"] == "rebooted since its last attestation (boot boot-rebooted-2)"
     assert cells["pending"]["ATTESTED"] == "3h"
+
+
+async def test_a_blocked_cause_is_shown_before_the_packages_it_keeps_from_starting(kube: Kube) -> None:
+    """The gate's message says why NodeWright cannot start the packages (bootstrap/gate/
+    nodewright.py); the table shows that, not only "(not started)"."""
+    message = (
+        f"packages-pending: {DRIVERS}: NodeWright cannot schedule its package pods here (TaintNotTolerable): "
+        "its package pods do not tolerate nodegate.io/hold=packages-pending:NoSchedule; fix: add to "
+        "spec.additionalTolerations (operator Equal): nodegate.io/hold=packages-pending:NoSchedule, "
+        "nodegate.io/hold=validation-failed:NoSchedule; re-apply the CR (nodewright.inject_tolerations adds "
+        f"them); {DRIVERS}: gpu-driver 550.1 stage - state absent"
+    )
+    await add(
+        kube,
+        a_node("w1", "packages-pending"),
+        an_attestation(
+            "w1",
+            phase="Held",
+            reason="packages-pending",
+            message=message,
+            packages=[pkg(DRIVERS, "gpu-driver", "550.1", None, None)],
+        ),
+    )
+    (row,) = (await status(kube, now=T0)).rows
+    assert row.waiting == (
+        f"blocked (TaintNotTolerable): {DRIVERS}: does not tolerate nodegate.io/hold=packages-pending:NoSchedule",
+        f"{DRIVERS}: gpu-driver 550.1 (not started)",
+    )
+    table = render_table([row], now=T0)
+    assert "blocked (TaintNotTolerable): " in table and "(+1 more)" in table
+    assert render_json([row]).count("blocked (TaintNotTolerable)") == 1

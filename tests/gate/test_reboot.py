@@ -236,8 +236,9 @@ async def test_a_blocked_node_says_which_cr_why_and_the_fix(kmock: Any, api: Kub
         "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (TaintNotTolerable): its package "
         "pods do not tolerate example.com/keep=x:NoExecute, nodegate.io/hold=packages-pending:NoSchedule; "
         "fix: tolerate example.com/keep=x:NoExecute in the CR's spec.additionalTolerations or remove it "
-        "from the node; tolerate nodegate.io/hold (operator Equal, values packages-pending and "
-        "validation-failed, effect NoSchedule) in the CR's spec.additionalTolerations (docs/gate.md)" in text
+        "from the node; add to spec.additionalTolerations (operator Equal): "
+        "nodegate.io/hold=packages-pending:NoSchedule, nodegate.io/hold=validation-failed:NoSchedule; "
+        "re-apply the CR (nodewright.inject_tolerations adds them)" in text
     )
 
 
