@@ -22,10 +22,10 @@ CR_NAME = "gpu-stack"
 CR_GROUP, CR_VERSION, CR_PLURAL = "nodewright.nvidia.com", "v1alpha1", "nodewrights"
 PACKAGES = {"gpu-driver": "550.54.15", "ib-tuning": "1.2.0"}
 TAINT_KEY = "nodegate.io/hold"
-# The operator's service account as its chart names it in namespace skyhook (nodegate's default
-# nodewright.operator_service_accounts, set explicitly in the demo's config).
-OPERATOR_ACCOUNT = "system:serviceaccount:skyhook:skyhook-operator-controller-manager"
-SAMPLE_NAME = "demo-sample"
+# The pool upstream's sample (examples/simple/scr.yaml, shipped unedited) selects, and a
+# PackagePolicy for it: its one package, shellscript from ghcr.io/nvidia, no interrupt, no budget.
+SAMPLE_POOL = {"skyhook.nvidia.com/test-node": "skyhooke2e"}
+SAMPLE_POLICY = "upstream-samples"
 
 
 def service_config(golden: dict[int, str], authority: str, applications: list[str]) -> dict[str, Any]:
@@ -54,7 +54,8 @@ def service_config(golden: dict[int, str], authority: str, applications: list[st
         # The demo runs the gate's one-shot pass itself (step 6), so serve does not run one too.
         "gate": {"enabled": False, "stability_window": "0s"},
         "admission": {"policy_files": ["policies.yaml"], "rbac_files": ["rbac.yaml"]},
-        "nodewright": {"operator_service_accounts": [OPERATOR_ACCOUNT]},
+        # The mutating webhook gives package CRs the hold tolerations (the default, said here).
+        "nodewright": {"inject_tolerations": True},
     }
 
 
@@ -72,8 +73,8 @@ def package_cr(**changes: Any) -> dict[str, Any]:
     }
     packages["gpu-driver"].update(changes.pop("package", {}))
     spec: dict[str, Any] = {
-        # No toleration of the hold taint: nodegate's mutating webhook gives NodeWright's package
-        # pods the ones they need on held nodes (docs/admission.md).
+        # No toleration of the hold taint: nodegate's mutating webhook adds the ones NodeWright needs
+        # to reach held nodes (docs/admission.md).
         "nodeSelectors": {"matchLabels": dict(POOL)},
         "interruptionBudget": {"percent": 33},
         "packages": packages,
@@ -119,21 +120,30 @@ def policy_documents() -> list[dict[str, Any]]:
                 "interrupts": {"allowed": ["noop", "service", "reboot"]},
                 "maxInterruptionBudget": {"percent": 50},
             },
-        }
+        },
+        {
+            "apiVersion": "nodegate.io/v1alpha1",
+            "kind": "PackagePolicy",
+            "metadata": {"name": SAMPLE_POLICY},
+            "spec": {
+                "nodeSelector": {"matchLabels": dict(SAMPLE_POOL)},
+                "images": {"registries": ["ghcr.io/nvidia"]},
+            },
+        },
     ]
 
 
 def rbac_documents() -> list[dict[str, Any]]:
-    def role(verb: str) -> dict[str, Any]:
+    def role(verb: str, policy: str = PCR_CLASS) -> dict[str, Any]:
         return {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": {"name": f"{verb}-{PCR_CLASS}"},
+            "metadata": {"name": f"{verb}-{policy}"},
             "rules": [
                 {
                     "apiGroups": ["nodegate.io"],
                     "resources": ["packagepolicies"],
-                    "resourceNames": [PCR_CLASS],
+                    "resourceNames": [policy],
                     "verbs": [verb],
                 }
             ],
@@ -153,6 +163,8 @@ def rbac_documents() -> list[dict[str, Any]]:
         role("reboot"),
         binding(f"deploy-{PCR_CLASS}", "ml-platform"),  # alice's team deploys, but may not reboot
         binding(f"reboot-{PCR_CLASS}", "sre"),
+        role("deploy", SAMPLE_POLICY),
+        binding(f"deploy-{SAMPLE_POLICY}", "ml-platform"),
     ]
 
 
@@ -220,42 +232,6 @@ def webhook_cases(node: dict[str, Any]) -> list[tuple[str, bool, dict[str, Any]]
     ]
 
 
-def _pkg(version: str, interrupt: dict[str, Any]) -> dict[str, Any]:
-    image = "ghcr.io/nvidia/skyhook/agentless"
-    digest = "sha256:" + hashlib.sha256(f"{image}:{version}".encode()).hexdigest()
-    return {"version": version, "image": image, "containerSHA": digest, "interrupt": interrupt}
-
-
-def sample_cr() -> dict[str, Any]:
-    """The demo's own Skyhook CR, written in the shape of upstream's sample (the grouping sample of
-    NVIDIA/nodewright operator/config/samples: kustomize labels, additionalTolerations, a percent
-    budget, two agentless packages with service interrupts); upstream's files are not shipped here.
-    Differences: the pool's selector, and image digests (the demo's PackagePolicy requires them)."""
-    return {
-        "apiVersion": "skyhook.nvidia.com/v1alpha1",
-        "kind": "Skyhook",
-        "metadata": {
-            "name": SAMPLE_NAME,
-            "labels": {
-                "app.kubernetes.io/name": "skyhook",
-                "app.kubernetes.io/instance": SAMPLE_NAME,
-                "app.kubernetes.io/part-of": "skyhook-operator",
-                "app.kubernetes.io/managed-by": "kustomize",
-                "app.kubernetes.io/created-by": "skyhook-operator",
-            },
-        },
-        "spec": {
-            "additionalTolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
-            "nodeSelectors": {"matchLabels": dict(POOL)},
-            "interruptionBudget": {"percent": 25},
-            "packages": {
-                "zeb": _pkg("2.1.4", {"type": "service", "services": ["cron"]}),
-                "dax": _pkg("1.2.3", {"type": "service", "services": ["containerd", "foobar"]}),
-            },
-        },
-    }
-
-
 def _safe_name(*parts: str, limit: int = 63) -> str:
     """How the operator names its pods (generateSafeName): the parts joined by dashes, dots as
     dashes, cut to fit, lower case, and 8 hex digits of the full name's SHA-256."""
@@ -313,18 +289,3 @@ def package_pod(cr: dict[str, Any], package: str, node: str, stage: str = "apply
             "serviceAccountName": "default",
         },
     }
-
-
-def pod_review(pod: dict[str, Any], user: str) -> dict[str, Any]:
-    """The Pod CREATE AdmissionReview the API server sends a mutating webhook for ``user``."""
-    body = review(
-        pod, user, ("system:serviceaccounts", "system:serviceaccounts:skyhook"), kind=("", "v1", "Pod")
-    )
-    body["request"].update(
-        {
-            "namespace": "skyhook",
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "dryRun": False,
-        }
-    )
-    return body

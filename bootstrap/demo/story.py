@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 
 from bootstrap.config import load_settings
 from bootstrap.demo import firmware, swtpm
+from bootstrap.demo.admit import admit, upstream_sample
 from bootstrap.demo.cluster import start_api
 from bootstrap.demo.emulator import ShimEmulator
 from bootstrap.demo.manifests import (
@@ -32,10 +33,9 @@ from bootstrap.demo.manifests import (
     KERNEL,
     MB_CLASS,
     NODES,
-    OPERATOR_ACCOUNT,
     PACKAGES,
     PCR_CLASS,
-    SAMPLE_NAME,
+    SAMPLE_POOL,
     SELECTION,
     TAINT_KEY,
     TAMPERED,
@@ -44,17 +44,16 @@ from bootstrap.demo.manifests import (
     node_state_annotation,
     package_cr,
     package_pod,
-    pod_review,
     policy_documents,
     rbac_documents,
     review,
-    sample_cr,
     service_config,
     webhook_cases,
 )
 from bootstrap.demo.narration import DemoFailed, detail, short, step
 from bootstrap.demo.processes import Joined, Machine, run_attest, run_join, start_serve, to_thread
 from bootstrap.gate import Gate, LeaseHeld
+from bootstrap.gate.nodewright import parse_cr, show_taint, untolerated
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.node.tpm import Agent
 
@@ -70,7 +69,8 @@ class Summary:
     allowed: int
     denied: int
     rebooted: str
-    tolerations: list[str]
+    tolerations: list[str]  # what the mutating webhook added to upstream's sample
+    sample_released: str  # the held node upstream's sample reached, released once it completed
 
 
 class Demo:
@@ -270,7 +270,15 @@ class Demo:
     async def gate_hold_step(self) -> None:
         packages = ", ".join(f"{p} {v}" for p, v in PACKAGES.items())
         step(6, f"the hold gate: NodeWright CR {CR_NAME} ({packages}) selects the {PCR_CLASS} nodes")
-        await self._kube().create_cluster_object(CR_GROUP, CR_VERSION, CR_PLURAL, package_cr())
+        ctx = ssl.create_default_context(cafile=str(self.bundle))
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
+            done = await admit(http, self.url, review(package_cr(), "alice", ("ml-platform",)))
+        policy = (done.answer.get("auditAnnotations") or {}).get("policy")
+        detail(
+            f"alice (ml-platform) applies it: /admission/mutate adds {len(done.added)} hold tolerations, "
+            f"/admission/validate allows it (PackagePolicy {policy})"
+        )
+        await self._kube().create_cluster_object(CR_GROUP, CR_VERSION, CR_PLURAL, done.obj)
         detail(f"`nodegate gate --once` (stability window 0s): {await self.gate_pass()}")
         holds = await self._node_lines()
         if set(holds.values()) != {"packages-pending"}:
@@ -390,43 +398,102 @@ class Demo:
                     detail(f"         {short(reason, 240)}")
         return allowed, denied
 
-    async def _review(self, http: aiohttp.ClientSession, route: str, body: dict[str, Any]) -> dict[str, Any]:
-        async with http.post(f"{self.url}/admission/{route}", json=body) as resp:
-            if resp.status != 200:
-                raise DemoFailed(f"/admission/{route} answered HTTP {resp.status}")
-            answer: dict[str, Any] = (await resp.json())["response"]
-        return answer
-
-    async def package_pod_step(self) -> list[str]:
-        """A sample-shaped CR admitted, and its package pod given the hold tolerations."""
-        step(10, "NodeWright package pods on held nodes, without editing the CR (POST /admission/mutate)")
-        detail(
-            f"Skyhook {SAMPLE_NAME}: the demo's own CR in the shape of upstream's sample "
-            "(operator/config/samples; upstream's files are not shipped here), with digests"
-        )
+    async def upstream_sample_step(self) -> tuple[list[str], str]:
+        """Upstream's sample CR, unedited: admitted and mutated, picked for the held node by
+        NodeWright (played by the demo), its package completes and the node is released."""
         held = NODES[-1]
-        cr = sample_cr()
+        sample = upstream_sample()
+        cr = sample.obj
+        name = str(cr["metadata"]["name"])
+        step(
+            10, f"upstream's own sample CR, unedited, reaches the held {held} (played: NodeWright's operator)"
+        )
+        detail(
+            f"Skyhook {name}: {sample.repository}@{sample.commit[:12]}:{sample.path} "
+            f"(sha256 {sample.sha256[:16]}..., {sample.licence}), shipped with the demo and applied as is"
+        )
+        if cr["spec"]["nodeSelectors"] != {"matchLabels": SAMPLE_POOL}:
+            raise DemoFailed(f"upstream's sample selects {cr['spec']['nodeSelectors']}, not {SAMPLE_POOL}")
+        labels = dict(SAMPLE_POOL)
+        await self._kube().patch_node(held, {"metadata": {"labels": labels}})
+        label = ",".join(f"{k}={v}" for k, v in labels.items())
+        detail(f"$ kubectl label node {held} {label}   (the pool the sample selects)")
+        node = await self._kube().get_node(held)
+        taints = tuple(((node or {}).get("spec") or {}).get("taints") or [])
+        skipped = untolerated(parse_cr(cr), taints)
+        detail(
+            "as written, NodeWright would skip it (TaintNotTolerable: "
+            f"{', '.join(show_taint(t) for t in skipped) or 'nothing'})"
+        )
+        if not skipped:
+            raise DemoFailed(f"{held} should be held: {taints}")
         ctx = ssl.create_default_context(cafile=str(self.bundle))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
-            admitted = await self._review(
-                http, "validate", review(cr, "alice", ("ml-platform",), kind=_SKYHOOK)
-            )
-            if not admitted["allowed"]:
-                raise DemoFailed(f"the sample CR was denied: {admitted}")
-            policy = (admitted.get("auditAnnotations") or {}).get("policy")
-            detail(f"ALLOWED  alice (ml-platform) creates Skyhook {SAMPLE_NAME} (PackagePolicy {policy})")
-            pod = package_pod(cr, "zeb", held)
-            detail(f"{OPERATOR_ACCOUNT} creates pod {pod['metadata']['name']} on the held {held}")
-            answer = await self._review(http, "mutate", pod_review(pod, OPERATOR_ACCOUNT))
-            other = await self._review(http, "mutate", pod_review(pod, "system:serviceaccount:ml:trainer"))
-        patch = json.loads(base64.b64decode(answer.get("patch") or b"W10="))
-        added = [op["value"] for op in patch if op.get("path") == "/spec/tolerations/-"]
-        if not answer["allowed"] or len(added) != len(patch) or "patch" in other:
-            raise DemoFailed(f"the mutating webhook answered {answer} (and for another account {other})")
-        shown = [f"{t['key']}={t['value']}:{t['effect']}" for t in added]
-        detail(f"JSONPatch adds {len(added)} tolerations, nothing else: {', '.join(shown)}")
-        detail("the same pod from another service account: allowed, no patch")
-        return shown
+            body = review(cr, "alice", ("ml-platform",), kind=_SKYHOOK)
+            done = await admit(http, self.url, body)
+        shown = [f"{t['key']}={t['value']}:{t['effect']}" for t in done.added]
+        untouched = {k: v for k, v in done.obj["spec"].items() if k != "additionalTolerations"} == cr["spec"]
+        if len(shown) != 2 or not untouched or done.obj["metadata"] != cr["metadata"]:
+            raise DemoFailed(f"the mutating webhook changed more than the hold tolerations: {done.obj}")
+        detail(
+            f"POST /admission/mutate: JSONPatch adds {len(shown)} tolerations, nothing else: "
+            + ", ".join(shown)
+        )
+        policy = (done.answer.get("auditAnnotations") or {}).get("policy")
+        detail(f"ALLOWED  alice (ml-platform) creates Skyhook {name} (PackagePolicy {policy})")
+        await self._kube().create_cluster_object(*_SKYHOOK[:2], "skyhooks", done.obj)
+        detail(f"`nodegate gate --once`: {await self.gate_pass()}")
+        # The operator's picker and its package pod (bootstrap/gate/nodewright.py is the picker's rule).
+        stored = await self._kube().get_cluster_object(*_SKYHOOK[:2], "skyhooks", name)
+        if stored is None or untolerated(parse_cr(stored), taints):
+            raise DemoFailed(f"NodeWright would still skip {held}: {stored}")
+        package = next(iter(stored["spec"]["packages"]))
+        pod = package_pod(stored, package, held)
+        detail(
+            f"NodeWright picks {held}; its package pod {pod['metadata']['name']} carries the CR's "
+            f"tolerations ({len(pod['spec']['tolerations'])}), {TAINT_KEY} among them"
+        )
+        await self._complete_on(held, stored)
+        detail(f"`nodegate gate --once`: {await self.gate_pass()}")
+        if (hold := await self._hold(held)) is not None:
+            raise DemoFailed(f"{held} should be released once its packages completed: held {hold}")
+        detail(f"{held}: released: hold taint removed; packages of {CR_NAME} and {name} complete")
+        return shown, held
+
+    async def _complete_on(self, held: str, sample: dict[str, Any]) -> None:
+        """NodeWright (played) runs the sample's packages on ``held`` and retries gpu-stack's failed
+        driver there: everything complete, written to the Node and to each CR's status."""
+        name = str(sample["metadata"]["name"])
+        states = {
+            f"{p}|{v['version']}": {
+                "name": p, "version": v["version"], "image": v["image"],
+                "stage": "config", "state": "complete",
+            }
+            for p, v in sample["spec"]["packages"].items()
+        }  # fmt: skip
+        ours = {
+            f"{p}|{v}": {
+                "name": p, "version": v, "image": f"ghcr.io/nvidia/nodewright-packages/{p}",
+                "stage": "post-interrupt", "state": "complete",
+            }
+            for p, v in PACKAGES.items()
+        }  # fmt: skip
+        annotations = {
+            f"skyhook.nvidia.com/nodeState_{name}": json.dumps(states, sort_keys=True),
+            f"{CR_GROUP}/nodeState_{CR_NAME}": json.dumps(ours, sort_keys=True),
+        }
+        kube = self._kube()
+        await kube.patch_node(held, {"metadata": {"annotations": annotations}})
+        await kube.patch_cluster_object(
+            *_SKYHOOK[:2], "skyhooks", name, {"status": {"nodeState": {held: states}}}, status=True
+        )
+        current = await kube.get_cluster_object(CR_GROUP, CR_VERSION, CR_PLURAL, CR_NAME)
+        before = ((current or {}).get("status") or {}).get("nodeState", {}).get(held, {})
+        replaced = {**{k: None for k in before}, **ours}  # a merge patch: the node's map replaced whole
+        await kube.patch_cluster_object(
+            CR_GROUP, CR_VERSION, CR_PLURAL, CR_NAME, {"status": {"nodeState": {held: replaced}}}, status=True
+        )
+        detail(f"NodeWright's agent (played) reports {name}'s and {CR_NAME}'s packages complete on {held}")
 
     async def run(self) -> Summary:
         golden = await self.tpms_step()
@@ -450,11 +517,13 @@ class Demo:
             released, held = await self.gate_release_step()
             rebooted = await self.reboot_step()
             allowed, denied = await self.webhook_step()
-            tolerations = await self.package_pod_step()
+            tolerations, sample_released = await self.upstream_sample_step()
         except KubeUnavailable as exc:
             raise DemoFailed(f"emulated Kubernetes API: {exc}") from None
         finally:
             joining.cancel()  # run_join kills its process when cancelled
             with contextlib.suppress(asyncio.CancelledError, DemoFailed):
                 await joining
-        return Summary(ids, refused, released, held, allowed + 1, denied, rebooted, tolerations)
+        return Summary(
+            ids, refused, released, held, allowed + 2, denied, rebooted, tolerations, sample_released
+        )

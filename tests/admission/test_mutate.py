@@ -102,7 +102,8 @@ def test_the_users_tolerations_stay_first_and_in_order() -> None:
 )
 def test_null_and_empty_lists_get_the_tolerations(shape: dict[str, Any]) -> None:
     after = mutated(cr(**shape))
-    assert after is not None and after["spec"]["additionalTolerations"] == HOLD
+    assert after is not None
+    assert after["spec"]["additionalTolerations"] == HOLD
 
 
 @pytest.mark.parametrize("spec", ["absent", None], ids=["absent", "null"])
@@ -113,13 +114,15 @@ def test_a_cr_without_spec_gets_one(spec: Any) -> None:
     else:
         before["spec"] = None
     after = mutated(before)
-    assert after is not None and after["spec"] == {"additionalTolerations": HOLD}
+    assert after is not None
+    assert after["spec"] == {"additionalTolerations": HOLD}
 
 
 def test_only_the_missing_one_is_added() -> None:
     before = cr(additionalTolerations=[HOLD[1]])
     after = mutated(before)
-    assert after is not None and after["spec"]["additionalTolerations"] == [HOLD[1], HOLD[0]]
+    assert after is not None
+    assert after["spec"]["additionalTolerations"] == [HOLD[1], HOLD[0]]
 
 
 @pytest.mark.parametrize(
@@ -168,7 +171,8 @@ def test_the_operators_own_updates_are_left_alone() -> None:
     edited = copy.deepcopy(finalized)
     edited["spec"]["packages"]["baz"]["version"] = "1.2.0"
     after = mutated(edited, op="UPDATE", old=old)
-    assert after is not None and after["spec"]["additionalTolerations"] == HOLD
+    assert after is not None
+    assert after["spec"]["additionalTolerations"] == HOLD
 
 
 def test_subresources_deletes_and_other_kinds_are_not_mutated() -> None:
@@ -263,7 +267,8 @@ async def test_validation_warns_about_missing_tolerations_naming_them() -> None:
     ]
     after = mutated(sample)
     d = await decide(decider(), review(after, groups=("ml-platform",)))
-    assert d.allowed and not any("held by" in w or w.startswith("- {key") for w in d.warnings)
+    assert d.allowed
+    assert not any("held by" in w or w.startswith("- {key") for w in d.warnings)
 
 
 @pytest.mark.parametrize(

@@ -188,8 +188,11 @@ def test_the_fixtures_are_as_the_manifest_lists_them() -> None:
     assert listed == present
     for e in MANIFEST["entries"]:
         assert hashlib.sha256((FIXTURES / e["file"]).read_bytes()).hexdigest() == e["sha256"], e["file"]
-        assert e["repository"] == "NVIDIA/nodewright" and len(e["commit"]) == 40
-        assert e["licence"] == "Apache-2.0" and e["fetched"] and e["path"]
+        assert e["repository"] == "NVIDIA/nodewright"
+        assert len(e["commit"]) == 40
+        assert e["licence"] == "Apache-2.0"
+        assert e["fetched"]
+        assert e["path"]
 
 
 # Upstream's verdicts that come before nodegate: the CRD refuses restart_all_services (an interrupt

@@ -57,6 +57,7 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert int(resets.group(2)) > int(resets.group(1))
     assert re.search(r"gpu-node-1: released again, [0-9.]+ s after its reboot began", out)
     # the webhook: allowed and denied, with the reasons
+    assert "alice (ml-platform) applies it: /admission/mutate adds 2 hold tolerations" in out
     assert out.count("ALLOWED  ") == 2
     assert "ALLOWED  alice (ml-platform) creates NodeWright gpu-stack (PackagePolicy demo-fleet)" in out
     assert out.count("DENIED   ") == 4
@@ -65,25 +66,29 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert "budget exceeds the pool's 50%" in out
     assert "alice lacks verb reboot on packagepolicies/demo-fleet" in out
     assert "only nodegate may remove or change the nodegate.io/hold taint" in out
-    # package pods: a CR in the shape of upstream's sample (said so) admitted, and the operator's
-    # package pod on the held node given exactly the two hold tolerations; no other account's pod
-    assert "the demo's own CR in the shape of upstream's sample" in out
-    assert "upstream's files are not shipped here" in out
-    assert "ALLOWED  alice (ml-platform) creates Skyhook demo-sample (PackagePolicy demo-fleet)" in out
+    # upstream's own sample, unedited: skipped as written, mutated, admitted, picked, its package
+    # complete, and the held node released
     assert (
-        "system:serviceaccount:skyhook:skyhook-operator-controller-manager creates pod "
-        "demo-sample-zeb-2-1-4-apply-gpu-node-3-"
+        "Skyhook demo: NVIDIA/nodewright@71ca22b89874:examples/simple/scr.yaml (sha256 7cec8287dd982274..., "
+        "Apache-2.0), shipped with the demo and applied as is"
     ) in out
     assert (
-        "JSONPatch adds 2 tolerations, nothing else: nodegate.io/hold=packages-pending:NoSchedule, "
-        "nodegate.io/hold=validation-failed:NoSchedule"
+        "as written, NodeWright would skip it (TaintNotTolerable: "
+        "nodegate.io/hold=validation-failed:NoSchedule)" in out
+    )
+    assert (
+        "POST /admission/mutate: JSONPatch adds 2 tolerations, nothing else: "
+        "nodegate.io/hold=packages-pending:NoSchedule, nodegate.io/hold=validation-failed:NoSchedule"
     ) in out
-    assert "the same pod from another service account: allowed, no patch" in out
+    assert "ALLOWED  alice (ml-platform) creates Skyhook demo (PackagePolicy upstream-samples)" in out
+    assert "NodeWright picks gpu-node-3; its package pod demo-baz-1-1-0-apply-gpu-node-3-" in out
+    assert "3 nodes: 3 released; held: none;" in out
+    assert "gpu-node-3: released: hold taint removed; packages of gpu-stack and demo complete" in out
     assert lines[-1].startswith("demo complete in ")
     assert lines[-1].endswith(
         "3 nodes attested, 1 refused (measured_boot_violation), 2 released, 1 held (validation-failed), "
-        "1 rebooted and re-attested (gpu-node-1), webhook 2 allowed / 4 denied, "
-        "1 package pod given 2 hold tolerations"
+        "1 rebooted and re-attested (gpu-node-1), webhook 3 allowed / 4 denied, "
+        "upstream's sample given 2 hold tolerations reached and released gpu-node-3"
     )
     # cleaned up: the temp dir is gone and no process still uses it
     (cleanup,) = [line for line in lines if line.startswith("[11/11]")]

@@ -891,9 +891,11 @@ async def test_a_blocked_cause_is_shown_before_the_packages_it_keeps_from_starti
     )
     (row,) = (await status(kube, now=T0)).rows
     assert row.waiting == (
-        f"blocked (TaintNotTolerable): {DRIVERS}: does not tolerate nodegate.io/hold=packages-pending:NoSchedule",
+        f"blocked (TaintNotTolerable): {DRIVERS}: does not tolerate "
+        "nodegate.io/hold=packages-pending:NoSchedule",
         f"{DRIVERS}: gpu-driver 550.1 (not started)",
     )
     table = render_table([row], now=T0)
-    assert "blocked (TaintNotTolerable): " in table and "(+1 more)" in table
+    assert "blocked (TaintNotTolerable): " in table
+    assert "(+1 more)" in table
     assert render_json([row]).count("blocked (TaintNotTolerable)") == 1

@@ -1,0 +1,100 @@
+"""The API server's admission chain for package CRs, as the demo plays it against the emulated API
+(kmock runs no webhooks): the object goes to nodegate's ``/admission/mutate``, the JSONPatch it
+answers is applied, the result goes to ``/admission/validate``, and only an allowed object is
+stored. Also upstream's sample CR, shipped unedited as package data (``data/nodewright``, listed
+with its source, commit and SHA-256 in ``manifest.json``)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import aiohttp
+import yaml
+
+from bootstrap.demo.narration import DemoFailed
+
+SAMPLE_FILE = "examples/simple/scr.yaml"
+_DATA = ("data", "nodewright")
+
+
+@dataclass(frozen=True)
+class Sample:
+    obj: dict[str, Any]
+    repository: str
+    commit: str
+    path: str
+    sha256: str
+    licence: str
+
+
+def upstream_sample() -> Sample:
+    """Upstream's ``examples/simple/scr.yaml``, read as shipped; a file that does not match its
+    manifest's SHA-256 stops the demo (it must be upstream's, unedited)."""
+    folder = resources.files("bootstrap.demo").joinpath(*_DATA)
+    manifest = json.loads(folder.joinpath("manifest.json").read_text(encoding="utf-8"))
+    (entry,) = [e for e in manifest["entries"] if e["file"] == SAMPLE_FILE]
+    raw = folder.joinpath(*SAMPLE_FILE.split("/")).read_bytes()
+    if hashlib.sha256(raw).hexdigest() != entry["sha256"]:
+        raise DemoFailed(f"{SAMPLE_FILE} does not match its manifest: not upstream's file")
+    obj = yaml.safe_load(raw)
+    if not isinstance(obj, dict):
+        raise DemoFailed(f"{SAMPLE_FILE} is not one object")
+    return Sample(obj, entry["repository"], entry["commit"], entry["path"], entry["sha256"], entry["licence"])
+
+
+def apply_patch(doc: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 ``add`` (what the mutating webhook sends), with RFC 6901 pointers, as the API
+    server applies it: into objects (a member is set, an existing one replaced) and arrays (``-``
+    appends)."""
+    out = copy.deepcopy(doc)
+    for op in patch:
+        if op.get("op") != "add" or not str(op.get("path", "")).startswith("/"):
+            raise DemoFailed(f"unexpected patch operation {op}")
+        *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in op["path"][1:].split("/")]
+        place: Any = out
+        for token in parents:
+            place = place[int(token)] if isinstance(place, list) else place[token]
+        if isinstance(place, list):
+            place.insert(len(place) if last == "-" else int(last), op["value"])
+        else:
+            place[last] = op["value"]
+    return out
+
+
+async def post_review(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
+    async with http.post(url, json=body) as resp:
+        if resp.status != 200:
+            raise DemoFailed(f"{url} answered HTTP {resp.status}")
+        answer: dict[str, Any] = (await resp.json())["response"]
+    return answer
+
+
+@dataclass(frozen=True)
+class Admitted:
+    obj: dict[str, Any]  # as it is stored
+    added: list[dict[str, Any]]  # what the mutating webhook added
+    answer: dict[str, Any]  # the validating webhook's response
+
+
+async def admit(http: aiohttp.ClientSession, base: str, body: dict[str, Any]) -> Admitted:
+    """``body``: the CREATE review of the object as sent. Mutation, then validation."""
+    mutation = await post_review(http, f"{base}/admission/mutate", body)
+    patch = json.loads(base64.b64decode(mutation["patch"])) if "patch" in mutation else []
+    obj = apply_patch(body["request"]["object"], patch)
+    added: list[dict[str, Any]] = []
+    for op in patch:  # one toleration appended, the list set, or the spec set
+        value = op["value"]
+        value = value.get("additionalTolerations", []) if op["path"] == "/spec" else value
+        added += value if isinstance(value, list) else [value]
+    validated = copy.deepcopy(body)
+    validated["request"]["object"] = obj
+    answer = await post_review(http, f"{base}/admission/validate", validated)
+    if not answer.get("allowed"):
+        raise DemoFailed(f"{obj['kind']} {obj['metadata']['name']} was denied: {answer.get('status')}")
+    return Admitted(obj, added, answer)
