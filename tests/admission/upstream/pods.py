@@ -1,9 +1,9 @@
 """The pods NodeWright's operator creates for a package, built as it builds them (read from
 ``createPodFromPackage``, ``createInterruptPodForPackage`` and ``generateSafeName`` in
 ``operator/internal/controller/skyhook_controller.go`` of NVIDIA/nodewright
-71ca22b89874a282e52a5a80856a5f1143f5e55c; written out again, not copied), and the AdmissionReview
-of their CREATE as the API server sends it to a mutating webhook (after its ServiceAccount plugin
-set the pod's service account: the operator sets none, so the pods run as ``default``).
+71ca22b89874a282e52a5a80856a5f1143f5e55c; written out again, not copied):
+the pods run as the namespace's ``default`` service account (the operator sets none). Their
+tolerations are the operator's own plus the CR's ``spec.additionalTolerations``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from tests.admission.upstream.model import OPERATOR, User, uid
+from tests.admission.upstream.model import uid
 
 NAMESPACE = "skyhook"  # the operator's namespace (its NAMESPACE env; the chart's release namespace)
 AGENT = "ghcr.io/nvidia/skyhook/agent:6.3.0"
@@ -183,24 +183,3 @@ def interrupt_pod(cr: str, name: str, version: str, stage: str, kind: str, node:
     info = {"name": name, "version": version, "skyhook": cr, "stage": stage, "image": AGENT}
     annotations = {"skyhook.nvidia.com/package": json.dumps(info, separators=(",", ":"))}
     return _pod(safe_name(63, cr, stage, kind, node), cr, labels, spec, annotations)
-
-
-def pod_review(
-    pod: dict[str, Any] | None, *, user: User = OPERATOR, operation: str = "CREATE", sub: str = ""
-) -> dict[str, Any]:
-    meta = (pod or {}).get("metadata", {})
-    request: dict[str, Any] = {
-        "uid": uid("pod", meta.get("name"), operation, user.username, sub),
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
-        "name": meta.get("name", ""),
-        "namespace": meta.get("namespace", NAMESPACE),
-        "operation": operation,
-        "userInfo": user.info(),
-        "object": pod,
-        "oldObject": None,
-        "dryRun": False,
-    }
-    if sub:
-        request["subResource"] = sub
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
