@@ -445,7 +445,7 @@ def blocked(cr: PackageCr, node: NodeView, report: NodeReport | None) -> str | N
     if missing:
         fixes.append(
             f"add to spec.additionalTolerations (operator Equal): {', '.join(map(show_taint, missing))}; "
-            "re-apply the CR (nodewright.inject_tolerations adds them)"
+            "nodewright.inject_tolerations adds them on a spec change"
         )
     elif hold:
         fixes.append("none needed: package pods wait until the node is attested (then the hold changes)")

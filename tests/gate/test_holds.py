@@ -280,7 +280,7 @@ def test_the_hold_taint_itself() -> None:
     d = decide(node(taints=[pending]), [bare])
     assert (
         f"fix: add to spec.additionalTolerations (operator Equal): {KEY}=packages-pending:NoSchedule, "
-        f"{KEY}=validation-failed:NoSchedule; re-apply the CR (nodewright.inject_tolerations adds them)"
+        f"{KEY}=validation-failed:NoSchedule; nodewright.inject_tolerations adds them on a spec change"
         in d.message
     )
     # Only the missing one is named.
@@ -288,7 +288,7 @@ def test_the_hold_taint_itself() -> None:
     half = cr(reported=erroring, tolerations=[HOLD_TOLERATIONS[0]])
     d = decide(node("apply", "erroring"), [half])
     assert d.reason == "validation-failed"
-    assert f"(operator Equal): {KEY}=validation-failed:NoSchedule; re-apply" in d.message
+    assert f"(operator Equal): {KEY}=validation-failed:NoSchedule; nodewright" in d.message
     unattested = {"key": KEY, "value": "unattested", "effect": "NoSchedule"}
     d = decide(node(taints=[unattested]), [cr(reported={})], None)
     assert "package pods wait until the node is attested" in d.message

@@ -875,8 +875,8 @@ async def test_a_blocked_cause_is_shown_before_the_packages_it_keeps_from_starti
         f"packages-pending: {DRIVERS}: NodeWright cannot schedule its package pods here (TaintNotTolerable): "
         "its package pods do not tolerate nodegate.io/hold=packages-pending:NoSchedule; fix: add to "
         "spec.additionalTolerations (operator Equal): nodegate.io/hold=packages-pending:NoSchedule, "
-        "nodegate.io/hold=validation-failed:NoSchedule; re-apply the CR (nodewright.inject_tolerations adds "
-        f"them); {DRIVERS}: gpu-driver 550.1 stage - state absent"
+        "nodegate.io/hold=validation-failed:NoSchedule; nodewright.inject_tolerations adds them on a spec "
+        f"change; {DRIVERS}: gpu-driver 550.1 stage - state absent"
     )
     await add(
         kube,

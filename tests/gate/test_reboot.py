@@ -238,7 +238,7 @@ async def test_a_blocked_node_says_which_cr_why_and_the_fix(kmock: Any, api: Kub
         "fix: tolerate example.com/keep=x:NoExecute in the CR's spec.additionalTolerations or remove it "
         "from the node; add to spec.additionalTolerations (operator Equal): "
         "nodegate.io/hold=packages-pending:NoSchedule, nodegate.io/hold=validation-failed:NoSchedule; "
-        "re-apply the CR (nodewright.inject_tolerations adds them)" in text
+        "nodewright.inject_tolerations adds them on a spec change" in text
     )
 
 
