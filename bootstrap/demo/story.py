@@ -1,5 +1,6 @@
-"""The demo's steps 1-8, in order: software TPMs, the emulated API, `nodegate serve`, three joins and a
-refused one, the hold gate holding and releasing, and the admission webhook's decisions."""
+"""The demo's steps, in order: software TPMs, the emulated API, `nodegate serve`, three joins and a
+refused one, the hold gate holding and releasing, a reboot, the admission webhook's decisions, and
+(step 10, :mod:`bootstrap.demo.sample`) upstream's own sample CR reaching a held node."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import yaml
@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 
 from bootstrap.config import load_settings
 from bootstrap.demo import firmware, swtpm
-from bootstrap.demo.admit import admit, upstream_sample
+from bootstrap.demo.admit import admit
 from bootstrap.demo.cluster import start_api
 from bootstrap.demo.emulator import ShimEmulator
 from bootstrap.demo.manifests import (
@@ -35,7 +35,6 @@ from bootstrap.demo.manifests import (
     NODES,
     PACKAGES,
     PCR_CLASS,
-    SAMPLE_POOL,
     SELECTION,
     TAINT_KEY,
     TAMPERED,
@@ -43,7 +42,6 @@ from bootstrap.demo.manifests import (
     UNKNOWN_KERNEL,
     node_state_annotation,
     package_cr,
-    package_pod,
     policy_documents,
     rbac_documents,
     review,
@@ -52,8 +50,8 @@ from bootstrap.demo.manifests import (
 )
 from bootstrap.demo.narration import DemoFailed, detail, short, step
 from bootstrap.demo.processes import Joined, Machine, run_attest, run_join, start_serve, to_thread
+from bootstrap.demo.sample import sample_step
 from bootstrap.gate import Gate, LeaseHeld
-from bootstrap.gate.nodewright import parse_cr, show_taint, untolerated
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.node.tpm import Agent
 
@@ -399,101 +397,9 @@ class Demo:
         return allowed, denied
 
     async def upstream_sample_step(self) -> tuple[list[str], str]:
-        """Upstream's sample CR, unedited: admitted and mutated, picked for the held node by
-        NodeWright (played by the demo), its package completes and the node is released."""
-        held = NODES[-1]
-        sample = upstream_sample()
-        cr = sample.obj
-        name = str(cr["metadata"]["name"])
-        step(
-            10, f"upstream's own sample CR, unedited, reaches the held {held} (played: NodeWright's operator)"
-        )
-        detail(
-            f"Skyhook {name}: {sample.repository}@{sample.commit[:12]}:{sample.path} "
-            f"(sha256 {sample.sha256[:16]}..., {sample.licence}), shipped with the demo and applied as is"
-        )
-        if cr["spec"]["nodeSelectors"] != {"matchLabels": SAMPLE_POOL}:
-            raise DemoFailed(f"upstream's sample selects {cr['spec']['nodeSelectors']}, not {SAMPLE_POOL}")
-        labels = dict(SAMPLE_POOL)
-        await self._kube().patch_node(held, {"metadata": {"labels": labels}})
-        label = ",".join(f"{k}={v}" for k, v in labels.items())
-        detail(f"$ kubectl label node {held} {label}   (the pool the sample selects)")
-        node = await self._kube().get_node(held)
-        taints = tuple(((node or {}).get("spec") or {}).get("taints") or [])
-        skipped = untolerated(parse_cr(cr), taints)
-        detail(
-            "as written, NodeWright would skip it (TaintNotTolerable: "
-            f"{', '.join(show_taint(t) for t in skipped) or 'nothing'})"
-        )
-        if not skipped:
-            raise DemoFailed(f"{held} should be held: {taints}")
         ctx = ssl.create_default_context(cafile=str(self.bundle))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
-            body = review(cr, "alice", ("ml-platform",), kind=_SKYHOOK)
-            done = await admit(http, self.url, body)
-        shown = [f"{t['key']}={t['value']}:{t['effect']}" for t in done.added]
-        untouched = {k: v for k, v in done.obj["spec"].items() if k != "additionalTolerations"} == cr["spec"]
-        if len(shown) != 2 or not untouched or done.obj["metadata"] != cr["metadata"]:
-            raise DemoFailed(f"the mutating webhook changed more than the hold tolerations: {done.obj}")
-        detail(
-            f"POST /admission/mutate: JSONPatch adds {len(shown)} tolerations, nothing else: "
-            + ", ".join(shown)
-        )
-        policy = (done.answer.get("auditAnnotations") or {}).get("policy")
-        detail(f"ALLOWED  alice (ml-platform) creates Skyhook {name} (PackagePolicy {policy})")
-        await self._kube().create_cluster_object(*_SKYHOOK[:2], "skyhooks", done.obj)
-        detail(f"`nodegate gate --once`: {await self.gate_pass()}")
-        # The operator's picker and its package pod (bootstrap/gate/nodewright.py is the picker's rule).
-        stored = await self._kube().get_cluster_object(*_SKYHOOK[:2], "skyhooks", name)
-        if stored is None or untolerated(parse_cr(stored), taints):
-            raise DemoFailed(f"NodeWright would still skip {held}: {stored}")
-        package = next(iter(stored["spec"]["packages"]))
-        pod = package_pod(stored, package, held)
-        detail(
-            f"NodeWright picks {held}; its package pod {pod['metadata']['name']} carries the CR's "
-            f"tolerations ({len(pod['spec']['tolerations'])}), {TAINT_KEY} among them"
-        )
-        await self._complete_on(held, stored)
-        detail(f"`nodegate gate --once`: {await self.gate_pass()}")
-        if (hold := await self._hold(held)) is not None:
-            raise DemoFailed(f"{held} should be released once its packages completed: held {hold}")
-        detail(f"{held}: released: hold taint removed; packages of {CR_NAME} and {name} complete")
-        return shown, held
-
-    async def _complete_on(self, held: str, sample: dict[str, Any]) -> None:
-        """NodeWright (played) runs the sample's packages on ``held`` and retries gpu-stack's failed
-        driver there: everything complete, written to the Node and to each CR's status."""
-        name = str(sample["metadata"]["name"])
-        states = {
-            f"{p}|{v['version']}": {
-                "name": p, "version": v["version"], "image": v["image"],
-                "stage": "config", "state": "complete",
-            }
-            for p, v in sample["spec"]["packages"].items()
-        }  # fmt: skip
-        ours = {
-            f"{p}|{v}": {
-                "name": p, "version": v, "image": f"ghcr.io/nvidia/nodewright-packages/{p}",
-                "stage": "post-interrupt", "state": "complete",
-            }
-            for p, v in PACKAGES.items()
-        }  # fmt: skip
-        annotations = {
-            f"skyhook.nvidia.com/nodeState_{name}": json.dumps(states, sort_keys=True),
-            f"{CR_GROUP}/nodeState_{CR_NAME}": json.dumps(ours, sort_keys=True),
-        }
-        kube = self._kube()
-        await kube.patch_node(held, {"metadata": {"annotations": annotations}})
-        await kube.patch_cluster_object(
-            *_SKYHOOK[:2], "skyhooks", name, {"status": {"nodeState": {held: states}}}, status=True
-        )
-        current = await kube.get_cluster_object(CR_GROUP, CR_VERSION, CR_PLURAL, CR_NAME)
-        before = ((current or {}).get("status") or {}).get("nodeState", {}).get(held, {})
-        replaced = {**{k: None for k in before}, **ours}  # a merge patch: the node's map replaced whole
-        await kube.patch_cluster_object(
-            CR_GROUP, CR_VERSION, CR_PLURAL, CR_NAME, {"status": {"nodeState": {held: replaced}}}, status=True
-        )
-        detail(f"NodeWright's agent (played) reports {name}'s and {CR_NAME}'s packages complete on {held}")
+            return await sample_step(self._kube(), http, self.url, self.gate_pass)
 
     async def run(self) -> Summary:
         golden = await self.tpms_step()

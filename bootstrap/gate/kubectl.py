@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
 from bootstrap.config import GateSettings
-from bootstrap.gate import holds
+from bootstrap.gate import holds, nodewright
 from bootstrap.gate.cache import ATTESTATIONS
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed
 from bootstrap.names import is_node_name
@@ -64,23 +63,6 @@ class UsageError(StatusError):
 
 # One entry of status.packages as the gate wrote it: the gate's own type.
 PackageRow = holds.PackageStatus
-
-
-# The gate's message names why NodeWright cannot progress a CR on the node (bootstrap/gate/
-# nodewright.py blocked(): "<group>/<cr>: NodeWright <verb> (<cause>): <detail>; fix: ..."); the
-# table shows it, cause first, before the packages it keeps from starting ("not started").
-_BLOCKED = re.compile(
-    r"([a-z0-9.-]+/[^ ;:]+): NodeWright (?:reports the node blocked|cannot schedule its package pods here)"
-    r"(?: \(([^);]*)\))?(?:: ([^;]*))?"
-)
-
-
-def blocked_causes(message: str) -> list[str]:
-    out = []
-    for ref, cause, said in _BLOCKED.findall(message):
-        detail = said.replace("its package pods do not tolerate ", "does not tolerate ")
-        out.append(f"blocked ({cause or 'NodeWright'}): {ref}" + (f": {detail}" if detail else ""))
-    return out
 
 
 def _summary(row: PackageRow) -> str:
@@ -128,7 +110,7 @@ class NodeRow:
             items.append(self.attestation_problem)
         pending = [_summary(p) for p in self.packages if not p.complete]
         if pending:
-            items.extend(blocked_causes(self.message))  # why those packages do not start
+            items.extend(nodewright.blocked_causes(self.message))  # why those packages do not start
         items.extend(pending)
         held = self.hold is not None or self.phase in ("Held", "Quarantined")
         if not pending and not self.attestation_problem and held and self.message:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -462,3 +463,20 @@ def blocked(cr: PackageCr, node: NodeView, report: NodeReport | None) -> str | N
         f"{cr.ref}: NodeWright reports the node blocked{f' ({said})' if said else ''}; "
         f"fix: see the CR's status.conditions (kubectl describe {GROUPS[cr.group].lower()} {cr.name})"
     )
+
+
+# What blocked() wrote, read back from a gate message (for `kubectl nodegate status`): "<group>/<cr>:
+# NodeWright <verb> (<cause>): <detail>; fix: ...", shown cause first, before the packages it keeps
+# from starting ("not started").
+_BLOCKED = re.compile(
+    r"([a-z0-9.-]+/[^ ;:]+): NodeWright (?:reports the node blocked|cannot schedule its package pods here)"
+    r"(?: \(([^);]*)\))?(?:: ([^;]*))?"
+)
+
+
+def blocked_causes(message: str) -> list[str]:
+    out: list[str] = []
+    for ref, cause, said in _BLOCKED.findall(message):
+        detail = said.replace("its package pods do not tolerate ", "does not tolerate ")
+        out.append(f"blocked ({cause or 'NodeWright'}): {ref}" + (f": {detail}" if detail else ""))
+    return out
