@@ -49,10 +49,11 @@ def soft_warnings(cr: CrView) -> list[str]:
 def hold_warnings(obj: Mapping[str, Any], hold_taint_key: str) -> list[str]:
     """When the CR lacks the package-hold tolerations (``nodewright.inject_tolerations`` off, or the
     mutating webhook not installed): NodeWright will skip every node nodegate holds. One line per
-    missing toleration, in the form to paste (warnings are cut at 120 characters)."""
+    missing toleration, in the form to paste (warnings are cut at 120 characters). On the path of
+    every admitted CR: objects from the review's JSON are dicts, checked as such (no ABC check)."""
     spec = obj.get("spec")
     missing = missing_hold_tolerations(
-        spec.get("additionalTolerations") if isinstance(spec, Mapping) else None, hold_taint_key
+        spec.get("additionalTolerations") if type(spec) is dict else None, hold_taint_key
     )
     if not missing:
         return []

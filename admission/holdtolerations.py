@@ -28,34 +28,43 @@ def hold_tolerations(key: str) -> list[dict[str, str]]:
     ]
 
 
-def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     """core/v1 ``Toleration.ToleratesTaint`` as NodeWright calls it (comparison operators off: Lt
-    and Gt tolerate nothing; an empty operator is Equal; an empty key or effect matches any)."""
-    effect, key = _text(toleration.get("effect")), _text(toleration.get("key"))
-    if effect and effect != taint.get("effect"):
+    and Gt tolerate nothing; an empty operator is Equal; an empty key or effect matches any; a
+    field that is not a string counts as empty). The key first: most tolerations name another."""
+    key = toleration.get("key")
+    if key and isinstance(key, str) and key != taint.get("key"):
         return False
-    if key and key != taint.get("key"):
+    effect = toleration.get("effect")
+    if effect and isinstance(effect, str) and effect != taint.get("effect"):
         return False
-    operator = _text(toleration.get("operator"))
+    operator = toleration.get("operator")
     if operator == "Exists":
         return True
-    return operator in ("", "Equal") and _text(toleration.get("value")) == _text(taint.get("value"))
+    if operator and operator != "Equal" and isinstance(operator, str):
+        return False
+    value = toleration.get("value")
+    want = taint.get("value")
+    return (value if isinstance(value, str) else "") == (want if isinstance(want, str) else "")
 
 
 def missing_hold_tolerations(tolerations: object, key: str) -> list[dict[str, str]]:
     """The hold tolerations not already covered by ``tolerations`` (a CR's
-    ``spec.additionalTolerations`` as sent: absent, null or a list; entries that are not objects
-    tolerate nothing). Covered means some toleration already tolerates that hold taint."""
-    have = [t for t in tolerations if isinstance(t, Mapping)] if isinstance(tolerations, list) else []
-    return [
-        wanted
-        for wanted in hold_tolerations(key)
-        if not any(tolerates(t, {"key": key, "value": wanted["value"], "effect": HOLD_EFFECT}) for t in have)
-    ]
+    ``spec.additionalTolerations`` as sent, from JSON: absent, null or a list; entries that are
+    not objects tolerate nothing). Covered means some toleration already tolerates that hold taint. On the
+    validating webhook's path for every admitted CR: the common answer (both present) is quick."""
+    if not isinstance(tolerations, list):
+        return hold_tolerations(key)
+    wanted = hold_tolerations(key)
+    if all(w in tolerations for w in wanted):  # as the mutation wrote them: one C-level compare each
+        return []
+    have = [t for t in tolerations if isinstance(t, dict)]
+    out: list[dict[str, str]] = []
+    for value in PACKAGE_HOLD_VALUES:
+        taint = {"key": key, "value": value, "effect": HOLD_EFFECT}
+        if not any(tolerates(t, taint) for t in have):
+            out.append({"key": key, "operator": "Equal", "value": value, "effect": HOLD_EFFECT})
+    return out
 
 
 def show(tolerations: Sequence[Mapping[str, Any]]) -> str:
