@@ -227,6 +227,21 @@ def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     check.add_argument("--at", metavar="TIME", help="judge validity at this RFC 3339 time (default: now)")
     check.add_argument("cert", nargs="?", type=Path, metavar="CERT", help="the EK certificate (DER or PEM)")
+    roots = esub.add_parser(
+        "roots",
+        help="list the trusted EK CAs (vendor, subject, fingerprint, expiry, source); warn about expiry",
+    )
+    roots.add_argument(
+        "--roots",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="as ek_roots in the config (default: vendors, the store shipped with nodegate)",
+    )
+    roots.add_argument("--expiring", type=int, default=365, metavar="DAYS", help="warn within DAYS (365)")
+    roots.add_argument("--at", metavar="TIME", help="judge expiry at this RFC 3339 time (default: now)")
+    roots.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
 
 class _NoInlinePassphrase(argparse.Action):
