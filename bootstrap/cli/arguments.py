@@ -104,6 +104,23 @@ def _node(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"where the node key and credentials go (default {NODE_DIR})",
     )
     join.add_argument("--ek", choices=("ecc", "rsa"), default="rsa", help="EK type to use (default rsa)")
+    join.add_argument(
+        "--ek-cert-file",
+        type=Path,
+        metavar="FILE",
+        help="the EK certificate (DER or PEM) to send instead of the one in NV (fTPMs on air-gapped fleets)",
+    )
+    join.add_argument(
+        "--no-ek-cert-fetch",
+        dest="ek_cert_fetch",
+        action="store_false",
+        help="never fetch an Intel or AMD fTPM's EK certificate from the vendor's service",
+    )
+    join.add_argument(
+        "--ek-cert-service",
+        metavar="URL",
+        help="base URL of a mirror of the vendor's EK certificate service (default: the vendor's own)",
+    )
     renew = sub.add_parser("renew", help="renew this machine's SVID (mTLS + a fresh TPM quote)")
     _node_common(renew)
     _node_dir(renew)

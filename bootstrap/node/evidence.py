@@ -97,6 +97,10 @@ class AsyncTpm:
             raise JoinFailed("tpm_error", "the EK is not loaded")
         return self.ek
 
+    async def manufacturer(self) -> int:
+        a, _ = self.require()
+        return await self._run(a.manufacturer)
+
     async def activate(self, blob: bytes, encrypted: bytes) -> bytes:
         a, ak = self.require()
         return await self._run(a.activate_credential, ak, self.require_ek(), blob, encrypted)
