@@ -19,6 +19,7 @@ import yaml
 
 from attest import bootevents, eventlog, measuredboot
 from attest.errors import AttestationError
+from attest.filekind import describe as what_file_is
 from attest.tcglog import Event
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -129,7 +130,8 @@ def inspect(args: argparse.Namespace) -> int:
         print(f"nodegate eventlog inspect: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except AttestationError as exc:
-        print(f"nodegate eventlog inspect: {args.file}: {exc} [{exc.code}]", file=sys.stderr)
+        kind = what_file_is(_read(args.file))  # an IMA list, a YAML dump, ...: say so instead
+        print(f"nodegate eventlog inspect: {args.file}: {kind or exc} [{exc.code}]", file=sys.stderr)
         return EXIT_INVALID
     doc = describe(log, events=args.events)
     print(json.dumps(doc, indent=1) if args.output == "json" else _text(doc))
