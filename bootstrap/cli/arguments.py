@@ -198,6 +198,17 @@ def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     inspect.add_argument("file", type=Path, metavar="FILE", help="a TCG event log (binary_bios_measurements)")
     inspect.add_argument("-o", "--output", choices=("text", "json"), default="text")
     inspect.add_argument("--events", action="store_true", help="list every event too")
+    check = esub.add_parser(
+        "check", help="judge one event log by a measured_boot policy, as the service would"
+    )
+    check.add_argument("--policy", required=True, type=Path, metavar="FILE", help="measured_boot policy YAML")
+    check.add_argument("--event-log", required=True, type=Path, metavar="FILE", help="the TCG event log")
+    check.add_argument(
+        "--pcrs",
+        type=Path,
+        metavar="FILE",
+        help="PCR values a quote covered (tpm2_pcrread YAML, or {bank: {index: hex}}); default: the replay",
+    )
 
 
 class _Several(argparse.Action):
