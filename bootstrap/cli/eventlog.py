@@ -170,5 +170,5 @@ def learn(args: argparse.Namespace) -> int:
             print(f"  {line}", file=sys.stderr)
         return EXIT_INVALID
     print(f"# learned from {len(known)} event log(s); review before use", file=sys.stdout)
-    print(yaml.safe_dump(policy, sort_keys=False), end="")
+    print(mbcheck.annotated(yaml.safe_dump(policy, sort_keys=False), cls, len(known)), end="")
     return EXIT_OK

@@ -159,3 +159,24 @@ def test_check_names_a_file_that_is_not_an_event_log(
     assert code == 1
     assert "an IMA runtime measurement list" in out
     assert out.splitlines()[-1] == "verdict    refused [event_log_invalid]"
+
+
+def test_learned_lists_carry_a_comment_saying_what_and_how_many(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rhel = _write(tmp_path, "rhel.bin", realtpm.data(RHEL))
+    code, out, _ = _learn(tmp_path, capsys, rhel)
+    assert code == 0
+    cls = yaml.safe_load(out)["measured_boot"]["classes"][0]
+    dbx = cls["dbx_required"]
+    assert len(dbx) > 10
+    lines = out.splitlines()
+    at = lines.index("    dbx_required:")
+    assert lines[at - 1] == (
+        f"    # {len(dbx)} entries in the dbx of all 1 log(s): SHA-256s of revoked boot binaries and "
+        "certificates; a node whose dbx lacks one is refused (stale revocations)"
+    )
+    at = lines.index("    boot_applications:")
+    assert (
+        lines[at - 1] == f"    # {len(cls['boot_applications'])} boot applications seen (PE image SHA-256s)"
+    )
