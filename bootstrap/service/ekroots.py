@@ -155,7 +155,7 @@ def load_roots(paths: Iterable[Path]) -> Roots:
     for entry in paths:
         path = vendor_store() if entry == Path(VENDORS) else entry
         if entry == Path(VENDORS) and not (path / MANIFEST).is_file():
-            why = f"the vendor root store is not installed here (no {MANIFEST}); see docs/ek-roots.md"
+            why = f"no vendor root store here (no {MANIFEST}; is ${STORE_ENV} right?); see docs/ek-roots.md"
             skipped.append((path, why))
         elif path.is_dir():
             _folder(path, found, skipped, listed)
