@@ -237,15 +237,23 @@ def _load(der: bytes) -> x509.Certificate:
         # cryptography still loads a non-positive serial with a deprecation warning; RFC 5280
         # forbids it and no vendor needs it, so it is refused now rather than in a future release.
         warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        # A common name longer than X.520's 64 characters gets a UserWarning; Google Cloud's genuine
+        # EK CAs have such names, and the bound carries nothing for trust (names are compared whole).
+        warnings.filterwarnings("ignore", message="Attribute's length must be", category=UserWarning)
         cert = x509.load_der_x509_certificate(der)
         serial = cert.serial_number  # parsed (and warned about) on first access
+        # Fields decode lazily (names once, then cached on the certificate): decode them now so
+        # that every later access is safe and silent, and a bad encoding is reported here.
+        _ = (
+            cert.extensions,
+            cert.not_valid_before_utc,
+            cert.not_valid_after_utc,
+            cert.signature_algorithm_oid,
+        )
+        cert.issuer.rfc4514_string()
+        cert.subject.rfc4514_string()
     if serial <= 0:
         raise ValueError("the serial number is not positive (RFC 5280 4.1.2.2)")
-    # Fields decode lazily: decode them now so that every later access is safe and a bad
-    # encoding is reported here, as what it is.
-    _ = (cert.extensions, cert.not_valid_before_utc, cert.not_valid_after_utc, cert.signature_algorithm_oid)
-    cert.issuer.rfc4514_string()
-    cert.subject.rfc4514_string()
     return cert
 
 

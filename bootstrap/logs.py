@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import warnings
 from datetime import UTC, datetime
 
 FIELDS = (
@@ -65,3 +66,26 @@ def configure(level: int = logging.INFO) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    capture_warnings()
+
+
+def capture_warnings() -> None:
+    """Python warnings (cryptography's, aiohttp's, ...) become records of ``nodegate.warnings``:
+    one line in the log's own format, never Python's two-line warning on the terminal nor a
+    non-JSON line in the JSON stream. Warnings that carry nothing are filtered where they arise
+    (attest/certparse.py)."""
+    warnings.showwarning = _show_warning
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    where = f"{filename.rsplit('/', 1)[-1]}:{lineno}"
+    logging.getLogger("nodegate.warnings").warning(
+        "%s: %s", category.__name__, message, extra={"error": where}
+    )

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build or refresh nodegate's vendor EK root store from public sources on disk.
 
-    python scripts/refresh-ek-roots.py [--store DIR] [--dry-run] [--expiring DAYS] SRC...
+    python scripts/refresh-ek-roots.py [--store DIR] [--dry-run] [--expiring DAYS] [--fetched DATE] SRC...
 
 SRC is a certificate file (PEM, several PEM blocks, or DER) or a folder searched recursively for
 *.pem, *.crt, *.cer, *.der and *.cert: for example git checkouts of keylime/keylime
@@ -9,8 +9,10 @@ SRC is a certificate file (PEM, several PEM blocks, or DER) or a folder searched
 unpacked Microsoft TrustedTpm.cab (docs/ek-roots.md lists them). Only CA certificates go into the
 store; each is written as its own PEM file (the exact DER the vendor signed) under
 ``<store>/<vendor>/`` and listed in ``<store>/manifest.json`` with its vendor, source (repository,
-commit and path, from ``git`` or from a ``manifest.json`` next to the files that records them),
-SHA-256 fingerprint, subject and expiry. nodegate checks those fingerprints when it loads the store.
+commit and path, from ``git`` or from a ``manifest.json`` next to the files that records them; the
+vendor's download URL where the source lists it), the source's licence, the date fetched, SHA-256
+fingerprint, subject and expiry. nodegate checks those fingerprints when it loads the store.
+Without --store, the store shipped in the package (bootstrap/data/ek-roots) is rewritten.
 
 The store becomes exactly what the sources hold; the report says what was added, removed, skipped
 and what expires within --expiring days. Exit 0 done, 1 nothing usable found, 2 usage.
@@ -32,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, too
 
+import yaml
 from cryptography import x509
 
 from attest.certparse import Cert
@@ -55,18 +58,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("sources", nargs="+", type=Path, metavar="SRC")
     p.add_argument(
-        "--store", type=Path, default=ekroots.vendor_store(), help="the store folder (default %(default)s)"
+        "--store", type=Path, default=ekroots.PACKAGED_STORE, help="the store folder (default %(default)s)"
     )
     p.add_argument("--dry-run", action="store_true", help="report what would change, write nothing")
     p.add_argument(
         "--expiring", type=int, default=365, metavar="DAYS", help="report CAs expiring within DAYS"
+    )
+    p.add_argument(
+        "--fetched",
+        default=datetime.now(UTC).date().isoformat(),
+        metavar="DATE",
+        help="the date the sources were fetched, recorded per file (default today)",
     )
     args = p.parse_args(argv)
     missing = [s for s in args.sources if not s.exists()]
     if missing:
         print(f"refresh-ek-roots: no such file or folder: {missing[0]}", file=sys.stderr)
         return 2
-    entries, certs, left_out = collect(args.sources)
+    entries, certs, left_out = collect(args.sources, fetched=args.fetched)
     old = _old_manifest(args.store)
     print(report(old, entries, left_out, datetime.now(UTC), timedelta(days=args.expiring)))
     if not entries:
@@ -79,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def collect(
-    sources: list[Path],
+    sources: list[Path], *, fetched: str = ""
 ) -> tuple[list[ekroots.ManifestEntry], dict[str, Cert], list[tuple[str, str]]]:
     """Manifest entries and certificates (by sha256) of every CA in ``sources``, and what was left out."""
     entries: dict[str, ekroots.ManifestEntry] = {}
@@ -105,7 +114,10 @@ def collect(
                     continue  # published in several places: the first source is recorded
                 vendor = provenance.vendor or vendor_of(cert) or _vendor_from_path(path) or "other"
                 source = provenance.source(path, i, len(found))
-                entries[cert.sha256] = _entry(cert, vendor, source)
+                url = provenance.urls.get(cert.sha256)
+                if url:
+                    source["url"] = url
+                entries[cert.sha256] = _entry(cert, vendor, source, provenance.licence, fetched)
                 certs[cert.sha256] = cert
     return sorted(entries.values(), key=lambda e: e.file), certs, left_out
 
@@ -142,7 +154,9 @@ def _vendor_from_path(path: Path) -> str | None:
     return next((part.lower() for part in reversed(path.parts[:-1]) if part.lower() in names), None)
 
 
-def _entry(cert: Cert, vendor: str, source: dict[str, str]) -> ekroots.ManifestEntry:
+def _entry(
+    cert: Cert, vendor: str, source: dict[str, str], licence: str, fetched: str
+) -> ekroots.ManifestEntry:
     cn = cert.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
     label = str(cn[0].value) if cn else cert.name()
     slug = re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-")[:60] or "ca"
@@ -155,6 +169,8 @@ def _entry(cert: Cert, vendor: str, source: dict[str, str]) -> ekroots.ManifestE
         role="root" if cert.self_issued else "intermediate",
         source=source,
         quirks=cert.quirks,
+        licence=licence,
+        fetched=fetched,
     )
 
 
@@ -163,9 +179,15 @@ class Provenance:
     fixture collections do), else its git checkout, else the local path."""
 
     def __init__(
-        self, vendor: str | None, recorded: dict[str, str] | None, git: dict[str, str] | None
+        self,
+        vendor: str | None,
+        recorded: dict[str, str] | None,
+        git: dict[str, str] | None,
+        licence: str = "",
+        urls: dict[str, str] | None = None,
     ) -> None:
         self.vendor, self.recorded, self.git = vendor, recorded, git
+        self.licence, self.urls = licence, urls or {}
 
     @classmethod
     def of(cls, path: Path) -> Provenance:
@@ -174,20 +196,21 @@ class Provenance:
             if manifest.is_file():
                 entry = _recorded(manifest, path.relative_to(folder).as_posix())
                 if entry is not None:
-                    vendor, source = entry.get("vendor"), entry.get("source")
+                    vendor, source, licence = entry.get("vendor"), entry.get("source"), entry.get("licence")
                     return cls(
                         vendor if isinstance(vendor, str) else None,
                         {str(k): str(v) for k, v in source.items()} if isinstance(source, dict) else None,
                         None,
+                        licence if isinstance(licence, str) else "",
                     )
             if (folder / ".git").exists():
-                return cls(None, None, _git(folder, path))
+                return cls(None, None, _git(folder, path), _licence(folder), _download_urls(folder))
         return cls(None, None, None)
 
     def source(self, path: Path, index: int, count: int) -> dict[str, str]:
         suffix = f"#{index + 1}" if count > 1 else ""
         if self.recorded:
-            out = {k: str(v) for k, v in self.recorded.items() if k in ("repo", "commit", "path")}
+            out = {k: str(v) for k, v in self.recorded.items() if k in ("repo", "commit", "path", "url")}
             return {**out, "path": out.get("path", "") + suffix}
         if self.git:
             return {**self.git, "path": self.git["path"] + suffix}
@@ -218,6 +241,46 @@ def _git(top: Path, path: Path) -> dict[str, str]:
     match = re.search(r"github\.com[:/]([^/]+/[^/]+?)(?:\.git)?$", remote)
     return {"repo": match.group(1) if match else remote or str(top), "commit": git("rev-parse", "HEAD"),
             "path": path.relative_to(top).as_posix()}  # fmt: skip
+
+
+_LICENCES = (  # the first words of a LICENSE file -> its SPDX identifier
+    (r"apache license\s+version 2\.0", "Apache-2.0"),
+    (r"bsd 3-clause", "BSD-3-Clause"),
+    (r"bsd 2-clause", "BSD-2-Clause"),
+    (r"\bmit license\b", "MIT"),
+)
+
+
+def _licence(top: Path) -> str:
+    """The SPDX identifier of a checkout's LICENSE file, or "see <file>" when it is another one."""
+    for name in ("LICENSE", "LICENSE.txt", "LICENSE.md", "COPYING"):
+        path = top / name
+        if path.is_file():
+            text = " ".join(path.read_text(errors="replace")[:600].lower().split())
+            found = next((spdx for pattern, spdx in _LICENCES if re.search(pattern, text)), None)
+            return found or f"see {name}"
+    return ""
+
+
+def _download_urls(top: Path) -> dict[str, str]:
+    """SHA-256 -> the vendor's download URL, where a source lists them (tpm-ca-certificates keeps
+    each certificate's URL and fingerprint in .tpm-roots.yaml and .tpm-intermediates.yaml)."""
+    urls: dict[str, str] = {}
+    for name in (".tpm-roots.yaml", ".tpm-intermediates.yaml"):
+        path = top / name
+        if not path.is_file():
+            continue
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError):
+            continue
+        for vendor in (doc or {}).get("vendors") or []:
+            for cert in (vendor or {}).get("certificates") or []:
+                url = cert.get("url")
+                fp = ((cert.get("validation") or {}).get("fingerprint") or {}).get("sha256")
+                if isinstance(url, str) and isinstance(fp, str):
+                    urls[fp.replace(":", "").lower()] = url
+    return urls
 
 
 def _old_manifest(store: Path) -> list[ekroots.ManifestEntry]:

@@ -104,6 +104,23 @@ def _node(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"where the node key and credentials go (default {NODE_DIR})",
     )
     join.add_argument("--ek", choices=("ecc", "rsa"), default="rsa", help="EK type to use (default rsa)")
+    join.add_argument(
+        "--ek-cert-file",
+        type=Path,
+        metavar="FILE",
+        help="the EK certificate (DER or PEM) to send instead of the one in NV (fTPMs on air-gapped fleets)",
+    )
+    join.add_argument(
+        "--no-ek-cert-fetch",
+        dest="ek_cert_fetch",
+        action="store_false",
+        help="never fetch an Intel or AMD fTPM's EK certificate from the vendor's service",
+    )
+    join.add_argument(
+        "--ek-cert-service",
+        metavar="URL",
+        help="base URL of a mirror of the vendor's EK certificate service (default: the vendor's own)",
+    )
     renew = sub.add_parser("renew", help="renew this machine's SVID (mTLS + a fresh TPM quote)")
     _node_common(renew)
     _node_dir(renew)
@@ -181,6 +198,17 @@ def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     inspect.add_argument("file", type=Path, metavar="FILE", help="a TCG event log (binary_bios_measurements)")
     inspect.add_argument("-o", "--output", choices=("text", "json"), default="text")
     inspect.add_argument("--events", action="store_true", help="list every event too")
+    check = esub.add_parser(
+        "check", help="judge one event log by a measured_boot policy, as the service would"
+    )
+    check.add_argument("--policy", required=True, type=Path, metavar="FILE", help="measured_boot policy YAML")
+    check.add_argument("--event-log", required=True, type=Path, metavar="FILE", help="the TCG event log")
+    check.add_argument(
+        "--pcrs",
+        type=Path,
+        metavar="FILE",
+        help="PCR values a quote covered (tpm2_pcrread YAML, or {bank: {index: hex}}); default: the replay",
+    )
 
 
 class _Several(argparse.Action):
@@ -227,6 +255,21 @@ def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     check.add_argument("--at", metavar="TIME", help="judge validity at this RFC 3339 time (default: now)")
     check.add_argument("cert", nargs="?", type=Path, metavar="CERT", help="the EK certificate (DER or PEM)")
+    roots = esub.add_parser(
+        "roots",
+        help="list the trusted EK CAs (vendor, subject, fingerprint, expiry, source); warn about expiry",
+    )
+    roots.add_argument(
+        "--roots",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="PATH",
+        help="as ek_roots in the config (default: vendors, the store shipped with nodegate)",
+    )
+    roots.add_argument("--expiring", type=int, default=365, metavar="DAYS", help="warn within DAYS (365)")
+    roots.add_argument("--at", metavar="TIME", help="judge expiry at this RFC 3339 time (default: now)")
+    roots.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
 
 class _NoInlinePassphrase(argparse.Action):

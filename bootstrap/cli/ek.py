@@ -26,6 +26,7 @@ from attest import certparse, ekcert, tpm, wire
 from attest.certparse import Cert
 from attest.errors import AttestationError, MalformedInput
 from attest.keys import spki_der
+from bootstrap.cli import ekstore
 from bootstrap.service import ekroots
 
 EXIT_TRUSTED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -38,6 +39,8 @@ class _Usage(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ek_command == "roots":
+        return ekstore.run(args)
     try:
         return check(args)
     except _Usage as exc:

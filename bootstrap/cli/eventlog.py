@@ -19,7 +19,9 @@ import yaml
 
 from attest import bootevents, eventlog, measuredboot
 from attest.errors import AttestationError
+from attest.filekind import describe as what_file_is
 from attest.tcglog import Event
+from bootstrap.cli import mbcheck
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -118,7 +120,9 @@ def _item(item: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``nodegate eventlog inspect``."""
+    """``nodegate eventlog inspect`` and ``nodegate eventlog check`` (mbcheck.py)."""
+    if args.eventlog_command == "check":
+        return mbcheck.check(args)
     return inspect(args)
 
 
@@ -129,7 +133,8 @@ def inspect(args: argparse.Namespace) -> int:
         print(f"nodegate eventlog inspect: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except AttestationError as exc:
-        print(f"nodegate eventlog inspect: {args.file}: {exc} [{exc.code}]", file=sys.stderr)
+        kind = what_file_is(_read(args.file))  # an IMA list, a YAML dump, ...: say so instead
+        print(f"nodegate eventlog inspect: {args.file}: {kind or exc} [{exc.code}]", file=sys.stderr)
         return EXIT_INVALID
     doc = describe(log, events=args.events)
     print(json.dumps(doc, indent=1) if args.output == "json" else _text(doc))
@@ -158,6 +163,12 @@ def learn(args: argparse.Namespace) -> int:
         print(f"nodegate policy learn: {exc}", file=sys.stderr)
         return EXIT_USAGE
     policy = {"measured_boot": {"classes": [cls.model_dump(mode="json", exclude_none=True)]}}
+    refused = mbcheck.self_check(cls, args.event_log, cmdlines=args.kernel_cmdlines)
+    if refused:  # the class must accept every log it was learned from, or it is not written
+        print("nodegate policy learn: self-check failed: the class would refuse", file=sys.stderr)
+        for line in refused:
+            print(f"  {line}", file=sys.stderr)
+        return EXIT_INVALID
     print(f"# learned from {len(known)} event log(s); review before use", file=sys.stdout)
-    print(yaml.safe_dump(policy, sort_keys=False), end="")
+    print(mbcheck.annotated(yaml.safe_dump(policy, sort_keys=False), cls, len(known)), end="")
     return EXIT_OK

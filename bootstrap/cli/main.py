@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Sequence
 
+from bootstrap import logs
 from bootstrap.cli.arguments import parser
 
 # command -> module under bootstrap.cli with run(args) -> exit code
@@ -30,6 +31,7 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    logs.capture_warnings()
     p = parser()
     args = p.parse_args(argv)
     if args.command is None:

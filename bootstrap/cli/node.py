@@ -49,7 +49,15 @@ def attest_main(args: argparse.Namespace) -> int:
 
 def join_main(args: argparse.Namespace) -> int:
     try:
-        opts = JoinOptions(**_shared(args), node_name=args.node_name, out=args.out, ek_kind=args.ek)
+        opts = JoinOptions(
+            **_shared(args),
+            node_name=args.node_name,
+            out=args.out,
+            ek_kind=args.ek,
+            ek_cert_file=args.ek_cert_file,
+            ek_cert_fetch=args.ek_cert_fetch,
+            ek_cert_service=args.ek_cert_service,
+        )
         result = asyncio.run(join(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate join", exc)

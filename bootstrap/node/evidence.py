@@ -19,10 +19,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from attest import filekind
 from attest.errors import AttestationError
 from bootstrap.node import tpm
 from bootstrap.node.defaults import BOOT_ID, EVENT_LOG
-from bootstrap.node.errors import JoinFailed
+from bootstrap.node.errors import JoinFailed, JoinUsageError
 from bootstrap.protocol import EVENT_LOG_BYTES, is_boot_id, qualifying_data
 
 __all__ = ["AsyncTpm", "credential_proof", "quote_evidence"]
@@ -97,6 +98,10 @@ class AsyncTpm:
             raise JoinFailed("tpm_error", "the EK is not loaded")
         return self.ek
 
+    async def manufacturer(self) -> int:
+        a, _ = self.require()
+        return await self._run(a.manufacturer)
+
     async def activate(self, blob: bytes, encrypted: bytes) -> bytes:
         a, ak = self.require()
         return await self._run(a.activate_credential, ak, self.require_ek(), blob, encrypted)
@@ -127,7 +132,8 @@ def read_boot_evidence(
     """This boot's id and event log, when the machine has them. Without ``event_log_path`` the
     firmware's log is sent only when ``tcti`` is the platform TPM (``device:``), since the log
     describes that TPM alone; a log that cannot be read or is too large is left out with a
-    warning (the service decides whether a log is required)."""
+    warning (the service decides whether a log is required). A named log that is recognisably not
+    a TCG log (an IMA list, a YAML dump, a compressed copy) is a usage error naming what it is."""
     boot_id: str | None = None
     if boot_id_path is not None:
         try:
@@ -139,6 +145,7 @@ def read_boot_evidence(
             if boot_id is None:
                 log.warning("%s holds no boot id", boot_id_path)
     event_log: bytes | None = None
+    explicit = event_log_path is not None
     if event_log_path is None and tcti.startswith("device:") and EVENT_LOG.exists():
         event_log_path = EVENT_LOG
     if event_log_path is not None:
@@ -148,6 +155,9 @@ def read_boot_evidence(
         except OSError as exc:
             log.warning("no event log from %s: %s", event_log_path, exc)
         else:
+            kind = filekind.describe(data) if data and explicit else None
+            if kind is not None:  # the operator named the wrong file: say what it is, send nothing
+                raise JoinUsageError(f"--event-log {event_log_path}: {kind}")
             if len(data) > EVENT_LOG_BYTES:
                 log.warning("%s is larger than %d bytes: not sent", event_log_path, EVENT_LOG_BYTES)
             elif data:

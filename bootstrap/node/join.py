@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from bootstrap.files import ensure_dir
 from bootstrap.names import is_node_name
+from bootstrap.node import ekfetch
 from bootstrap.node.client import (
     BACKOFF_CAP,
     JOIN_FINISH_PATH,
@@ -128,6 +129,12 @@ class JoinOptions:
     timeout: float = 30.0  # per request
     event_log: Path | None = None  # None: the firmware's log when tcti is the platform TPM
     boot_id_file: Path | None = BOOT_ID  # None: send no boot id
+    # An EK certificate from a file, for TPMs without one in NV (air-gapped fTPM fleets); it
+    # replaces what NV holds. Without it, Intel and AMD fTPMs get theirs from the vendor's service
+    # (ek_cert_service: another base URL, a mirror) unless ek_cert_fetch is off (ekfetch.py).
+    ek_cert_file: Path | None = None
+    ek_cert_fetch: bool = True
+    ek_cert_service: str | None = None
 
     def __post_init__(self) -> None:
         base_url(self.server)
@@ -159,6 +166,7 @@ async def _attempt(
     csr: x509.CertificateSigningRequest,
     csr_der: bytes,
     boot: BootEvidence,
+    ek_certificate: bytes | None,
 ) -> FinishResponse:
     """One pass /start -> TPM -> /finish."""
     _, ak = device.require()
@@ -166,7 +174,7 @@ async def _attempt(
     start_body: dict[str, Any] = {
         "node_name": opts.node_name,
         "ek_public": _b64e(ek.public),
-        "ek_certificate": None if ek.certificate is None else _b64e(ek.certificate),
+        "ek_certificate": None if ek_certificate is None else _b64e(ek_certificate),
         "ak_public": _b64e(ak.public),
         "csr": csr.public_bytes(serialization.Encoding.PEM).decode("ascii"),
     }
@@ -175,6 +183,21 @@ async def _attempt(
     body = await quote_evidence(device, start.session, start.nonce, start.pcr_selection, csr_der, boot)
     body["proof"] = _b64e(proof)
     return await post_finish(client, JOIN_FINISH_PATH, body)
+
+
+async def ek_certificate(device: AsyncTpm, opts: JoinOptions) -> bytes | None:
+    """What to send as the EK certificate: --ek-cert-file, else NV's, else (Intel and AMD fTPMs)
+    the vendor service's, else none (the server's allowlist may still admit the EK)."""
+    ek = device.require_ek()
+    if opts.ek_cert_file is not None:
+        return ekfetch.read_certificate_file(opts.ek_cert_file, ek.public)
+    if ek.certificate is not None or not opts.ek_cert_fetch:
+        return ek.certificate
+    manufacturer = await device.manufacturer()
+    cert = await ekfetch.fetch_certificate(manufacturer, ek.public, service=opts.ek_cert_service)
+    if cert is None:
+        log.info("no EK certificate in NV and none published by %s", ekfetch.manufacturer_name(manufacturer))
+    return cert
 
 
 def _outputs(fin: FinishResponse, key: ec.EllipticCurvePrivateKey, node_name: str) -> dict[str, bytes]:
@@ -214,8 +237,9 @@ async def join(
             http_session(ssl_ctx, opts.timeout, "nodegate-join") as s,
         ):
             client = ServiceClient(s, base, opts.ca_bundle)
+            ek_cert = await ek_certificate(device, opts)
             fin = await with_retries(
-                lambda: _attempt(client, device, opts, csr, csr_der, boot),
+                lambda: _attempt(client, device, opts, csr, csr_der, boot, ek_cert),
                 what="join",
                 attempts=opts.attempts,
                 backoff=opts.backoff,

@@ -34,6 +34,7 @@ from tpm2_pytss import (
     TPM2_ALG,
     TPM2_CAP,
     TPM2_HC,
+    TPM2_PT,
     TPM2_RC,
     TPM2_SE,
     TPM2_SU,
@@ -185,6 +186,17 @@ class Agent:
         self._ctx = None
 
     # -- EK -----------------------------------------------------------------------------
+
+    def manufacturer(self) -> int:
+        """TPM_PT_MANUFACTURER: the vendor's four letters as an integer ("INTC", "AMD", ...)."""
+        try:
+            _, data = self.ctx.get_capability(TPM2_CAP.TPM_PROPERTIES, TPM2_PT.MANUFACTURER, 1)
+        except TSS2_Exception as exc:
+            raise _explain(exc, "reading the TPM manufacturer") from None
+        props = data.data.tpmProperties
+        if props.count < 1 or int(props[0].property) != int(TPM2_PT.MANUFACTURER):
+            raise TpmError("the TPM did not report its manufacturer")
+        return int(props[0].value)
 
     def read_ek_certificate(self, kind: EkKind = "rsa") -> tuple[str, bytes | None]:
         """Return (template name, DER certificate or None) for the first EK of ``kind`` that has

@@ -28,7 +28,9 @@ log = logging.getLogger("nodegate.ekroots")
 
 VENDORS = "vendors"  # the literal ek_roots entry that means "the vendor root store"
 STORE_ENV = "NODEGATE_EK_VENDOR_STORE"
-DEFAULT_STORE = Path("/usr/share/nodegate/ek-roots")
+# The store ships inside the package (package data, like certifi's bundle), built by
+# scripts/refresh-ek-roots.py from public sources; the folder name is not importable on purpose.
+PACKAGED_STORE = Path(__file__).resolve().parent.parent / "data" / "ek-roots"
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "nodegate-ek-roots/1"
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a PEM bundle of every vendor CA is under 1 MiB
@@ -59,8 +61,10 @@ class ManifestEntry:
     subject: str
     not_after: str  # RFC 3339
     role: str  # "root" (self-issued) or "intermediate"
-    source: Mapping[str, str]  # repo, commit, path (or "local" and the path it was read from)
+    source: Mapping[str, str]  # repo, commit, path (or "local" and the path it was read from), url
     quirks: tuple[str, ...] = ()
+    licence: str = ""  # of the source the file was taken from (SPDX id where known)
+    fetched: str = ""  # the date the source was fetched (YYYY-MM-DD)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +76,8 @@ class ManifestEntry:
             "not_after": self.not_after,
             "source": dict(self.source),
             "quirks": list(self.quirks),
+            "licence": self.licence,
+            "fetched": self.fetched,
         }
 
     @classmethod
@@ -88,6 +94,8 @@ class ManifestEntry:
                 role=_text(doc, "role"),
                 source={str(k): str(v) for k, v in dict(doc.get("source") or {}).items()},
                 quirks=tuple(str(q) for q in doc.get("quirks") or ()),
+                licence=str(doc.get("licence") or ""),
+                fetched=str(doc.get("fetched") or ""),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"entry {doc.get('file')!r}: {exc}") from None
@@ -104,8 +112,8 @@ def _text(doc: dict[str, Any], key: str, *, empty: bool = False) -> str:
 
 
 def vendor_store() -> Path:
-    """Where ``ek_roots: [vendors]`` points: $NODEGATE_EK_VENDOR_STORE, else DEFAULT_STORE."""
-    return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
+    """Where ``ek_roots: [vendors]`` points: $NODEGATE_EK_VENDOR_STORE, else the packaged store."""
+    return Path(os.environ.get(STORE_ENV) or PACKAGED_STORE)
 
 
 def load_ek_trust(settings: Settings) -> EkTrust:
@@ -135,6 +143,7 @@ class Roots:
     intermediates: tuple[Cert, ...]
     skipped: tuple[tuple[Path, str], ...]
     origins: dict[str, Path]  # sha256 -> the first file it was read from
+    listed: dict[str, ManifestEntry] = field(default_factory=dict)  # sha256 -> its store manifest entry
 
 
 def load_roots(paths: Iterable[Path]) -> Roots:
@@ -142,13 +151,14 @@ def load_roots(paths: Iterable[Path]) -> Roots:
     ``manifest.json`` is a store: only its listed files whose fingerprints match are used."""
     found: list[tuple[Path, Cert]] = []
     skipped: list[tuple[Path, str]] = []
+    listed: dict[str, ManifestEntry] = {}
     for entry in paths:
         path = vendor_store() if entry == Path(VENDORS) else entry
         if entry == Path(VENDORS) and not (path / MANIFEST).is_file():
-            why = f"the vendor root store is not installed here (no {MANIFEST}); see docs/ek-roots.md"
+            why = f"no vendor root store here (no {MANIFEST}; is ${STORE_ENV} right?); see docs/ek-roots.md"
             skipped.append((path, why))
         elif path.is_dir():
-            _folder(path, found, skipped)
+            _folder(path, found, skipped, listed)
         else:
             _file(path, found, skipped)
     anchors: list[Cert] = []
@@ -163,7 +173,7 @@ def load_roots(paths: Iterable[Path]) -> Roots:
             continue
         origins[cert.sha256] = path
         (anchors if cert.self_issued else intermediates).append(cert)
-    return Roots(tuple(anchors), tuple(intermediates), tuple(skipped), origins)
+    return Roots(tuple(anchors), tuple(intermediates), tuple(skipped), origins, listed)
 
 
 def _unusable(cert: Cert) -> str | None:
@@ -221,9 +231,14 @@ def _visible(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
 
 
-def _folder(folder: Path, found: list[tuple[Path, Cert]], skipped: list[tuple[Path, str]]) -> None:
+def _folder(
+    folder: Path,
+    found: list[tuple[Path, Cert]],
+    skipped: list[tuple[Path, str]],
+    listed: dict[str, ManifestEntry],
+) -> None:
     if (folder / MANIFEST).is_file():
-        _store(folder, found, skipped)
+        _store(folder, found, skipped, listed)
         return
     try:
         entries = _visible(folder)
@@ -251,7 +266,12 @@ def read_manifest(folder: Path) -> list[ManifestEntry]:
     return [ManifestEntry.from_json(e) for e in files]
 
 
-def _store(folder: Path, found: list[tuple[Path, Cert]], skipped: list[tuple[Path, str]]) -> None:
+def _store(
+    folder: Path,
+    found: list[tuple[Path, Cert]],
+    skipped: list[tuple[Path, str]],
+    by_sha: dict[str, ManifestEntry],
+) -> None:
     """A root store: every listed file must hold the one certificate its fingerprint names."""
     try:
         entries = read_manifest(folder)
@@ -279,6 +299,7 @@ def _store(folder: Path, found: list[tuple[Path, Cert]], skipped: list[tuple[Pat
             skipped.append((path, f"fingerprint {good[0].sha256} does not match {MANIFEST} ({entry.sha256})"))
         else:
             found.append((path, good[0]))
+            by_sha.setdefault(entry.sha256, entry)
     for path in sorted(_store_files(base)):
         if path.resolve() not in listed:
             skipped.append((path, f"not listed in {MANIFEST}"))

@@ -6,7 +6,9 @@ two-level chain, a Nuvoton-style unsorted-RDN root and leaf, a STMicro-style pad
 leading-zero-serial intermediate, an Intel OnDie-style NULL-parameter chain, a Google-style leaf
 without EKU); with ``--certs DIR``, every certificate under DIR (recursively: *.pem, *.der, *.crt,
 *.cer): CA certificates are the trust store, the others are the EK certificates judged (e.g. a
-corpus of public vendor roots and EK certificates, docs/ek-roots.md).
+corpus of public vendor roots and EK certificates, docs/ek-roots.md); with ``--real``, the vendor
+root store nodegate ships (every CA in it) and the real EK and AK certificates of
+tests/fixtures/tpm/ (Google Cloud, STMicro; the AK certificates must be refused).
 
 Cases, per EK certificate:
   ours          ``certparse.read_certificate`` + ``ekcert.verify_chain`` against the store loaded
@@ -48,8 +50,10 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from attest import certparse, ekcert, tpm
 from attest.certparse import Cert
 from attest.errors import AttestationError
+from bootstrap.service import ekroots
 from tests.attest import ekbuild as b
 from tests.bench import common
+from tests.support import realtpm
 
 ROUNDS = 9
 BATCH = {"ours": 20, "ours+ek": 20, "keylime": 1, "keylime-1": 10}
@@ -123,6 +127,17 @@ def _synthetic() -> tuple[list[Cert], list[Leaf]]:
     add("google-no-eku", gce_inter, "ecc", eku=False, subject=b.cn("218557372616137117"))
     store = [certparse.read_certificate(ca.der, trailing=certparse.FILE_WHITESPACE) for ca in cas]
     return store, leaves
+
+
+def _real() -> tuple[list[Cert], list[Leaf]]:
+    """The shipped vendor store, and the real EK and AK certificates with their EKs' public areas."""
+    roots = ekroots.load_roots([ekroots.PACKAGED_STORE])
+    leaves = []
+    for name in realtpm.named("ek-certificate") + realtpm.named("ak-certificate"):
+        der = realtpm.certificate_bytes(name)
+        cert = certparse.read_certificate(der)
+        leaves.append(Leaf(name, der, realtpm.valid_at(cert), realtpm.ek_public_for(cert.key)))
+    return [*roots.anchors, *roots.intermediates], leaves
 
 
 def _corpus(folder: Path) -> tuple[list[Cert], list[Leaf]]:
@@ -207,10 +222,13 @@ def _keylime(leaf: Leaf, store: Path) -> Callable[[], bool]:
     return run
 
 
-def run(*, rounds: int, quick: bool, certs: Path | None = None) -> dict[str, Any]:
+def run(*, rounds: int, quick: bool, certs: Path | None = None, real: bool = False) -> dict[str, Any]:
     logging.getLogger("keylime").setLevel(logging.CRITICAL)
-    warnings.simplefilter("ignore")  # cryptography warns about long names in some vendor CAs
-    store, leaves = _corpus(certs) if certs else _synthetic()
+    warnings.simplefilter("ignore")  # keylime's pyasn1 path warns about long names in some vendor CAs
+    if real:
+        store, leaves = _real()
+    else:
+        store, leaves = _corpus(certs) if certs else _synthetic()
     anchors = [c for c in store if c.self_issued]
     inter = [c for c in store if not c.self_issued]
     with tempfile.TemporaryDirectory() as tmp:
@@ -243,7 +261,7 @@ def run(*, rounds: int, quick: bool, certs: Path | None = None) -> dict[str, Any
     med = {c: statistics.median(t[c] for t in per_round) / n for c in order}
     return {
         "benchmark": "ekcert",
-        "source": str(certs) if certs else "synthetic",
+        "source": "tests/fixtures/tpm + the shipped store" if real else str(certs) if certs else "synthetic",
         "certificates": n,
         "store": {"anchors": len(anchors), "intermediates": len(inter)},
         "rounds": rounds,
@@ -289,12 +307,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--certs", type=Path, metavar="DIR", help="a corpus of CA and EK certificates to use instead"
     )
+    p.add_argument(
+        "--real",
+        action="store_true",
+        help="the shipped vendor store and the real EK/AK certificates of tests/fixtures/tpm",
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    results = run(rounds=args.rounds, quick=args.quick, certs=args.certs)
+    results = run(rounds=args.rounds, quick=args.quick, certs=args.certs, real=args.real)
     print(json.dumps(results, separators=(",", ":")) if args.json else render(results), flush=True)
     return 0
 

@@ -3,12 +3,16 @@ emulated API is an extra, and the service and the node load only their own stack
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import setuptools
+
+from bootstrap.service.ekroots import STORE_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -61,3 +65,61 @@ def test_serve_and_join_load_only_their_own_stacks() -> None:
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False False"
+
+
+WHEEL_PROBE = """
+import sys
+from pathlib import Path
+import bootstrap
+from attest import certparse, tpm
+from bootstrap.config import settings_from_obj
+from bootstrap.service import ekroots
+from tests.support import realtpm
+
+assert Path(bootstrap.__file__).is_relative_to(sys.argv[1]), bootstrap.__file__
+trust = ekroots.load_ek_trust(settings_from_obj({"trust_domain": "example.org", "ek_roots": ["vendors"]}))
+assert trust.skipped == (), trust.skipped
+for name in realtpm.named("ek-certificate"):
+    der = realtpm.certificate_bytes(name)
+    cert = certparse.read_certificate(der)
+    ident = tpm.verify_ek(realtpm.ek_public_for(cert.key), der, roots=trust.roots,
+                          intermediates=trust.intermediates, now=realtpm.valid_at(cert))
+    print(name, ident.trusted_by.split(",")[0])
+"""
+
+
+def test_a_wheel_ships_the_vendor_store_and_verifies_real_eks_with_vendors_alone(tmp_path: Path) -> None:
+    """`pip install nodegate` (a wheel, not this checkout) trusts real Google and STMicro EKs with
+    `ek_roots: [vendors]` and nothing else configured: the store is package data."""
+    out = tmp_path / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = out.glob("nodegate-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        store = [n for n in names if n.startswith("bootstrap/data/ek-roots/")]
+        assert "bootstrap/data/ek-roots/manifest.json" in store
+        assert len([n for n in store if n.endswith(".pem")]) == len(
+            list((ROOT / "bootstrap" / "data" / "ek-roots").rglob("*.pem"))
+        )
+        site = tmp_path / "site"
+        zf.extractall(site)
+    tests_link = site / "tests"
+    tests_link.symlink_to(ROOT / "tests")  # the probe reads the fixtures, nothing else from the checkout
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    env.pop(STORE_ENV, None)
+    probe = subprocess.run(
+        [sys.executable, "-c", WHEEL_PROBE, str(site)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    trusted = dict(line.split(" ", 1) for line in probe.stdout.splitlines())
+    assert trusted["ek/stmicro-ek-rsa.der"] == "chain:CN=GlobalSign Trusted Platform Module Root CA"
+    assert trusted["ek/google-ek-rsa-ekak-ca.pem"] == "chain:CN=EK/AK CA Root"
+    assert len(trusted) == 6

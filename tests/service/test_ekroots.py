@@ -290,7 +290,7 @@ def test_vendors_without_an_installed_store_is_skipped(
     assert roots.skipped == ((tmp_path / "not-installed", roots.skipped[0][1]),)
     assert "docs/ek-roots.md" in roots.skipped[0][1]
     monkeypatch.delenv(ekroots.STORE_ENV)
-    assert ekroots.vendor_store() == ekroots.DEFAULT_STORE
+    assert ekroots.vendor_store() == ekroots.PACKAGED_STORE
 
 
 def test_a_pinned_copy_of_the_store_is_verified_the_same_way(tmp_path: Path) -> None:

@@ -1,0 +1,271 @@
+"""Real evidence from real machines (tests/fixtures/tpm/, provenance in its manifest.json), judged
+through the public API: EK certificates against the vendor root store nodegate ships, real quotes
+against their AK and PCRs, real event logs replayed against the quoted PCRs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from attest import certparse, ekcert, eventlog, tpm, wire
+from attest.errors import (
+    AkInvalid,
+    EkMismatch,
+    EkUntrusted,
+    EventLogMismatch,
+    MalformedInput,
+    NonceMismatch,
+    PcrDigestMismatch,
+    QuoteSignatureInvalid,
+)
+from attest.keys import public_key, spki_der
+from bootstrap.service import ekroots
+from tests.support import realtpm
+
+NONCE_9009 = b"\x90\x09"  # go-tpm-tools' server/verify_test.go asks for this nonce
+
+
+@pytest.fixture(scope="module")
+def store() -> ekroots.Roots:
+    """The packaged store, exactly as ``ek_roots: [vendors]`` loads it with nothing configured."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(ekroots.STORE_ENV, raising=False)
+        roots = ekroots.load_roots([Path(ekroots.VENDORS)])
+    assert roots.skipped == ()
+    return roots
+
+
+def test_every_fixture_is_listed_with_provenance() -> None:
+    on_disk = {
+        p.relative_to(realtpm.FIXTURES).as_posix()
+        for p in realtpm.FIXTURES.rglob("*")
+        if p.is_file() and p.name != "manifest.json"
+    }
+    listed = realtpm.manifest()
+    assert on_disk == set(listed)
+    for name, entry in listed.items():
+        assert hashlib.sha256((realtpm.FIXTURES / name).read_bytes()).hexdigest() == entry["sha256"]
+        assert set(entry["source"]) >= {"repo", "commit", "path"}
+        assert len(entry["source"]["commit"]) == 40
+        assert entry["licence"]
+        assert entry["fetched"]
+
+
+# Root each genuine EK certificate chains to in the shipped store, and the tolerated quirks it needs.
+EXPECTED = {
+    "ek/google-ek-rsa-ekak-ca.pem": ("CN=EK/AK CA Root", ()),
+    "ek/google-ek-ecc-ekak-ca.pem": ("CN=EK/AK CA Root", ()),
+    "ek/google-ek-rsa-cloud-host.pem": ("CN=tpm_ek_v1_cloud_host_root-signer", ()),
+    "ek/google-ek-ecc-cloud-host.pem": ("CN=tpm_ek_v1_cloud_host_root-signer", ()),
+    "ek/stmicro-ek-rsa.der": ("CN=GlobalSign Trusted Platform Module Root CA", ("nv-padding",)),
+    "ek/stmicro-ek-ecc.der": ("CN=GlobalSign Trusted Platform Module ECC Root CA", ()),
+}
+
+
+def test_the_expectations_cover_every_ek_fixture() -> None:
+    assert set(EXPECTED) == set(realtpm.named("ek-certificate"))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_ek_certificates_verify_against_the_shipped_store(name: str, store: ekroots.Roots) -> None:
+    der = realtpm.certificate_bytes(name)
+    cert = certparse.read_certificate(der)
+    ident = tpm.verify_ek(
+        realtpm.ek_public_for(cert.key),
+        der,
+        roots=store.anchors,
+        intermediates=store.intermediates,
+        now=realtpm.valid_at(cert),
+    )
+    root, quirks = EXPECTED[name]
+    assert ident.trusted_by.startswith("chain:" + root)
+    assert ident.quirks == quirks
+    assert len(ident.links) >= 3  # EK certificate, intermediate(s), root: a real path was built
+    assert all(store.listed[link.sha256].vendor in {"google", "stmicro"} for link in ident.links[1:])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_a_real_ek_certificate_does_not_vouch_for_another_key(name: str, store: ekroots.Roots) -> None:
+    der = realtpm.certificate_bytes(name)
+    other = certparse.read_certificate(realtpm.certificate_bytes("ek/google-ek-ecc-ekak-ca.pem"))
+    if name == "ek/google-ek-ecc-ekak-ca.pem":
+        other = certparse.read_certificate(realtpm.certificate_bytes("ek/stmicro-ek-ecc.der"))
+    with pytest.raises(EkMismatch) as caught:
+        tpm.verify_ek(
+            realtpm.ek_public_for(other.key), der, roots=store.anchors, intermediates=store.intermediates
+        )
+    assert caught.value.code == "ek_mismatch"
+
+
+def test_without_the_vendor_store_real_ek_certificates_are_untrusted() -> None:
+    der = realtpm.certificate_bytes("ek/stmicro-ek-rsa.der")
+    cert = certparse.read_certificate(der)
+    with pytest.raises(EkUntrusted) as caught:
+        tpm.verify_ek(realtpm.ek_public_for(cert.key), der, roots=(), now=realtpm.valid_at(cert))
+    assert caught.value.code == "ek_untrusted"
+
+
+def test_a_real_ek_certificate_is_judged_at_the_given_time(store: ekroots.Roots) -> None:
+    der = realtpm.certificate_bytes("ek/stmicro-ek-rsa.der")
+    cert = certparse.read_certificate(der)
+    too_late = cert.view.not_valid_after_utc.replace(year=cert.view.not_valid_after_utc.year + 1)
+    with pytest.raises(EkUntrusted, match="expired on 2028-07-11"):
+        tpm.verify_ek(
+            realtpm.ek_public_for(cert.key),
+            der,
+            roots=store.anchors,
+            intermediates=store.intermediates,
+            now=too_late,
+        )
+
+
+@pytest.mark.parametrize("name", realtpm.named("ak-certificate"))
+def test_real_ak_certificates_are_refused_as_ek_certificates(name: str, store: ekroots.Roots) -> None:
+    """Same CA, same store: only the certificate's key usage tells an AK certificate apart."""
+    der = realtpm.certificate_bytes(name)
+    cert = certparse.read_certificate(der)
+    with pytest.raises(EkUntrusted, match="key usage") as caught:
+        tpm.verify_ek(
+            realtpm.ek_public_for(cert.key),
+            der,
+            roots=store.anchors,
+            intermediates=store.intermediates,
+            now=realtpm.valid_at(cert),
+        )
+    assert caught.value.code == "ek_untrusted"
+    issuer = next(c for c in store.intermediates if c.view.subject == cert.view.issuer)
+    assert ekcert.signed_by(cert, issuer) is None  # genuinely issued by the shipped Google CA
+
+
+# -- a GCE Shielded VM's attestation (go-tpm-tools) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gce() -> realtpm.Attestation:
+    return realtpm.gce_attestation(realtpm.data("attestations/gce-cos-85-nonce9009.pb"))
+
+
+def test_the_gce_attestation_carries_three_banks(gce: realtpm.Attestation) -> None:
+    assert [q.bank for q in gce.quotes] == ["sha1", "sha256", "sha384"]
+    assert all(sorted(q.pcrs) == list(range(24)) for q in gce.quotes)
+
+
+@pytest.mark.parametrize("bank", ["sha1", "sha256", "sha384"])
+def test_a_real_gce_quote_verifies_against_its_ak_and_pcrs(gce: realtpm.Attestation, bank: str) -> None:
+    ak = tpm.verify_ak(gce.ak_public)
+    assert (ak.scheme, ak.hash_alg) == (wire.Alg.RSASSA, wire.Alg.SHA256)
+    q = next(q for q in gce.quotes if q.bank == bank)
+    result = tpm.verify_quote(
+        gce.ak_public,
+        q.quote,
+        q.signature,
+        selection=q.selection,
+        pcrs={bank: q.pcrs},
+        qualifying_data=NONCE_9009,
+    )
+    assert result.pcrs[bank] == q.pcrs
+    assert result.counters.reset_count == 10
+
+
+def test_a_real_gce_quote_with_one_pcr_changed_is_refused(gce: realtpm.Attestation) -> None:
+    q = gce.quotes[1]
+    forged = dict(q.pcrs)
+    forged[7] = bytes(32)  # e.g. hide that Secure Boot state changed
+    with pytest.raises(PcrDigestMismatch) as caught:
+        tpm.verify_quote(
+            gce.ak_public, q.quote, q.signature, selection=q.selection, pcrs={"sha256": forged},
+            qualifying_data=NONCE_9009,
+        )  # fmt: skip
+    assert caught.value.code == "pcr_digest_mismatch"
+
+
+def test_a_real_gce_quote_with_one_byte_changed_is_refused(gce: realtpm.Attestation) -> None:
+    q = gce.quotes[1]
+    tampered = q.quote[:-1] + bytes([q.quote[-1] ^ 1])
+    with pytest.raises(QuoteSignatureInvalid):
+        tpm.verify_quote(
+            gce.ak_public, tampered, q.signature, selection=q.selection, pcrs={"sha256": q.pcrs},
+            qualifying_data=NONCE_9009,
+        )  # fmt: skip
+
+
+def test_a_real_quote_without_a_nonce_is_not_fresh() -> None:
+    """The same machine's quotes made without a nonce: the signature verifies (it is checked
+    first), then the missing nonce refuses them; an empty expected nonce is never accepted."""
+    att = realtpm.gce_attestation(realtpm.data("attestations/gce-cos-85-no-nonce.pb"))
+    q = att.quotes[1]
+    common = {"selection": q.selection, "pcrs": {q.bank: q.pcrs}}
+    with pytest.raises(NonceMismatch) as caught:
+        tpm.verify_quote(att.ak_public, q.quote, q.signature, qualifying_data=NONCE_9009, **common)  # type: ignore[arg-type]
+    assert caught.value.code == "nonce_mismatch"
+    with pytest.raises(MalformedInput, match="disables freshness"):
+        tpm.verify_quote(att.ak_public, q.quote, q.signature, qualifying_data=b"", **common)  # type: ignore[arg-type]
+
+
+def test_the_gce_ak_certificate_certifies_the_quoting_ak(
+    gce: realtpm.Attestation, store: ekroots.Roots
+) -> None:
+    assert gce.ak_certificate is not None
+    cert = certparse.read_certificate(gce.ak_certificate)
+    ak_key = public_key(wire.parse_public(gce.ak_public))
+    assert spki_der(ak_key) == spki_der(cert.key)  # type: ignore[arg-type]
+    issuer = next(c for c in store.intermediates if c.view.subject == cert.view.issuer)
+    assert ekcert.signed_by(cert, issuer) is None
+    assert store.listed[issuer.sha256].vendor == "google"
+
+
+@pytest.mark.parametrize("bank", ["sha1", "sha256", "sha384"])
+def test_the_real_gce_event_log_replays_to_the_quoted_pcrs(gce: realtpm.Attestation, bank: str) -> None:
+    log = eventlog.parse(gce.event_log)
+    assert log.banks == ("sha1", "sha256", "sha384")
+    quoted = next(q for q in gce.quotes if q.bank == bank).pcrs
+    firmware = {i: v for i, v in quoted.items() if i != 10}
+    replayed = eventlog.verify_replay(log, {bank: firmware})
+    assert set(replayed[bank]) >= set(range(10))  # firmware, boot loader and kernel: all shown
+    # PCR 10 is the kernel's IMA log, not the firmware's: the firmware log cannot show it.
+    with pytest.raises(EventLogMismatch, match=f"{bank}:10 .*no event extends it"):
+        eventlog.verify_replay(log, {bank: quoted})
+
+
+def test_a_real_event_log_with_one_digest_changed_no_longer_replays(gce: realtpm.Attestation) -> None:
+    log = eventlog.parse(gce.event_log)
+    event = next(e for e in log.events if e.pcr == 4 and "sha256" in e.digests)
+    digest = event.digests["sha256"]
+    at = gce.event_log.index(digest)
+    forged = gce.event_log[:at] + bytes(len(digest)) + gce.event_log[at + len(digest) :]
+    quoted = {i: v for i, v in gce.quotes[1].pcrs.items() if i != 10}
+    with pytest.raises(EventLogMismatch, match="sha256:4"):
+        eventlog.verify_replay(eventlog.parse(forged), {"sha256": quoted})
+
+
+# -- a Windows GCE Shielded VM (go-attestation) ----------------------------------------------------
+
+
+def test_a_real_windows_ak_with_a_sha1_scheme_is_refused() -> None:
+    win = realtpm.windows_attestation(realtpm.data("attestations/windows-gcp-shielded-vm.json"))
+    with pytest.raises(AkInvalid, match="SHA-256") as caught:
+        tpm.verify_ak(win.ak_public)
+    assert caught.value.code == "ak_invalid"
+    with pytest.raises(AkInvalid):
+        tpm.verify_quote(
+            win.ak_public, win.quote, win.signature, selection="sha1:0", pcrs={"sha1": {0: win.pcrs[0]}},
+            qualifying_data=b"n",
+        )  # fmt: skip
+
+
+def test_the_real_windows_event_log_replays_to_its_sha1_pcrs() -> None:
+    win = realtpm.windows_attestation(realtpm.data("attestations/windows-gcp-shielded-vm.json"))
+    log = eventlog.parse(win.event_log)
+    assert log.banks == ("sha1",)
+    replayed = eventlog.verify_replay(log, {"sha1": win.pcrs})
+    assert replayed["sha1"][0] == win.pcrs[0]
+
+
+def test_the_fixture_manifest_is_valid_json_with_known_kinds() -> None:
+    doc = json.loads(realtpm.MANIFEST.read_text())
+    assert doc["format"] == "nodegate-fixtures/1"
+    kinds = {"ek-certificate", "ak-certificate", "attestation", "ek-public", "not-an-event-log", "event-log"}
+    assert {e["kind"] for e in doc["entries"]} == kinds
