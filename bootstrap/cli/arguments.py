@@ -9,10 +9,22 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
+from bootstrap.cli import opsargs
 from bootstrap.config import parse_duration
+from bootstrap.logs import LEVEL_ENV, LEVELS
 from bootstrap.node.defaults import ATTEMPTS, BOOT_ID, DEFAULT_TCTI, EVENT_LOG, NODE_DIR
+from bootstrap.version import describe
 
 PASSPHRASE_ENV: Final = "NODEGATE_BACKUP_PASSPHRASE"  # noqa: S105  (the variable's name)
+
+
+def _log_level(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default=default,
+        help=f"debug, info (default), warning or error; default ${LEVEL_ENV}",
+    )
 
 
 def _config(p: argparse.ArgumentParser, what: str = "the service's config") -> None:
@@ -29,6 +41,7 @@ def _duration(text: str) -> timedelta:
 def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the join service, bundle, admin API and admission webhook")
     _config(serve, "YAML config (every key has a default)")
+    _log_level(serve, argparse.SUPPRESS)
     serve.add_argument(
         "--insecure-plaintext",
         action="store_true",
@@ -45,6 +58,7 @@ def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     gate = sub.add_parser("gate", help="run the hold-taint controller alone (serve runs it too)")
     _config(gate, "the service's config (kubernetes, gate)")
+    _log_level(gate, argparse.SUPPRESS)
     gate.add_argument("--once", action="store_true", help="reconcile every node once and exit")
     gate.add_argument(
         "--no-lease",
@@ -278,6 +292,8 @@ def parser() -> argparse.ArgumentParser:
         prog="nodegate",
         description="TPM-attested node bootstrap, hold gate and package admission for GPU fleets.",
     )
+    p.add_argument("--version", action="version", version=describe())
+    _log_level(p, None)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("demo", help="attest software TPMs locally and show a refused one")
     _serve(sub)
@@ -286,4 +302,6 @@ def parser() -> argparse.ArgumentParser:
     _policy(sub)
     _backup(sub)
     _ek(sub)
+    opsargs.add_config(sub)
+    opsargs.add_nodes(sub)
     return p

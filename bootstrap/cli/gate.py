@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     config = settings(args.config)
     if config is None:
         return 2
-    logs.configure()
+    logs.configure(getattr(args, "log_level_value", logging.INFO))
     try:
         return asyncio.run(_run(config, once=args.once, lease=not args.no_lease))
     except KubeUnavailable as exc:  # KubeConfigError: a kubeconfig that cannot be used

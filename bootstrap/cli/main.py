@@ -8,8 +8,10 @@ serve`` never loads the TPM stack and ``nodegate join`` never loads the Kubernet
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Sequence
 
+from bootstrap import logs
 from bootstrap.cli.arguments import parser
 
 # command -> module under bootstrap.cli with run(args) -> exit code
@@ -26,12 +28,19 @@ COMMANDS = {
     "restore": "backup",
     "demo": "demo",
     "ek": "ek",
+    "config": "config",
+    "nodes": "nodes",
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
+    try:
+        args.log_level_value = logs.level_named(args.log_level)
+    except ValueError as exc:
+        print(f"nodegate: {exc}", file=sys.stderr)
+        return 2
     if args.command is None:
         p.print_help()
         return 0

@@ -2,7 +2,7 @@
 Kubernetes bearer token (TokenReview, then a SubjectAccessReview per endpoint permission).
 
 Permissions map to RBAC requests on nodeattestations.nodegate.io (``list``, ``revoke``),
-authorities.nodegate.io (``rotate``) and metrics.nodegate.io (``get``, for Prometheus), so a
+authorities.nodegate.io (``rotate``), ``delete`` nodeattestations (``forget``) and metrics.nodegate.io (``get``, for Prometheus), so a
 cluster operator grants them with ordinary Roles.
 """
 
@@ -25,6 +25,7 @@ GROUP = "nodegate.io"
 PERMISSIONS: Mapping[str, tuple[str, str]] = {
     "list": ("list", "nodeattestations"),
     "revoke": ("revoke", "nodeattestations"),
+    "forget": ("delete", "nodeattestations"),
     "rotate": ("rotate", "authorities"),
     "metrics": ("get", "metrics"),
 }
