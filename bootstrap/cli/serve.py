@@ -14,7 +14,7 @@ from bootstrap.service import app as server
 
 
 def run(args: argparse.Namespace) -> int:
-    config = settings(args.config)
+    config = settings(args.config, "nodegate serve")
     if config is None:
         return 2
     logs.configure(getattr(args, "log_level_value", logging.INFO))
