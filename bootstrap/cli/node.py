@@ -9,6 +9,7 @@ from typing import Any
 
 from bootstrap.cli.common import node_log
 from bootstrap.node.attest import AttestOptions, attest
+from bootstrap.node.eventlogfile import require_event_log
 from bootstrap.node.errors import EXIT_OK, JoinFailed, JoinUsageError, report_failure
 from bootstrap.node.join import JoinOptions, join
 from bootstrap.node.renew import RenewOptions, renew
@@ -24,7 +25,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _shared(args: argparse.Namespace) -> dict[str, Any]:
-    """The options join, renew and attest take from the same flags (cli/arguments.py _node_common)."""
+    """The options join, renew and attest take from the same flags (cli/arguments.py _node_common);
+    a named event log that cannot be sent stops the command here, before the TPM or the server."""
+    if args.event_log is not None:
+        require_event_log(args.event_log)
     return {
         "server": args.server,
         "ca_bundle": args.ca_bundle,

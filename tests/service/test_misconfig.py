@@ -20,8 +20,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from bootstrap.cli.main import main as cli_main
-from bootstrap.service import ekroots
-from tests.support.service import EkCa
+from bootstrap.config import load_settings
+from bootstrap.service.serve import start
+from bootstrap.service import ekroots, preflight
+from tests.support.service import EkCa, settings_for
 
 Setup = Callable[[Path, dict[str, Any]], str]  # edits the config doc; returns the text to expect
 
@@ -306,9 +308,6 @@ async def test_a_late_failure_keeps_what_was_there(tmp_path: Path, ek_ca: EkCa) 
     del good["admission"]
     ok = tmp_path / "ok.yaml"
     ok.write_text(yaml.safe_dump(good))
-    from bootstrap.config import load_settings
-    from bootstrap.service.serve import start
-
     s = await start(load_settings(ok), kube=False)
     await s.close()
     before = {p: (state / p).read_bytes() for p in _tree(state) if (state / p).is_file()}
@@ -319,3 +318,19 @@ async def test_a_late_failure_keeps_what_was_there(tmp_path: Path, ek_ca: EkCa) 
     assert {p: after[p] for p in before if p in after and not p.startswith("nodegate.db")} == {
         p: v for p, v in before.items() if not p.startswith("nodegate.db")
     }
+
+
+def test_a_certificate_for_localhost_only_on_a_wide_listener_is_a_warning(
+    tmp_path: Path, ek_ca: EkCa
+) -> None:
+    settings = settings_for(tmp_path, ek_ca, listen="0.0.0.0:0", server_names=["localhost", "127.0.0.1"])
+    found = preflight.warnings(settings, insecure_plaintext=False)
+    assert any("name only this host's loopback, but listen is 0.0.0.0:0" in w for w in found), found
+    assert (
+        preflight.warnings(
+            settings_for(tmp_path, ek_ca, server_names=["localhost"]), insecure_plaintext=False
+        )
+        == []
+    )
+    wide = settings_for(tmp_path, ek_ca, listen="0.0.0.0:0", server_names=["gate.fleet.test"])
+    assert preflight.warnings(wide, insecure_plaintext=False) == []
