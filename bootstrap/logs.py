@@ -23,6 +23,10 @@ FIELDS = (
     "uid",  # admission: the review's uid, dry run and the rules that denied
     "dry_run",
     "rules",
+    "ek_sha256",  # a successful join or renewal: what it was attested as
+    "pcr_class",
+    "measured_boot_class",
+    "action",
 )
 
 

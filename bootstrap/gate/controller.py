@@ -210,6 +210,19 @@ class Gate:
         await self._writer.attestation(name, decision)
         return decision
 
+    def held_nodes(self, pool_label: str) -> dict[tuple[str, str], int]:
+        """(reason, pool) -> nodes carrying the hold taint now, from the node watch (for the
+        metrics: every replica reports what it sees, the leader or not)."""
+        out: dict[tuple[str, str], int] = {}
+        for node in self._cache.nodes().values():
+            spec, meta = node.get("spec") or {}, node.get("metadata") or {}
+            for taint in spec.get("taints") or ():
+                if isinstance(taint, dict) and taint.get("key") == self._settings.taint_key:
+                    key = (str(taint.get("value") or ""), str((meta.get("labels") or {}).get(pool_label, "")))
+                    out[key] = out.get(key, 0) + 1
+                    break
+        return out
+
     # -- passes --------------------------------------------------------------------------------
 
     async def reconcile_all(self) -> GateReport:

@@ -22,6 +22,7 @@ from bootstrap.service import (
     adminroutes,
     authority,
     background,
+    fleetmetrics,
     joinroutes,
     publicroutes,
     sessions,
@@ -127,6 +128,7 @@ async def build_service(
             )
         service.gate = Gate.for_settings(kube, settings)
     holder["s"] = service
+    fleetmetrics.register(service)
     metrics.bundle_sequence.set(cas.bundle_sequence(now))
     return service
 

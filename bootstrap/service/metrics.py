@@ -60,5 +60,13 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.refusals = Counter(
+            "nodegate_attestation_refusals",
+            "Joins and renewals refused, by machine code (event_log_mismatch, measured_boot_violation, "
+            "pcr_policy_violation, ek_untrusted, ...).",
+            ["code"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
