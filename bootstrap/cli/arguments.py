@@ -241,6 +241,7 @@ def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     check.add_argument("--at", metavar="TIME", help="judge validity at this RFC 3339 time (default: now)")
     check.add_argument("cert", nargs="?", type=Path, metavar="CERT", help="the EK certificate (DER or PEM)")
+    opsargs.add_ek_hash(esub, DEFAULT_TCTI)
 
 
 class _NoInlinePassphrase(argparse.Action):

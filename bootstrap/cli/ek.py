@@ -38,6 +38,10 @@ class _Usage(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ek_command == "hash":
+        from bootstrap.cli import ekhash  # noqa: PLC0415  (the TPM stack only when asked)
+
+        return ekhash.run(args)
     try:
         return check(args)
     except _Usage as exc:

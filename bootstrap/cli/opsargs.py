@@ -59,3 +59,19 @@ def _client(p: argparse.ArgumentParser) -> None:
         help=f"admin.pem and admin.key from nodegate ca issue-admin (default ${ADMIN_ENV})",
     )
     p.add_argument("-o", "--output", choices=OUTPUTS, default="table")
+
+
+def add_ek_hash(esub: Sub, default_tcti: str) -> None:
+    hsh = esub.add_parser(
+        "hash", help="print an EK's SHA-256 (the value allowlists take) from this TPM or a file"
+    )
+    hsh.add_argument(
+        "file",
+        nargs="?",
+        type=Path,
+        metavar="FILE",
+        help="an EK certificate (PEM or DER) or TPM2B_PUBLIC; without it: this machine's TPM",
+    )
+    hsh.add_argument("--tcti", default=default_tcti, help=f"TPM to read (default {default_tcti})")
+    hsh.add_argument("--ek", choices=("ecc", "rsa"), default="rsa", help="EK type (default rsa)")
+    hsh.add_argument("-o", "--output", choices=("text", "json"), default="text")
