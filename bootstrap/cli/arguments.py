@@ -61,6 +61,9 @@ def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _log_level(gate, argparse.SUPPRESS)
     gate.add_argument("--once", action="store_true", help="reconcile every node once and exit")
     gate.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="--once: the report as JSON"
+    )
+    gate.add_argument(
         "--no-lease",
         action="store_true",
         help="with --once: do not take the leader Lease (only when no other gate can be running)",
@@ -90,6 +93,9 @@ def _node_common(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help=f"the measured-boot event log to send (default: {EVENT_LOG} when --tcti is the platform TPM)",
+    )
+    p.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="json: one object on stdout"
     )
     # For tests and demos that play several machines on one host: each needs its own boot id.
     p.add_argument(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,6 +46,10 @@ def attest_main(args: argparse.Namespace) -> int:
         result = asyncio.run(attest(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate attest", exc)
+    if args.output == "json":
+        return _json(
+            {"how": result.how, "spiffe_id": result.spiffe_id, "svid_expires_at": result.svid_expires_at}
+        )
     print(
         f"attested this boot ({result.how}) as {result.spiffe_id} (SVID valid until {result.svid_expires_at})"
     )
@@ -57,6 +62,15 @@ def join_main(args: argparse.Namespace) -> int:
         result = asyncio.run(join(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate join", exc)
+    if args.output == "json":
+        return _json(
+            {
+                "node_name": result.node_name,
+                "spiffe_id": result.spiffe_id,
+                "svid_expires_at": result.svid_expires_at,
+                "files": {name: str(path) for name, path in result.files.items()},
+            }
+        )
     print(f"joined as {result.spiffe_id} (SVID valid until {result.svid_expires_at})")
     for name, path in result.files.items():
         print(f"  {name}: {path}")
@@ -75,6 +89,16 @@ def renew_main(args: argparse.Namespace) -> int:
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate renew", exc)
     until = result.svid_expires_at.isoformat().replace("+00:00", "Z")
+    if args.output == "json":
+        return _json(
+            {
+                "renewed": result.renewed,
+                "spiffe_id": result.spiffe_id,
+                "svid_expires_at": until,
+                "renew_below_seconds": int(result.before.total_seconds()),
+                "files": {name: str(path) for name, path in result.files.items()},
+            }
+        )
     if result.renewed:
         print(f"renewed {result.spiffe_id} (SVID valid until {until})")
     else:
@@ -83,4 +107,10 @@ def renew_main(args: argparse.Namespace) -> int:
             f"nodegate renew: SVID for {result.spiffe_id} valid until {until} ({left} left, "
             f"renewing below {_left(result.before)}); nothing to do"
         )
+    return EXIT_OK
+
+
+def _json(doc: dict[str, Any]) -> int:
+    """``-o json``: one object on stdout, field names stable (docs/node-join.md)."""
+    print(json.dumps(doc, sort_keys=True))
     return EXIT_OK
