@@ -24,7 +24,7 @@ COMMENTS: Final[dict[str, str]] = {
     "svid_ttl": "lifetime of a node SVID (renewed by nodegate renew)",
     "session_ttl": "how long a join session may take between start and finish (at most 10m)",
     "ca_grace": "how long a rotated-out CA stays in the bundle",
-    "server_names": "DNS names / IPs of the self-issued TLS certificate; empty: this host's names and addresses",
+    "server_names": "names / IPs of the self-issued TLS certificate; empty: this host's names and addresses",
     "kubernetes": "the cluster; without one nodegate serves joins only (no kubeconfig, no gate)",
     "kubernetes.kubeconfig": "kubeconfig file; null: in-cluster when running in a pod, else no cluster",
     "kubernetes.timeout": "timeout of one API call",

@@ -79,7 +79,7 @@ def _from_file(path: Path) -> dict[str, Any]:
 
 def _from_tpm(tcti: str, kind: str) -> dict[str, Any]:
     # the TPM stack loads only for this branch (``nodegate ek hash FILE`` works without it)
-    from bootstrap.node.tpm import Agent, TpmError
+    from bootstrap.node.tpm import Agent, TpmError  # noqa: PLC0415
 
     try:
         with Agent(tcti) as agent:

@@ -10,8 +10,8 @@ from typing import Any
 
 from bootstrap.cli.common import node_log
 from bootstrap.node.attest import AttestOptions, attest
-from bootstrap.node.eventlogfile import require_event_log
 from bootstrap.node.errors import EXIT_OK, JoinFailed, JoinUsageError, report_failure
+from bootstrap.node.eventlogfile import require_event_log
 from bootstrap.node.join import JoinOptions, join
 from bootstrap.node.renew import RenewOptions, renew
 

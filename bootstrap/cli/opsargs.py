@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeAlias
 
 ADMIN_ENV: Final = "NODEGATE_ADMIN_DIR"
 SERVER_ENV: Final = "NODEGATE_SERVER"
 BUNDLE_ENV: Final = "NODEGATE_CA_BUNDLE"
 OUTPUTS: Final = ("table", "json", "yaml")
 
-Sub = argparse._SubParsersAction  # type: ignore[type-arg]
+Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # generic only to mypy
 
 
 def add_config(sub: Sub) -> None:

@@ -219,7 +219,12 @@ def _sans(cert: x509.Certificate) -> tuple[list[str], list[ipaddress.IPv4Address
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         return [], []
-    return san.get_values_for_type(x509.DNSName), san.get_values_for_type(x509.IPAddress)
+    ips = [
+        ip
+        for ip in san.get_values_for_type(x509.IPAddress)
+        if isinstance(ip, ipaddress.IPv4Address | ipaddress.IPv6Address)
+    ]
+    return san.get_values_for_type(x509.DNSName), ips
 
 
 def _load_pair(cert_file: Path, key_file: Path) -> x509.Certificate | None:

@@ -176,7 +176,8 @@ def warnings(settings: Settings, *, insecure_plaintext: bool) -> list[str]:
         names = hostnames.server_names(settings)
         if all(is_loopback(n) for n in names):
             out.append(
-                f"server_names {list(names)} name only this host's loopback, but listen is {settings.listen}: "
+                f"server_names {list(names)} name only this host's loopback, but listen is "
+                f"{settings.listen}: "
                 "nodes dialling any other name fail TLS; list the names nodes use in server_names"
             )
     if not settings.ek_roots and not settings.ek_allowlist:

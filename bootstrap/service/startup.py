@@ -138,7 +138,10 @@ def one_line(exc: BaseException, settings: Settings) -> str:
     elif isinstance(exc, ssl.SSLError):
         text = f"TLS certificate or key ({settings.tls.cert_file or state / 'tls'}): {exc}; fix the pair"
     elif isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
-        text = f"listen {settings.listen}: the port is already in use (another nodegate?); stop it or change listen"
+        text = (
+            f"listen {settings.listen}: the port is already in use (another nodegate?); "
+            "stop it or change listen"
+        )
     elif isinstance(exc, OSError):
         where = exc.filename if exc.filename is not None else state
         text = (

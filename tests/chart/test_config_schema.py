@@ -12,10 +12,15 @@ import pytest
 from pydantic import BaseModel
 
 from bootstrap.config import Settings
-from tests.chart.test_chart import CHART, helm, render, render_error  # noqa: F401  (fixture)
+from tests.chart.test_chart import CHART, helm_path, render, render_error
 
 # keys of the config that the DESIGN names and that another change adds or removes
 IN_FLIGHT = {"admission.listen", "nodewright.inject_tolerations", "nodewright.operator_service_accounts"}
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return helm_path()
 
 
 def _config_schema() -> dict[str, Any]:
@@ -68,13 +73,13 @@ def test_the_schema_lists_the_models_keys() -> None:
 )
 def test_unknown_config_keys_are_refused(
     helm: str, tmp_path: Path, config: dict[str, Any], needle: str
-) -> None:  # noqa: F811
+) -> None:
     err = render_error(helm, tmp_path, {"config": config})
     assert "values don't meet the specifications of the schema" in err, err
     assert needle in err, err
 
 
-def test_known_keys_render(helm: str, tmp_path: Path) -> None:  # noqa: F811
+def test_known_keys_render(helm: str, tmp_path: Path) -> None:
     config = {
         "trust_domain": "a.org",
         "admission": {"listen": "0.0.0.0:9443"},

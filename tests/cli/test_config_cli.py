@@ -128,7 +128,8 @@ def test_serve_takes_the_level_after_the_command(tmp_path: Path, capsys: pytest.
     (tmp_path / "p").write_text("kind: PackagePolicy\nspec: 7\n")
     assert cli_main(["serve", "--config", str(config), "--log-level", "error"]) == 2
     err = capsys.readouterr().err
-    assert "ek_roots:" not in err and "nodegate serve:" in err
+    assert "ek_roots:" not in err
+    assert "nodegate serve:" in err
     assert cli_main(["serve", "--config", str(config), "--log-level", "debug"]) == 2
     records = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.startswith("{")]
     assert any(r["msg"].startswith("ek_roots:") for r in records)

@@ -52,19 +52,23 @@ def test_bad_files_are_one_line_exit_2(
     path = tmp_path / "f"
     path.write_bytes(content)
     code, _, err = _hash(capsys, str(path))
-    assert code == 2 and needle in err and len(err.splitlines()) == 1
+    assert code == 2
+    assert needle in err
+    assert len(err.splitlines()) == 1
 
 
 def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _hash(capsys, str(tmp_path / "nope.der"))
-    assert code == 2 and "cannot read" in err
+    assert code == 2
+    assert "cannot read" in err
 
 
 def test_from_the_tpm(swtpm: TpmInfo, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = _hash(capsys, "--tcti", swtpm.tcti, "-o", "json")
     assert code == 0, err
     doc = json.loads(out)
-    assert doc["source"] == "tpm" and doc["has_certificate"] is True
+    assert doc["source"] == "tpm"
+    assert doc["has_certificate"] is True
     # the same digest as the key in the TPM's own EK certificate
     with Agent(swtpm.tcti) as agent:
         _, cert = agent.read_ek_certificate("rsa")

@@ -69,7 +69,8 @@ def test_a_named_event_log_that_cannot_be_sent_stops_the_command(
     err = capsys.readouterr().err
     assert code == 2
     assert called == []
-    assert len(err.strip().splitlines()) == 1 and needle in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert needle in err, err
 
 
 def test_an_unreadable_event_log_names_the_fix(
@@ -91,7 +92,8 @@ def test_plain_http_beyond_loopback_is_one_line(
     called = _no_network(monkeypatch)
     code = cli_main(["join", "--server", "http://10.0.0.5:8443", "--ca-bundle", "b.pem", "--node-name", "n"])
     err = capsys.readouterr().err
-    assert code == 2 and called == []
+    assert code == 2
+    assert called == []
     assert err.strip() == (
         "nodegate join: plain http:// is only allowed to a loopback host (the dev server); use https://"
     )
@@ -128,7 +130,8 @@ async def test_self_issued_names_default_to_the_hosts_and_follow_the_config(tmp_
     )
     dns = san.value.get_values_for_type(x509.DNSName)
     ips = [str(i) for i in san.value.get_values_for_type(x509.IPAddress)]
-    assert "localhost" in dns and "127.0.0.1" in ips
+    assert "localhost" in dns
+    assert "127.0.0.1" in ips
     if is_node_name(socket.gethostname().lower()):
         assert socket.gethostname().lower() in dns
     settings2 = settings_for(tmp_path, ek_ca, server_names=["gate.fleet.test"])

@@ -120,7 +120,8 @@ async def test_list_show_revoke_unrevoke_forget(
         a["action"] == "revoke" and a["actor"] == ADMIN and "RMA 42" in a["detail"] for a in shown["audit"]
     )
     code, out, _ = await nodes(capsys, "show", "gpu-1", *flags)
-    assert "revoked:" in out and "yes" in out
+    assert "revoked:" in out
+    assert "yes" in out
 
     code, out, _ = await nodes(capsys, "unrevoke", "gpu-1", "--reason", "back", *flags)
     assert (code, out.strip()) == (0, "gpu-1: not revoked")
@@ -128,7 +129,8 @@ async def test_list_show_revoke_unrevoke_forget(
     # forget: the re-imaged machine (a new TPM, so a new EK) may take the name again
     async with http(serving) as h:
         status, out_doc = await join(h, base(serving), ek_ca.node("gpu-2"))
-    assert status == 409 and out_doc["code"] == "node_name_conflict"
+    assert status == 409
+    assert out_doc["code"] == "node_name_conflict"
     code, out, _ = await nodes(capsys, "forget", "gpu-2", "--reason", "re-imaged", *flags)
     assert (code, out.strip()) == (0, "gpu-2: forgotten (the name may join with a new EK)")
     async with http(serving) as h:
@@ -144,7 +146,8 @@ async def test_refusals_are_one_line_with_the_code(
     assert code == 1
     assert err.strip() == "nodegate nodes show: not_found (HTTP 404): no node nope"
     code, _, err = await nodes(capsys, "forget", "nope", "--reason", "x", *flags)
-    assert code == 1 and "not_found" in err
+    assert code == 1
+    assert "not_found" in err
     # a reader may list but not forget
     reader = tmp_path / "reader"
     issue = ["ca", "issue-admin", "--config", str(config), "--spiffe-id", READER, "--out", str(reader)]
@@ -161,11 +164,13 @@ async def test_usage_mistakes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     code, _, err = await nodes(
         capsys, "list", "--server", "https://127.0.0.1:1", "--ca-bundle", str(tmp_path / "x")
     )
-    assert code == 2 and "--admin is required" in err
+    assert code == 2
+    assert "--admin is required" in err
     code, _, err = await nodes(
         capsys, "list", "--server", "http://10.0.0.1:1", "--ca-bundle", "x", "--admin", "y"
     )
-    assert code == 2 and "plain http://" in err
+    assert code == 2
+    assert "plain http://" in err
     missing = tmp_path / "nowhere.pem"
     code, _, err = await nodes(
         capsys,
@@ -177,4 +182,5 @@ async def test_usage_mistakes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
         "--admin",
         str(tmp_path),
     )
-    assert code == 2 and f"CA bundle {missing} does not exist" in err
+    assert code == 2
+    assert f"CA bundle {missing} does not exist" in err

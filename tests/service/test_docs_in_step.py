@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 import attest.errors
-import bootstrap.problems
 from bootstrap.node import client
 from bootstrap.service.fleetmetrics import FleetCollector
 from tests.support.service import EkCa, running, settings_for
@@ -34,7 +33,7 @@ def _all_subclasses(base: type) -> set[type]:
 def server_codes() -> set[str]:
     """Codes of every exception the service turns into problem+json (bootstrap.service loads every
     module that defines one)."""
-    import bootstrap.service.compose  # noqa: F401
+    import bootstrap.service.compose
 
     bases = (attest.errors.AttestationError, bootstrap.problems.ServiceError)
     return {c.code for base in bases for c in _all_subclasses(base)} - {b.code for b in bases} - NOT_SENT
@@ -92,5 +91,5 @@ async def test_the_metrics_table_is_what_metrics_serves(tmp_path: Path, ek_ca: E
         if line.startswith("# TYPE ") and not line.split()[2].endswith("_created")
     }
     assert documented_metrics() - GATE_ONLY == served
-    assert GATE_ONLY <= documented_metrics()
+    assert documented_metrics() >= GATE_ONLY
     assert "nodegate_held_nodes" in FleetCollector.collect.__code__.co_consts  # the gate-only one is real

@@ -21,8 +21,8 @@ from cryptography.x509.oid import NameOID
 
 from bootstrap.cli.main import main as cli_main
 from bootstrap.config import load_settings
-from bootstrap.service.serve import start
 from bootstrap.service import ekroots, preflight
+from bootstrap.service.serve import start
 from tests.support.service import EkCa, settings_for
 
 Setup = Callable[[Path, dict[str, Any]], str]  # edits the config doc; returns the text to expect
@@ -288,7 +288,8 @@ async def test_a_late_failure_leaves_no_state_dir(
     assert await _serve(_late_failure(tmp_path, ek_ca, state)) == 2
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("nodegate serve:")]
-    assert len(lines) == 1 and "policies.yaml" in lines[0], err
+    assert len(lines) == 1, err
+    assert "policies.yaml" in lines[0], err
     assert "Traceback" not in err
     assert not state.exists()
 
@@ -311,7 +312,8 @@ async def test_a_late_failure_keeps_what_was_there(tmp_path: Path, ek_ca: EkCa) 
     s = await start(load_settings(ok), kube=False)
     await s.close()
     before = {p: (state / p).read_bytes() for p in _tree(state) if (state / p).is_file()}
-    assert "session.key" in before and "store.id" in before
+    assert "session.key" in before
+    assert "store.id" in before
     assert await _serve(config) == 2
     after = {p: (state / p).read_bytes() for p in _tree(state) if (state / p).is_file()}
     assert after.keys() <= before.keys() | {"nodegate.db-wal", "nodegate.db-shm"} - set()
