@@ -170,7 +170,7 @@ def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     test.add_argument(
         "--owner", default="system:serviceaccount:nodegate:nodegate", help="nodegate's username"
     )
-    test.add_argument("reviews", nargs="+", type=Path, metavar="REVIEW")
+    opsargs.add_policy_test(test)
     audit = psub.add_parser(
         "audit",
         help="list existing package CRs (YAML/JSON files, e.g. from kubectl get -o yaml) "

@@ -75,3 +75,21 @@ def add_ek_hash(esub: Sub, default_tcti: str) -> None:
     hsh.add_argument("--tcti", default=default_tcti, help=f"TPM to read (default {default_tcti})")
     hsh.add_argument("--ek", choices=("ecc", "rsa"), default="rsa", help="EK type (default rsa)")
     hsh.add_argument("-o", "--output", choices=("text", "json"), default="text")
+
+
+def add_policy_test(test: argparse.ArgumentParser) -> None:
+    """``policy test``: AdmissionReviews, or plain objects sent by --user/--group, or --expect."""
+    test.add_argument("--user", help="who sends a plain object (an AdmissionReview names its own user)")
+    test.add_argument(
+        "--group", action="append", default=[], metavar="GROUP", help="the sender's groups (repeat)"
+    )
+    test.add_argument("--operation", choices=("CREATE", "UPDATE", "DELETE"), default="CREATE")
+    test.add_argument(
+        "--expect",
+        type=Path,
+        metavar="FILE",
+        help="a table of cases with the verdict each should get; prints PASS/FAIL per case",
+    )
+    test.add_argument(
+        "reviews", nargs="*", type=Path, metavar="FILE", help="AdmissionReview files or plain objects"
+    )
