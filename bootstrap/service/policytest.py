@@ -95,9 +95,13 @@ def run(
         decider = Decider(StaticPolicies(load_policies(policies)), LocalRbac(load_rbac(rbac)), owner)
         if expect is not None:
             return asyncio.run(run_cases(decider, load_cases(expect), sys.stdout))
-        if not reviews:
-            raise ToolError("give REVIEW or object files, or --expect FILE")
-        return asyncio.run(_run(decider, reviews, sys.stdout, sender))
+        return asyncio.run(_run(decider, _given(reviews), sys.stdout, sender))
     except ToolError as exc:
         print(f"nodegate policy test: {exc}", file=sys.stderr)
         return 2
+
+
+def _given(reviews: Sequence[Path]) -> Sequence[Path]:
+    if not reviews:
+        raise ToolError("give AdmissionReview or object files, or --expect FILE")
+    return reviews

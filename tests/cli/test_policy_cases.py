@@ -92,7 +92,8 @@ def test_expect_prints_pass_and_fail(
     (tmp_path / "cases.yaml").write_text(yaml.safe_dump(table))
     assert cli.main([*files, "--expect", str(tmp_path / "cases.yaml")]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[2].startswith("FAIL") and "mallory may not" in out[2]
+    assert out[2].startswith("FAIL")
+    assert "mallory may not" in out[2]
     assert out[-1] == "3 passed, 1 failed"
 
 
