@@ -127,6 +127,7 @@ async def build_service(
                 "node as unattested; use store: kubernetes with a cluster (docs/gate.md)"
             )
         service.gate = Gate.for_settings(kube, settings)
+        service.gate.on_release = metrics.release_seconds.observe
     holder["s"] = service
     fleetmetrics.register(service)
     metrics.bundle_sequence.set(cas.bundle_sequence(now))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Final
 
 from cryptography import x509
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from bootstrap.files import read_limited
@@ -27,7 +27,7 @@ class FleetCollector(Collector):
     def __init__(self, service: Service) -> None:
         self._service = service
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         info = GaugeMetricFamily(
             "nodegate_build_info", "nodegate's version (value 1).", labels=["version", "python"]
         )
@@ -56,6 +56,12 @@ class FleetCollector(Collector):
             for (reason, pool), count in sorted(gate.held_nodes(POOL_LABEL).items()):
                 held.add_metric([reason, pool], float(count))
             yield held
+            errors = CounterMetricFamily(
+                "nodegate_gate_reconcile_errors",
+                "Gate reconciles that failed and were retried (API errors, conflicts past retries).",
+            )
+            errors.add_metric([], float(gate.reconcile_errors))
+            yield errors
 
 
 def _serving_expiry(service: Service) -> datetime | None:

@@ -68,5 +68,12 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.release_seconds = Histogram(
+            "nodegate_release_seconds",
+            "Seconds from a node's attestation to the gate lifting its hold (join to ready).",
+            buckets=(30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400),
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
