@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.decider import LocalRbac, StaticPolicies
 from admission.mutate import PodMutator
 from admission.webhook import MAX_REVIEW_BYTES, make_handler, make_mutate_handler
 from attest import ca
@@ -31,6 +31,7 @@ from bootstrap.service import (
 )
 from bootstrap.service.admin import AdminAuth
 from bootstrap.service.authz import SarAuthorizer
+from bootstrap.service.decisions import CountingDecider
 from bootstrap.service.join import JoinService, load_ek_trust
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.middleware import problems
@@ -106,6 +107,7 @@ async def build_service(
         kube=kube,
     )
     decider, ready = _decider(settings, kube)
+    decider.counter = metrics.webhook_decisions
     service = Service(
         settings=settings,
         store=store,
@@ -134,7 +136,7 @@ async def build_service(
     return service
 
 
-def _decider(settings: Settings, kube: Kube | None) -> tuple[Decider, list[Callable[[], bool]]]:
+def _decider(settings: Settings, kube: Kube | None) -> tuple[CountingDecider, list[Callable[[], bool]]]:
     adm = settings.admission
     owner = adm.owner
     source: Any
@@ -153,7 +155,7 @@ def _decider(settings: Settings, kube: Kube | None) -> tuple[Decider, list[Calla
         authorizer = SarAuthorizer(kube)
     else:
         authorizer = LocalRbac(load_rbac([]))
-    return Decider(source, authorizer, owner, settings.gate.taint_key), ready
+    return CountingDecider(source, authorizer, owner, settings.gate.taint_key), ready
 
 
 def make_app(service: Service) -> web.Application:

@@ -75,5 +75,12 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.webhook_decisions = Counter(
+            "nodegate_webhook_decisions",
+            "Admission verdicts by result (allowed, denied) and denying rule.",
+            ["result", "rule"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
