@@ -18,9 +18,9 @@ from tests.gate.test_kubectl import (
     a_node,
     add,
     an_attestation,
-    serve,
     kubeconfig,
     run_main,
+    serve,
     three_nodes,
 )
 from tests.support.kshim import ShimEmulator
