@@ -195,6 +195,7 @@ def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="also pin grub's kernel command lines (the quote must then cover PCR 8)",
     )
+    learn.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     elog = sub.add_parser("eventlog", help="measured-boot event logs")
     esub = elog.add_subparsers(dest="eventlog_command", metavar="ACTION", required=True)
     inspect = esub.add_parser("inspect", help="parse and replay an event log")
@@ -247,6 +248,7 @@ def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     check.add_argument("--at", metavar="TIME", help="judge validity at this RFC 3339 time (default: now)")
     check.add_argument("cert", nargs="?", type=Path, metavar="CERT", help="the EK certificate (DER or PEM)")
+    check.add_argument("-o", "--output", choices=("text", "json"), default="text")
     opsargs.add_ek_hash(esub, DEFAULT_TCTI)
 
 

@@ -158,6 +158,9 @@ def learn(args: argparse.Namespace) -> int:
         print(f"nodegate policy learn: {exc}", file=sys.stderr)
         return EXIT_USAGE
     policy = {"measured_boot": {"classes": [cls.model_dump(mode="json", exclude_none=True)]}}
+    if getattr(args, "output", "yaml") == "json":
+        print(json.dumps(policy, sort_keys=True))
+        return EXIT_OK
     print(f"# learned from {len(known)} event log(s); review before use", file=sys.stdout)
     print(yaml.safe_dump(policy, sort_keys=False), end="")
     return EXIT_OK

@@ -8,8 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from bootstrap import cli
 from bootstrap.cli.gate import report_json
 from bootstrap.gate import GateReport
+from tests.cli.test_ek_cli import INTER, LEAF, ROOT, _pem
+from tests.cli.test_eventlog_cli import logs  # noqa: F401  (fixture)
 from tests.service.test_join_e2e import TD, Served, served  # noqa: F401  (fixture)
 from tests.support.swtpms import TpmInfo
 
@@ -57,3 +62,29 @@ def test_gate_once_report_json() -> None:
         "writes": 4,
         "errors": [],
     }
+
+
+def test_ek_check_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "roots"
+    folder.mkdir()
+    (folder / "root.pem").write_bytes(_pem(ROOT.der))
+    (folder / "inter.der").write_bytes(INTER.der)
+    (tmp_path / "ek.der").write_bytes(LEAF)
+    assert (
+        cli.main(["ek", "check", "--roots", str(folder), "-o", "json", "--", str(tmp_path / "ek.der")]) == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["trusted"] is True
+    assert doc["code"] is None
+    assert doc["trusted_by"].startswith("chain:")
+    assert doc["report"][-1].startswith("verdict")
+    assert cli.main(["ek", "check", "-o", "json", "--", str(tmp_path / "ek.der")]) == 1  # no roots
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["trusted"], doc["code"]) == (False, "ek_untrusted")
+
+
+def test_policy_learn_json(logs: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    log_file = logs / "old-shim-authority"
+    assert cli.main(["policy", "learn", "--event-log", str(log_file), "--name", "shim", "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["measured_boot"]["classes"][0]["name"] == "shim"
