@@ -57,7 +57,8 @@ def review_for(obj: dict[str, Any], sender: Sender, old: dict[str, Any] | None =
     if not api_version or not kind:
         raise ToolError("the object has no apiVersion or kind")
     group, _, version = api_version.rpartition("/")
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    raw_meta = obj.get("metadata")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     gvk = {"group": group, "version": version, "kind": kind}
     request: dict[str, Any] = {
         "uid": str(uuid.uuid4()),

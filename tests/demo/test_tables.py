@@ -17,7 +17,10 @@ from tests.support.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)
 CRD = Path(__file__).resolve().parents[2] / "charts" / "nodegate" / "crds"
-KUBECTL_ACCEPT = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+KUBECTL_ACCEPT = (  # what kubectl get sends
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,"
+    "application/json"
+)
 
 
 def crd_columns() -> list[dict[str, str]]:
