@@ -97,3 +97,56 @@ async def test_the_metrics_table_is_what_metrics_serves(tmp_path: Path, ek_ca: E
     assert documented_metrics() >= GATE_ONLY
     names = FleetCollector.collect.__code__.co_consts  # the gate-only ones are real
     assert {"nodegate_held_nodes", "nodegate_gate_reconcile_errors"} <= set(names)
+
+
+# -- the startup lines troubleshooting.md quotes are lines the code prints -------------------------
+
+_PLACEHOLDER = re.compile(r"\.\.\.|\bKEY\b|\bPATH\b|HOST:PORT|\bHOST\b|\bN\b|\.\.\./|\(\.\.\.\)")
+
+
+def _fragments(quoted: str) -> list[str]:
+    """The literal pieces of a quoted line (placeholders and paths cut out), long enough to mean
+    something."""
+    out: list[str] = []
+    for piece in _PLACEHOLDER.split(quoted):
+        # a file name or path in the line is the program's variable, not its text
+        words: list[str] = []
+        for word in [*piece.split(" "), "/"]:
+            if "/" in word or "*" in word or re.search(r"\.(json|db|id|key|pem)$", word):
+                chunk = " ".join(words).strip(" .,;:")
+                if len(chunk) >= 10:
+                    out.append(chunk)
+                words = []
+            else:
+                words.append(word)
+    return out
+
+
+# pieces the code composes from parts ("the {what} {path}", "{given} is set but {missing} is not")
+# or takes from a library (sqlite's own message); each was checked by hand against the code
+COMPOSED = {
+    "sqlite: file is not a database",
+    "ek_roots: the folder",
+    "the root store",
+    "tls.cert_file is set but tls.key_file is not",
+}
+
+
+def test_every_startup_line_in_troubleshooting_is_printed_by_the_code() -> None:
+    text = (DOCS / "troubleshooting.md").read_text()
+    section = _section(text, "## The service does not start")
+    quoted = [
+        q
+        for row in section.splitlines()
+        if row.startswith("| `")
+        for q in re.findall(r"`([^`]+)`", row.split(" | ")[0])
+    ]
+    assert len(quoted) >= 15
+    source = "\n".join(p.read_text() for p in (ROOT / "bootstrap").rglob("*.py"))
+    source += "\n".join(p.read_text() for p in (ROOT / "attest").rglob("*.py"))
+    # f-strings split lines at their placeholders; compare without the braces' content
+    plain = re.sub(r"\{[^{}]*\}", " ", source)
+    missing = [
+        f for q in quoted for f in _fragments(q) if f not in source and f not in plain and f not in COMPOSED
+    ]
+    assert missing == [], missing
