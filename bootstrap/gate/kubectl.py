@@ -14,20 +14,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import sys
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn
 
 from bootstrap.config import GateSettings
 from bootstrap.gate import holds
 from bootstrap.gate import kubectlopts as opts
 from bootstrap.gate.cache import ATTESTATIONS
-from bootstrap.gate.kubectlopts import kubeconfig_path
+from bootstrap.gate.kubectlopts import age, kubeconfig_path
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed
 from bootstrap.names import is_node_name
 from bootstrap.times import optional_rfc3339, parse_time
@@ -149,6 +150,7 @@ class NodeRow:
 class Status:
     rows: tuple[NodeRow, ...]
     attestations_served: bool  # False: the NodeAttestation CRD is not installed
+    resource_version: str = ""  # of the node list: where --watch starts
 
     @property
     def note(self) -> str | None:
@@ -177,7 +179,7 @@ async def status(
         att = await kube.get_cluster_object(GROUP, VERSION, PLURAL, node)
         served = att is not None or await _served(kube)
         return Status((node_row(obj, att, taint_key=taint_key, now=now),), served)
-    nodes, _rv = await kube.list_nodes(label_selector=selector)
+    nodes, node_rv = await kube.list_nodes(label_selector=selector)
     try:
         atts, _rv = await kube.list_cluster_objects(GROUP, VERSION, PLURAL)
     except NotServed:
@@ -186,7 +188,7 @@ async def status(
         served = True
     by_name = {_name(a): a for a in atts}
     rows = [node_row(n, by_name.get(_name(n)), taint_key=taint_key, now=now) for n in nodes if _name(n)]
-    return Status(tuple(sorted(rows, key=lambda r: r.node)), served)
+    return Status(tuple(sorted(rows, key=lambda r: r.node)), served, node_rv)
 
 
 async def _served(kube: Kube) -> bool:
@@ -381,18 +383,6 @@ def _clean(text: str) -> str:
     return "".join(c if c == " " or unicodedata.category(c)[0] not in "CZ" else "?" for c in text)
 
 
-def age(delta: timedelta) -> str:
-    """kubectl-like short ages: 45s, 7m, 5h, 3d (clock skew into the future reads 0s)."""
-    s = max(int(delta.total_seconds()), 0)
-    if s < 120:
-        return f"{s}s"
-    if s < 120 * 60:
-        return f"{s // 60}m"
-    if s < 48 * 3600:
-        return f"{s // 3600}h"
-    return f"{s // 86400}d"
-
-
 # -- command line ------------------------------------------------------------------------------
 
 
@@ -424,6 +414,9 @@ def _parser() -> _Parser:
     st.add_argument("--context", help="the kubeconfig context to use (default: its current-context)")
     st.add_argument("-l", "--selector", help="only nodes with these labels (a label selector, as kubectl)")
     st.add_argument("--reason", choices=opts.REASONS, help="only nodes held for this reason (none: not held)")
+    st.add_argument(
+        "-w", "--watch", action="store_true", help="after the list, a row each time a node changes"
+    )
     st.add_argument("--taint-key", default=DEFAULT_TAINT_KEY, help=f"default {DEFAULT_TAINT_KEY}")
     return p
 
@@ -438,6 +431,13 @@ async def _run(args: argparse.Namespace) -> tuple[str, str | None]:
     try:
         result = await status(kube, args.node, taint_key=args.taint_key, selector=args.selector)
         out = _render([r for r in result.rows if opts.held_for(r.hold, args.reason)], args.output)
+        if args.watch:  # until interrupted, like kubectl get -w
+            _write(out)
+            out = ""
+            row = functools.partial(node_row, taint_key=args.taint_key)
+            await opts.follow(
+                kube, result.resource_version, args, row, lambda rows: _render(rows, args.output), _write
+            )
     finally:
         await kube.close()
     return out, result.note

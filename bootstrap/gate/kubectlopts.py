@@ -1,18 +1,22 @@
 """``kubectl nodegate status`` as kubectl users expect it: ``--kubeconfig``/``--context``,
 ``-l/--selector`` (server-side), ``--reason`` to filter, ``-o wide|json|yaml`` (wide truncates
-nothing and adds the message, the attestation state and the expiry)."""
+nothing and adds the message, the attestation state and the expiry), ``-w/--watch`` (a row each
+time a node changes, from a watch of Nodes)."""
 
 from __future__ import annotations
 
 import json
 import os
 import unicodedata
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import yaml
+
+from bootstrap.gate.cache import ATTESTATIONS
+from bootstrap.kube import WatchExpired
 
 OUTPUTS: Final = ("table", "wide", "json", "yaml")
 # --reason: a hold reason, or "none" for nodes the gate does not hold
@@ -44,6 +48,18 @@ def kubeconfig_path(flag: str | None, env: Mapping[str, str] | None = None) -> s
     home = env.get("HOME")
     default = Path(home) / ".kube" / "config" if home else Path.home() / ".kube" / "config"
     return str(default) if default.is_file() else None
+
+
+def age(delta: timedelta) -> str:
+    """kubectl-like short ages: 45s, 7m, 5h, 3d (clock skew into the future reads 0s)."""
+    s = max(int(delta.total_seconds()), 0)
+    if s < 120:
+        return f"{s}s"
+    if s < 120 * 60:
+        return f"{s // 60}m"
+    if s < 48 * 3600:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
 
 
 def held_for(hold: str | None, reason: str | None) -> bool:
@@ -94,3 +110,37 @@ def render_wide(rows: Sequence[object]) -> str:
 def render_yaml(docs: list[dict[str, object]]) -> str:
     # through JSON first: only plain types, and control characters escaped as the JSON output does
     return str(yaml.safe_dump(json.loads(json.dumps(docs)), sort_keys=False))
+
+
+async def follow(
+    kube: Any,
+    resource_version: str,
+    args: Any,
+    row_of: Callable[..., Any],
+    render: Callable[[list[Any]], str],
+    write: Callable[[str], None],
+    *,
+    streams: int | None = None,
+) -> None:
+    """``--watch``: after the list, one row (no header) each time a node changes, from a watch
+    of Nodes (restarted when the server ends it; relisted on 410 Gone). ``streams``: stop after
+    that many watch streams ended (tests); None: until interrupted."""
+    rv, ended = resource_version, 0
+    while streams is None or ended < streams:
+        try:
+            async for event in kube.watch_nodes(rv, label_selector=args.selector):
+                meta = event.object.get("metadata") or {}
+                rv = str(meta.get("resourceVersion") or rv)
+                if event.type not in ("ADDED", "MODIFIED") or not meta.get("name"):
+                    continue
+                if args.node is not None and meta["name"] != args.node:
+                    continue
+                att = await kube.get_cluster_object(*ATTESTATIONS, meta["name"])
+                row = row_of(event.object, att, now=datetime.now(UTC))
+                if held_for(row.hold, args.reason):
+                    text = render([row])
+                    write(text if args.output in ("json", "yaml") else text.split("\n", 1)[1])
+        except WatchExpired:
+            _, rv = await kube.list_nodes(label_selector=args.selector)
+            continue
+        ended += 1

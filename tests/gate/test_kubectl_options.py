@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, get_args
@@ -12,6 +13,7 @@ import yaml
 
 from bootstrap.gate import kubectlopts
 from bootstrap.gate.holds import Reason
+from bootstrap.gate.kubectl import node_row, render_table, status
 from bootstrap.kube import Kube
 from tests.gate.test_kubectl import (
     HELD_MESSAGE,
@@ -89,3 +91,29 @@ async def test_selector_and_context(
 
 def test_reason_choices_are_the_hold_reasons() -> None:
     assert set(kubectlopts.REASONS) == {*get_args(Reason), "none"}
+
+
+async def test_watch_prints_a_row_per_change(kmock: Any, kube: Kube) -> None:
+    await three_nodes(kube)
+    result = await status(kube)
+    changed = a_node("held", None)  # the gate lifted the hold
+    changed["metadata"]["resourceVersion"] = "2000"
+    held = a_node("stranger", "unattested")
+    held["metadata"]["resourceVersion"] = "2001"
+    kmock.script(
+        "watch", "v1/nodes", [{"type": "MODIFIED", "object": changed}, {"type": "MODIFIED", "object": held}]
+    )
+    out: list[str] = []
+    args = argparse.Namespace(selector=None, node=None, reason=None, output="table")
+    await kubectlopts.follow(
+        kube, result.resource_version, args, node_row, render_table, out.append, streams=1
+    )
+    assert [line.split()[0] for line in "".join(out).splitlines()] == ["held", "stranger"]
+    assert not any(line.startswith("NODE") for line in out)  # rows only, as kubectl get -w
+    out.clear()
+    kmock.script(
+        "watch", "v1/nodes", [{"type": "MODIFIED", "object": changed}, {"type": "MODIFIED", "object": held}]
+    )
+    args.reason = "unattested"
+    await kubectlopts.follow(kube, "", args, node_row, render_table, out.append, streams=1)
+    assert [line.split()[0] for line in "".join(out).splitlines()] == ["stranger"]
