@@ -27,6 +27,9 @@ FIELDS = (
     "pcr_class",
     "measured_boot_class",
     "action",
+    "user",  # admission: who sent the review, what it was about
+    "object",
+    "operation",
 )
 
 
