@@ -63,6 +63,12 @@ async def build_service(
         kube = None
     if kube is not None and not isinstance(kube, Kube):
         raise TypeError("kube must be a Kube, None, True or False")
+    # Everything read from files comes first: a bad policy file stops the start before anything
+    # is written to state_dir (docs/troubleshooting.md, "The service does not start").
+    metrics = Metrics()
+    ek_trust = load_ek_trust(settings)
+    decider, ready = _decider(settings, kube)
+    decider.counter = metrics.webhook_decisions
     state = settings.state_dir
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     now = datetime.now(UTC)
@@ -80,7 +86,6 @@ async def build_service(
     except BaseException:
         await store.close()
         raise
-    metrics = Metrics()
     holder: dict[str, Service] = {}
 
     def current() -> ca.CaSet:
@@ -89,7 +94,6 @@ async def build_service(
     async def refused(node: str, code: str, detail: str) -> None:
         await holder["s"].refused(node, code, detail)
 
-    ek_trust = load_ek_trust(settings)
     metrics.ek_roots_skipped.set(len(ek_trust.skipped))  # skipping a root never widens trust
     join = JoinService(
         settings,
@@ -106,8 +110,6 @@ async def build_service(
         authorities=current,
         kube=kube,
     )
-    decider, ready = _decider(settings, kube)
-    decider.counter = metrics.webhook_decisions
     service = Service(
         settings=settings,
         store=store,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import shutil
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -264,61 +265,86 @@ async def _serve(config: Path) -> int:
     return await asyncio.to_thread(cli_main, ["serve", "--config", str(config)])
 
 
-def _late_failure(tmp: Path, ek_ca: EkCa, state: Path) -> Path:
-    """A config that passes every check and fails while the service is built: a PackagePolicy
-    file that is not one (read after the CA, the session key and the store were made)."""
-    bad = tmp / "policies.yaml"
-    bad.write_text("apiVersion: nodegate.io/v1alpha1\nkind: PackagePolicy\nspec: {images: 7}\n")
+def _config(tmp: Path, ek_ca: EkCa, state: Path, **extra: Any) -> Path:
     config = tmp / "nodegate.yaml"
     doc = {
         "trust_domain": "fleet.test",
         "listen": "127.0.0.1:0",
         "state_dir": str(state),
         "ek_roots": [str(ek_ca.write(tmp / "ek-root.pem"))],
-        "admission": {"policy_files": [str(bad)]},
+        **extra,
     }
     config.write_text(yaml.safe_dump(doc))
     return config
 
 
+def _unreachable_cluster(tmp: Path, ek_ca: EkCa, state: Path, busy: socket.socket) -> Path:
+    """Passes every check, then fails after state_dir was made: the kubernetes store's API does
+    not answer (a port that accepts nothing)."""
+    port = busy.getsockname()[1]
+    busy.close()  # nothing listens there now: connections are refused at once
+    kubeconfig = tmp / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    return _config(
+        tmp, ek_ca, state, store="kubernetes", kubernetes={"kubeconfig": str(kubeconfig), "timeout": "2s"}
+    )
+
+
 async def test_a_late_failure_leaves_no_state_dir(
-    tmp_path: Path, ek_ca: EkCa, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ek_ca: EkCa, busy: socket.socket, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = tmp_path / "state"
-    assert await _serve(_late_failure(tmp_path, ek_ca, state)) == 2
+    assert await _serve(_unreachable_cluster(tmp_path, ek_ca, state, busy)) == 2
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("nodegate serve:")]
     assert len(lines) == 1, err
-    assert "policies.yaml" in lines[0], err
+    assert "store" in lines[0], err
     assert "Traceback" not in err
     assert not state.exists()
 
 
-async def test_a_late_failure_leaves_an_empty_state_dir_empty(tmp_path: Path, ek_ca: EkCa) -> None:
+async def test_a_late_failure_leaves_an_empty_state_dir_empty(
+    tmp_path: Path, ek_ca: EkCa, busy: socket.socket
+) -> None:
     state = tmp_path / "state"
     (state / "ca").mkdir(parents=True)
-    assert await _serve(_late_failure(tmp_path, ek_ca, state)) == 2
+    assert await _serve(_unreachable_cluster(tmp_path, ek_ca, state, busy)) == 2
     assert _tree(state) == ["ca"]
 
 
-async def test_a_late_failure_keeps_what_was_there(tmp_path: Path, ek_ca: EkCa) -> None:
-    """A started service's state stays exactly as it was (same files, same bytes)."""
+async def test_a_late_failure_takes_back_a_new_ca_and_keeps_what_was_there(
+    tmp_path: Path, ek_ca: EkCa, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A started service, then its CA removed and its session key damaged: the next start makes a
+    new CA (the store holds no node), then fails on the session key. The new CA is taken back;
+    every file that was there stays as it was."""
     state = tmp_path / "state"
-    config = _late_failure(tmp_path, ek_ca, state)
-    good = yaml.safe_load(config.read_text())
-    del good["admission"]
-    ok = tmp_path / "ok.yaml"
-    ok.write_text(yaml.safe_dump(good))
-    s = await start(load_settings(ok), kube=False)
+    config = _config(tmp_path, ek_ca, state)
+    s = await start(load_settings(config), kube=False)
     await s.close()
+    shutil.rmtree(state / "ca")
+    (state / "session.key").write_text("not a key\n")
     before = {p: (state / p).read_bytes() for p in _tree(state) if (state / p).is_file()}
-    assert "session.key" in before
-    assert "store.id" in before
+    capsys.readouterr()
     assert await _serve(config) == 2
+    err = capsys.readouterr().err
+    assert "session.key" in err, err
+    assert not (state / "ca").exists()  # the CA this failed start made is gone
     after = {p: (state / p).read_bytes() for p in _tree(state) if (state / p).is_file()}
-    assert after.keys() <= before.keys() | {"nodegate.db-wal", "nodegate.db-shm"} - set()
-    assert {p: after[p] for p in before if p in after and not p.startswith("nodegate.db")} == {
-        p: v for p, v in before.items() if not p.startswith("nodegate.db")
+    assert after.keys() <= before.keys()
+    assert {p: after[p] for p in after if not p.startswith("nodegate.db")} == {
+        p: before[p] for p in after if not p.startswith("nodegate.db")
     }
 
 
