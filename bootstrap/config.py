@@ -37,6 +37,10 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 class ConfigError(ValueError):
     """A configuration that cannot be used; the message names the key."""
 
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems or (message,)  # one line per problem (nodegate config validate)
+
 
 def parse_duration(value: object) -> timedelta:
     """``90s``, ``1h30m``, ``500ms``, ``2d``, or a number of seconds."""
@@ -165,7 +169,7 @@ class Limits(_Model):
     max_inflight: int = Field(default=256, ge=1)  # join requests being worked on at once
 
 
-AdminPermission = Literal["list", "revoke", "rotate", "metrics"]
+AdminPermission = Literal["list", "revoke", "rotate", "metrics", "forget"]
 
 
 class AdminSettings(_Model):
@@ -192,7 +196,8 @@ class Settings(_Model):
     svid_ttl: Duration = timedelta(hours=1)
     session_ttl: Duration = timedelta(seconds=60)
     ca_grace: Duration = timedelta(hours=24)
-    server_names: tuple[str, ...] = ("localhost",)
+    # Empty: this host's name and addresses, and loopback (bootstrap/service/hostnames.py).
+    server_names: tuple[str, ...] = ()
     kubernetes: KubernetesSettings = KubernetesSettings()
     gate: GateSettings = GateSettings()
     admission: AdmissionSettings = AdmissionSettings()
@@ -281,7 +286,7 @@ def settings_from_obj(data: object, base: Path | None = None) -> Settings:
         return Settings.model_validate(data)
     except ValidationError as exc:
         lines = [f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()]
-        raise ConfigError("invalid config: " + "; ".join(lines)) from None
+        raise ConfigError("invalid config: " + "; ".join(lines), tuple(lines)) from None
 
 
 def load_settings(path: Path) -> Settings:

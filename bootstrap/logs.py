@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import warnings
 from datetime import UTC, datetime
@@ -23,6 +24,13 @@ FIELDS = (
     "uid",  # admission: the review's uid, dry run and the rules that denied
     "dry_run",
     "rules",
+    "ek_sha256",  # a successful join or renewal: what it was attested as
+    "pcr_class",
+    "measured_boot_class",
+    "action",
+    "user",  # admission: who sent the review, what it was about
+    "object",
+    "operation",
 )
 
 
@@ -57,6 +65,21 @@ class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     @stream.setter
     def stream(self, _value: object) -> None:
         pass  # StreamHandler.__init__ assigns one; the property always answers sys.stderr
+
+
+LEVEL_ENV = "NODEGATE_LOG_LEVEL"
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def level_named(name: str | None) -> int:
+    """``--log-level`` (or, when it is not given, ``$NODEGATE_LOG_LEVEL``), default info;
+    ValueError for a name that is not a level."""
+    text = (name or os.environ.get(LEVEL_ENV) or "info").strip().lower()
+    if text not in LEVELS:
+        raise ValueError(
+            f"log level {text!r:.40} is not one of {', '.join(LEVELS)} (--log-level, ${LEVEL_ENV})"
+        )
+    return int(getattr(logging, text.upper()))
 
 
 def configure(level: int = logging.INFO) -> None:

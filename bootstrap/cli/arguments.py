@@ -9,10 +9,22 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
+from bootstrap.cli import opsargs
 from bootstrap.config import parse_duration
+from bootstrap.logs import LEVEL_ENV, LEVELS
 from bootstrap.node.defaults import ATTEMPTS, BOOT_ID, DEFAULT_TCTI, EVENT_LOG, NODE_DIR
+from bootstrap.version import describe
 
 PASSPHRASE_ENV: Final = "NODEGATE_BACKUP_PASSPHRASE"  # noqa: S105  (the variable's name)
+
+
+def _log_level(p: argparse.ArgumentParser, default: object) -> None:
+    p.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default=default,
+        help=f"debug, info (default), warning or error; default ${LEVEL_ENV}",
+    )
 
 
 def _config(p: argparse.ArgumentParser, what: str = "the service's config") -> None:
@@ -29,6 +41,7 @@ def _duration(text: str) -> timedelta:
 def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the join service, bundle, admin API and admission webhook")
     _config(serve, "YAML config (every key has a default)")
+    _log_level(serve, argparse.SUPPRESS)
     serve.add_argument(
         "--insecure-plaintext",
         action="store_true",
@@ -45,7 +58,11 @@ def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     gate = sub.add_parser("gate", help="run the hold-taint controller alone (serve runs it too)")
     _config(gate, "the service's config (kubernetes, gate)")
+    _log_level(gate, argparse.SUPPRESS)
     gate.add_argument("--once", action="store_true", help="reconcile every node once and exit")
+    gate.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="--once: the report as JSON"
+    )
     gate.add_argument(
         "--no-lease",
         action="store_true",
@@ -76,6 +93,9 @@ def _node_common(p: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help=f"the measured-boot event log to send (default: {EVENT_LOG} when --tcti is the platform TPM)",
+    )
+    p.add_argument(
+        "-o", "--output", choices=("text", "json"), default="text", help="json: one object on stdout"
     )
     # For tests and demos that play several machines on one host: each needs its own boot id.
     p.add_argument(
@@ -167,7 +187,7 @@ def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     test.add_argument(
         "--owner", default="system:serviceaccount:nodegate:nodegate", help="nodegate's username"
     )
-    test.add_argument("reviews", nargs="+", type=Path, metavar="REVIEW")
+    opsargs.add_policy_test(test)
     audit = psub.add_parser(
         "audit",
         help="list existing package CRs (YAML/JSON files, e.g. from kubectl get -o yaml) "
@@ -192,6 +212,7 @@ def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="also pin grub's kernel command lines (the quote must then cover PCR 8)",
     )
+    learn.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     elog = sub.add_parser("eventlog", help="measured-boot event logs")
     esub = elog.add_subparsers(dest="eventlog_command", metavar="ACTION", required=True)
     inspect = esub.add_parser("inspect", help="parse and replay an event log")
@@ -270,6 +291,8 @@ def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     roots.add_argument("--expiring", type=int, default=365, metavar="DAYS", help="warn within DAYS (365)")
     roots.add_argument("--at", metavar="TIME", help="judge expiry at this RFC 3339 time (default: now)")
     roots.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    check.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    opsargs.add_ek_hash(esub, DEFAULT_TCTI)
 
 
 class _NoInlinePassphrase(argparse.Action):
@@ -321,6 +344,8 @@ def parser() -> argparse.ArgumentParser:
         prog="nodegate",
         description="TPM-attested node bootstrap, hold gate and package admission for GPU fleets.",
     )
+    p.add_argument("--version", action="version", version=describe())
+    _log_level(p, None)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("demo", help="attest software TPMs locally and show a refused one")
     _serve(sub)
@@ -329,4 +354,6 @@ def parser() -> argparse.ArgumentParser:
     _policy(sub)
     _backup(sub)
     _ek(sub)
+    opsargs.add_config(sub)
+    opsargs.add_nodes(sub)
     return p

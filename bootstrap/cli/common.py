@@ -15,7 +15,7 @@ def settings(config: Path | None, prog: str = "nodegate") -> Settings | None:
     try:
         return load_settings(config) if config is not None else Settings()
     except ConfigError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {' '.join(str(exc).split())}", file=sys.stderr)  # one line (YAML errors span several)
         return None
 
 

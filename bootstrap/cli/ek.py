@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import re
 import sys
 from datetime import UTC, datetime
@@ -41,6 +42,10 @@ class _Usage(Exception):
 def run(args: argparse.Namespace) -> int:
     if args.ek_command == "roots":
         return ekstore.run(args)
+    if args.ek_command == "hash":
+        from bootstrap.cli import ekhash  # noqa: PLC0415  (the TPM stack only when asked)
+
+        return ekhash.run(args)
     try:
         return check(args)
     except _Usage as exc:
@@ -96,8 +101,25 @@ def check(args: argparse.Namespace) -> int:
     else:
         code, verdict = _chain_only(out, leaf, roots, allowlist, now)
     out.append(f"verdict      {verdict}")
-    print("\n".join(out))
+    if getattr(args, "output", "text") == "json":
+        print(json.dumps(check_json(cert_path, code, verdict, out), sort_keys=True))
+    else:
+        print("\n".join(out))
     return code
+
+
+def check_json(cert: Path, code: int, verdict: str, lines: list[str]) -> dict[str, object]:
+    """``-o json``: the verdict as fields (``code``: the machine code of a refusal), and the
+    text report's lines."""
+    refused = re.search(r"\[([a-z_]+)\]", verdict) if code != EXIT_TRUSTED else None
+    how = re.search(r"\((.+)\)$", verdict) if code == EXIT_TRUSTED else None
+    return {
+        "certificate": str(cert),
+        "trusted": code == EXIT_TRUSTED,
+        "code": refused.group(1) if refused else None,
+        "trusted_by": how.group(1) if how else None,
+        "report": lines,
+    }
 
 
 def _evidence(raw: bytes) -> tuple[bytes, str]:

@@ -169,6 +169,9 @@ def learn(args: argparse.Namespace) -> int:
         for line in refused:
             print(f"  {line}", file=sys.stderr)
         return EXIT_INVALID
+    if getattr(args, "output", "yaml") == "json":
+        print(json.dumps(policy, sort_keys=True))
+        return EXIT_OK
     print(f"# learned from {len(known)} event log(s); review before use", file=sys.stdout)
     print(mbcheck.annotated(yaml.safe_dump(policy, sort_keys=False), cls, len(known)), end="")
     return EXIT_OK

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
+import logging
 import signal
 import sys
 
@@ -23,15 +25,15 @@ def run(args: argparse.Namespace) -> int:
     config = settings(args.config)
     if config is None:
         return 2
-    logs.configure()
+    logs.configure(getattr(args, "log_level_value", logging.INFO))
     try:
-        return asyncio.run(_run(config, once=args.once, lease=not args.no_lease))
+        return asyncio.run(_run(config, once=args.once, lease=not args.no_lease, output=args.output))
     except KubeUnavailable as exc:  # KubeConfigError: a kubeconfig that cannot be used
         print(f"nodegate gate: {exc}", file=sys.stderr)
         return 2
 
 
-async def _run(config: Settings, *, once: bool, lease: bool) -> int:
+async def _run(config: Settings, *, once: bool, lease: bool, output: str = "text") -> int:
     kube = await Kube.from_settings(config.kubernetes)
     if kube is None:
         print(
@@ -47,7 +49,7 @@ async def _run(config: Settings, *, once: bool, lease: bool) -> int:
             except LeaseHeld as exc:
                 print(f"nodegate gate --once: {exc}", file=sys.stderr)
                 return 3
-            print(report_line(report))
+            print(report_json(report) if output == "json" else report_line(report))
             for error in report.errors:
                 print(f"nodegate gate --once: {error}", file=sys.stderr)
             return 1 if report.errors else 0
@@ -66,3 +68,15 @@ async def _run(config: Settings, *, once: bool, lease: bool) -> int:
 def report_line(report: GateReport) -> str:
     held = ", ".join(f"{reason} {n}" for reason, n in sorted(report.held.items())) or "none"
     return f"{report.nodes} nodes: {report.released} released; held: {held}; {report.writes} writes"
+
+
+def report_json(report: GateReport) -> str:
+    """``--once -o json``: the pass as one object (field names stable)."""
+    doc = {
+        "nodes": report.nodes,
+        "held": dict(sorted(report.held.items())),
+        "released": report.released,
+        "writes": report.writes,
+        "errors": list(report.errors),
+    }
+    return json.dumps(doc, sort_keys=True)

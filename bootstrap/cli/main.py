@@ -8,6 +8,7 @@ serve`` never loads the TPM stack and ``nodegate join`` never loads the Kubernet
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Sequence
 
 from bootstrap import logs
@@ -27,6 +28,8 @@ COMMANDS = {
     "restore": "backup",
     "demo": "demo",
     "ek": "ek",
+    "config": "config",
+    "nodes": "nodes",
 }
 
 
@@ -34,6 +37,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.capture_warnings()
     p = parser()
     args = p.parse_args(argv)
+    try:
+        args.log_level_value = logs.level_named(args.log_level)
+    except ValueError as exc:
+        print(f"nodegate: {exc}", file=sys.stderr)
+        return 2
     if args.command is None:
         p.print_help()
         return 0

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bootstrap.cli.common import node_log
 from bootstrap.node.attest import AttestOptions, attest
 from bootstrap.node.errors import EXIT_OK, JoinFailed, JoinUsageError, report_failure
+from bootstrap.node.eventlogfile import require_event_log
 from bootstrap.node.join import JoinOptions, join
 from bootstrap.node.renew import RenewOptions, renew
 
@@ -24,7 +26,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _shared(args: argparse.Namespace) -> dict[str, Any]:
-    """The options join, renew and attest take from the same flags (cli/arguments.py _node_common)."""
+    """The options join, renew and attest take from the same flags (cli/arguments.py _node_common);
+    a named event log that cannot be sent stops the command here, before the TPM or the server."""
+    if args.event_log is not None:
+        require_event_log(args.event_log)
     return {
         "server": args.server,
         "ca_bundle": args.ca_bundle,
@@ -41,6 +46,10 @@ def attest_main(args: argparse.Namespace) -> int:
         result = asyncio.run(attest(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate attest", exc)
+    if args.output == "json":
+        return _json(
+            {"how": result.how, "spiffe_id": result.spiffe_id, "svid_expires_at": result.svid_expires_at}
+        )
     print(
         f"attested this boot ({result.how}) as {result.spiffe_id} (SVID valid until {result.svid_expires_at})"
     )
@@ -61,6 +70,15 @@ def join_main(args: argparse.Namespace) -> int:
         result = asyncio.run(join(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate join", exc)
+    if args.output == "json":
+        return _json(
+            {
+                "node_name": result.node_name,
+                "spiffe_id": result.spiffe_id,
+                "svid_expires_at": result.svid_expires_at,
+                "files": {name: str(path) for name, path in result.files.items()},
+            }
+        )
     print(f"joined as {result.spiffe_id} (SVID valid until {result.svid_expires_at})")
     for name, path in result.files.items():
         print(f"  {name}: {path}")
@@ -79,6 +97,16 @@ def renew_main(args: argparse.Namespace) -> int:
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate renew", exc)
     until = result.svid_expires_at.isoformat().replace("+00:00", "Z")
+    if args.output == "json":
+        return _json(
+            {
+                "renewed": result.renewed,
+                "spiffe_id": result.spiffe_id,
+                "svid_expires_at": until,
+                "renew_below_seconds": int(result.before.total_seconds()),
+                "files": {name: str(path) for name, path in result.files.items()},
+            }
+        )
     if result.renewed:
         print(f"renewed {result.spiffe_id} (SVID valid until {until})")
     else:
@@ -87,4 +115,10 @@ def renew_main(args: argparse.Namespace) -> int:
             f"nodegate renew: SVID for {result.spiffe_id} valid until {until} ({left} left, "
             f"renewing below {_left(result.before)}); nothing to do"
         )
+    return EXIT_OK
+
+
+def _json(doc: dict[str, Any]) -> int:
+    """``-o json``: one object on stdout, field names stable (docs/node-join.md)."""
+    print(json.dumps(doc, sort_keys=True))
     return EXIT_OK

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bootstrap.cli import eventlog
-from bootstrap.service import policytest
+from bootstrap.service import policycases, policytest
 
 
 def run(args: argparse.Namespace) -> int:
@@ -14,4 +14,5 @@ def run(args: argparse.Namespace) -> int:
         return eventlog.learn(args)
     if args.policy_command == "audit":
         return policytest.audit(args.policy, args.objects)
-    return policytest.run(args.policy, args.rbac, args.reviews, args.owner)
+    sender = policycases.Sender(args.user, tuple(args.group), args.operation)
+    return policytest.run(args.policy, args.rbac, args.reviews, args.owner, sender, args.expect)

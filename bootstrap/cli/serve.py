@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 
 from bootstrap import logs
@@ -13,10 +14,10 @@ from bootstrap.service import app as server
 
 
 def run(args: argparse.Namespace) -> int:
-    config = settings(args.config)
+    config = settings(args.config, "nodegate serve")
     if config is None:
         return 2
-    logs.configure()
+    logs.configure(getattr(args, "log_level_value", logging.INFO))
     port_file = args.port_file
 
     def ready(port: int) -> None:

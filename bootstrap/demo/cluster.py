@@ -9,6 +9,7 @@ from pathlib import Path
 import kmock
 import yaml
 
+from bootstrap.demo import tables
 from bootstrap.demo.emulator import ShimEmulator, cluster_signer, kubeconfig
 
 
@@ -24,6 +25,7 @@ def register_resources(emu: ShimEmulator) -> None:
         ("skyhook.nvidia.com/v1alpha1/skyhooks", "Skyhook", False),
     ):
         emu.resources[path] = kmock.ResourceInfo(kind=kind, namespaced=namespaced)
+    emu.printer_columns["nodegate.io/v1alpha1/nodeattestations"] = list(tables.NODEATTESTATION_COLUMNS)
 
 
 async def start_api(stack: contextlib.AsyncExitStack, kubeconfig_path: Path) -> tuple[ShimEmulator, str]:

@@ -47,6 +47,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kmock._internal import dicts, enums  # kmock 0.8 internals; the version is pinned by the tests' needs
 
+from bootstrap.demo import tables
 from bootstrap.service import kubelet
 
 __all__ = [
@@ -140,6 +141,8 @@ class ShimEmulator(kmock.KubernetesEmulator):
     sar: SarAnswer | None = None
     token_review: TokenReviewAnswer | None = None
     signer: Signer | None = None
+    # resource key -> a CRD's additionalPrinterColumns, for Table answers (kubectl get)
+    printer_columns: dict[str, Any] = attrs.field(factory=dict)
     _versions: Any = attrs.field(factory=lambda: itertools.count(1000), init=False)
     # Check-then-write must be atomic or two writers with the same resourceVersion both win.
     _writes: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
@@ -277,7 +280,23 @@ class ShimEmulator(kmock.KubernetesEmulator):
         out = await super()._serve_list(request)
         if isinstance(out, dict) and isinstance(out.get("items"), list):
             out["items"] = [i for i in out["items"] if _selected(request, i)]
+            return self._as_served(request, out)
         return out
+
+    def _as_served(self, request: kmock.Request, out: dict[str, Any]) -> dict[str, Any]:
+        """The list as the API server answers it (tables.py): kind, apiVersion, resourceVersion,
+        and a Table when kubectl asks for one."""
+        res = request.resource
+        if res is None:
+            return out
+        key = f"{res.group}/{res.version}/{res.plural}" if res.group else f"{res.version}/{res.plural}"
+        info = self.resources.get(key) if hasattr(self.resources, "get") else None
+        kind = getattr(info, "kind", None) or ""
+        version = str((out.get("metadata") or {}).get("resourceVersion", ""))  # opaque, as kmock has it
+        if tables.wants_table(request.headers.get("Accept", "")):
+            return tables.table(out["items"], self.printer_columns.get(key), version)
+        api_version = f"{res.group}/{res.version}" if res.group else str(res.version)
+        return tables.as_list(out, kind, api_version, version)
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
         async for event in super()._serve_watch(request):

@@ -76,6 +76,7 @@ class Gate:
             kube, settings, self._cache, self._lease, events_namespace=events_namespace, now=now
         )
         self._complete_since: dict[str, datetime | None] = {}
+        self.on_release: Callable[[float], None] | None = None  # seconds from attestation to release
         self._sources: dict[str, Source] = self._cache.sources  # by key; tests peek at the caches
 
     @classmethod
@@ -206,9 +207,39 @@ class Gate:
                 read = await self._kube.get_node(name)
             except NotFound:  # deleted since the copy was taken
                 read = await self._kube.get_node(name)
+        self._count_release(name, read, decision)
         await self._writer.condition(node, decision)
         await self._writer.attestation(name, decision)
         return decision
+
+    def _count_release(self, name: str, before: Mapping[str, Any], decision: holds.Decision) -> None:
+        """A hold just lifted: how long since the attestation that released the node."""
+        if self.on_release is None or decision.reason is not None:
+            return
+        taints = (before.get("spec") or {}).get("taints") or ()
+        if not any(isinstance(t, dict) and t.get("key") == self._settings.taint_key for t in taints):
+            return  # it was not held
+        status = (self._cache.attestation(name) or {}).get("status") or {}
+        attested = parse_time(status.get("attestedAt"))
+        if attested is not None:
+            self.on_release(max(0.0, (self._now() - attested).total_seconds()))
+
+    @property
+    def reconcile_errors(self) -> int:
+        return self._queue.errors
+
+    def held_nodes(self, pool_label: str) -> dict[tuple[str, str], int]:
+        """(reason, pool) -> nodes carrying the hold taint now, from the node watch (for the
+        metrics: every replica reports what it sees, the leader or not)."""
+        out: dict[tuple[str, str], int] = {}
+        for node in self._cache.nodes().values():
+            spec, meta = node.get("spec") or {}, node.get("metadata") or {}
+            for taint in spec.get("taints") or ():
+                if isinstance(taint, dict) and taint.get("key") == self._settings.taint_key:
+                    key = (str(taint.get("value") or ""), str((meta.get("labels") or {}).get(pool_label, "")))
+                    out[key] = out.get(key, 0) + 1
+                    break
+        return out
 
     # -- passes --------------------------------------------------------------------------------
 

@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import sys
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn
 
 from bootstrap.config import GateSettings
 from bootstrap.gate import holds, nodewright
+from bootstrap.gate import kubectlopts as opts
 from bootstrap.gate.cache import ATTESTATIONS
+from bootstrap.gate.kubectlopts import age, kubeconfig_path
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed
 from bootstrap.names import is_node_name
 from bootstrap.times import optional_rfc3339, parse_time
@@ -150,6 +152,7 @@ class NodeRow:
 class Status:
     rows: tuple[NodeRow, ...]
     attestations_served: bool  # False: the NodeAttestation CRD is not installed
+    resource_version: str = ""  # of the node list: where --watch starts
 
     @property
     def note(self) -> str | None:
@@ -160,7 +163,12 @@ class Status:
 
 
 async def status(
-    kube: Kube, node: str | None = None, *, taint_key: str = DEFAULT_TAINT_KEY, now: datetime | None = None
+    kube: Kube,
+    node: str | None = None,
+    *,
+    taint_key: str = DEFAULT_TAINT_KEY,
+    now: datetime | None = None,
+    selector: str | None = None,
 ) -> Status:
     """Rows for every Node (sorted by name), or for ``node`` alone (NodeNotFound if it does not
     exist). KubeUnavailable when the API cannot be read; an unserved NodeAttestation resource
@@ -173,7 +181,7 @@ async def status(
         att = await kube.get_cluster_object(GROUP, VERSION, PLURAL, node)
         served = att is not None or await _served(kube)
         return Status((node_row(obj, att, taint_key=taint_key, now=now),), served)
-    nodes, _rv = await kube.list_nodes()
+    nodes, node_rv = await kube.list_nodes(label_selector=selector)
     try:
         atts, _rv = await kube.list_cluster_objects(GROUP, VERSION, PLURAL)
     except NotServed:
@@ -182,7 +190,7 @@ async def status(
         served = True
     by_name = {_name(a): a for a in atts}
     rows = [node_row(n, by_name.get(_name(n)), taint_key=taint_key, now=now) for n in nodes if _name(n)]
-    return Status(tuple(sorted(rows, key=lambda r: r.node)), served)
+    return Status(tuple(sorted(rows, key=lambda r: r.node)), served, node_rv)
 
 
 async def _served(kube: Kube) -> bool:
@@ -377,18 +385,6 @@ def _clean(text: str) -> str:
     return "".join(c if c == " " or unicodedata.category(c)[0] not in "CZ" else "?" for c in text)
 
 
-def age(delta: timedelta) -> str:
-    """kubectl-like short ages: 45s, 7m, 5h, 3d (clock skew into the future reads 0s)."""
-    s = max(int(delta.total_seconds()), 0)
-    if s < 120:
-        return f"{s}s"
-    if s < 120 * 60:
-        return f"{s // 60}m"
-    if s < 48 * 3600:
-        return f"{s // 3600}h"
-    return f"{s // 86400}d"
-
-
 # -- command line ------------------------------------------------------------------------------
 
 
@@ -415,40 +411,46 @@ def _parser() -> _Parser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     st = sub.add_parser("status", help="nodes, hold reasons and what each waits for")
     st.add_argument("node", nargs="?", metavar="NODE", help="one node (default: every node)")
-    st.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    st.add_argument("-o", "--output", choices=opts.OUTPUTS, default="table")
     st.add_argument("--kubeconfig", metavar="FILE", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
+    st.add_argument("--context", help="the kubeconfig context to use (default: its current-context)")
+    st.add_argument("-l", "--selector", help="only nodes with these labels (a label selector, as kubectl)")
+    st.add_argument("--reason", choices=opts.REASONS, help="only nodes held for this reason (none: not held)")
+    st.add_argument(
+        "-w", "--watch", action="store_true", help="after the list, a row each time a node changes"
+    )
     st.add_argument("--taint-key", default=DEFAULT_TAINT_KEY, help=f"default {DEFAULT_TAINT_KEY}")
     return p
-
-
-def kubeconfig_path(flag: str | None, env: Mapping[str, str] | None = None) -> str | None:
-    """--kubeconfig, else the first existing file in $KUBECONFIG, else ~/.kube/config if it
-    exists, else None (in-cluster). A named file that does not exist is an error later."""
-    if flag:
-        return flag
-    env = os.environ if env is None else env
-    listed = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
-    if listed:
-        # kubectl merges the list; one file is enough here: take the first that exists
-        return next((p for p in listed if os.path.isfile(p)), listed[0])
-    home = env.get("HOME")
-    default = Path(home) / ".kube" / "config" if home else Path.home() / ".kube" / "config"
-    return str(default) if default.is_file() else None
 
 
 async def _run(args: argparse.Namespace) -> tuple[str, str | None]:
     """(stdout text, a note for stderr or None)."""
     if args.node is not None and not is_node_name(args.node):
         raise UsageError(f"{args.node!r} is not a valid node name")
-    kube = await Kube.from_config(kubeconfig_path(args.kubeconfig))
+    kube = await Kube.from_config(kubeconfig_path(args.kubeconfig), context=args.context)
     if kube is None:
         raise StatusError("no kubeconfig found and not running in a cluster; pass --kubeconfig")
     try:
-        result = await status(kube, args.node, taint_key=args.taint_key)
+        result = await status(kube, args.node, taint_key=args.taint_key, selector=args.selector)
+        out = _render([r for r in result.rows if opts.held_for(r.hold, args.reason)], args.output)
+        if args.watch:  # until interrupted, like kubectl get -w
+            _write(out)
+            out = ""
+            row = functools.partial(node_row, taint_key=args.taint_key)
+            await opts.follow(
+                kube, result.resource_version, args, row, lambda rows: _render(rows, args.output), _write
+            )
     finally:
         await kube.close()
-    out = render_json(result.rows) if args.output == "json" else render_table(result.rows)
     return out, result.note
+
+
+def _render(rows: Sequence[NodeRow], output: str) -> str:
+    if output == "json":
+        return render_json(rows)
+    if output == "yaml":
+        return opts.render_yaml([r.to_json() for r in rows])
+    return opts.render_wide(rows) if output == "wide" else render_table(rows)
 
 
 def _fail(message: str) -> None:
@@ -478,6 +480,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if note:
         _fail(note)
+    _write(out)
+    return 0
+
+
+def _write(out: str) -> None:
     try:
         sys.stdout.write(out)
         sys.stdout.flush()
@@ -486,4 +493,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    return 0

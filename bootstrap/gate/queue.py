@@ -28,6 +28,7 @@ class WorkQueue:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._failures: dict[str, int] = {}
         self.running = False
+        self.errors = 0  # reconciles that failed (retried), for nodegate_gate_reconcile_errors_total
 
     def add(self, name: str) -> None:
         if self.running and name not in self._queued:
@@ -76,12 +77,14 @@ class WorkQueue:
             try:
                 decision = await reconcile(name)
             except (KubeUnavailable, Conflict) as exc:
+                self.errors += 1
                 failures = self._failures[name] = self._failures.get(name, 0) + 1
                 delay = failure_delay(failures)
                 log.warning("node %s: %s; retrying in %.1f s", name, exc, delay)
                 self.add_later(name, delay)
                 continue
             except Exception:  # the gate must keep running; the node is retried
+                self.errors += 1
                 log.exception("node %s: unexpected error", name)
                 self.add_later(name, MAX_BACKOFF)
                 continue

@@ -76,7 +76,7 @@ class Writer:
         out = await self._kube.patch_node(name, patch)
         self.count += 1
         before = next((t.get("value") for t in taints if t.get("key") == key), None)
-        log.info("node %s: hold %s -> %s", name, before or "none", reason or "released")
+        log.info("hold %s -> %s", before or "none", reason or "released", extra={"node": name})
         if before != reason:
             await self._event(out, decision)
         return out

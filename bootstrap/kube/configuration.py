@@ -27,7 +27,7 @@ def read_ca_bundle(path: str | os.PathLike[str], what: str) -> bytes:
     return pem
 
 
-async def load_configuration(kubeconfig: str | None) -> kc.Configuration | None:
+async def load_configuration(kubeconfig: str | None, context: str | None = None) -> kc.Configuration | None:
     """A kubeconfig file when one is named; else the pod's service account when running in a
     cluster; else None (no cluster). Async because kubernetes_asyncio loads kubeconfigs
     asynchronously (exec and OIDC credential plugins). Always a fresh Configuration: the
@@ -37,7 +37,7 @@ async def load_configuration(kubeconfig: str | None) -> kc.Configuration | None:
     if kubeconfig is not None:
         try:
             await kconfig.load_kube_config(
-                config_file=kubeconfig, client_configuration=cfg, persist_config=False
+                config_file=kubeconfig, context=context, client_configuration=cfg, persist_config=False
             )
         except (kconfig.ConfigException, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise KubeConfigError(f"kubeconfig {kubeconfig}: {type(exc).__name__}: {exc}"[:300]) from None

@@ -50,11 +50,13 @@ class KubeBase:
         return cls(kc.ApiClient(configuration=kc.Configuration(host=host.rstrip("/"))), timeout)
 
     @classmethod
-    async def from_config(cls, kubeconfig: str | None, *, timeout: float = DEFAULT_TIMEOUT) -> Self | None:
+    async def from_config(
+        cls, kubeconfig: str | None, *, timeout: float = DEFAULT_TIMEOUT, context: str | None = None
+    ) -> Self | None:
         """A kubeconfig file when one is named; else the pod's service account when running in a
         cluster; else None (no cluster). Each Kube gets a fresh Configuration. A file that cannot
         be used raises KubeConfigError."""
-        cfg = await load_configuration(kubeconfig)
+        cfg = await load_configuration(kubeconfig, context)  # context: kubectl's --context
         if cfg is None:
             return None
         ca_pem = read_ca_bundle(cfg.ssl_ca_cert, "cluster CA") if cfg.ssl_ca_cert else None

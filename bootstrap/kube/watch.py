@@ -34,13 +34,16 @@ def watch_arguments(resource_version: str) -> dict[str, Any]:
 
 
 async def watch_events(
-    what: str, list_call: Any, *args: Any, resource_version: str
+    what: str, list_call: Any, *args: Any, resource_version: str, label_selector: str | None = None
 ) -> AsyncIterator[WatchEvent]:
     """Events of ``list_call(*args)`` after ``resource_version``. Raises WatchExpired on 410 Gone
     and KubeUnavailable on other failures."""
     # return_type "object": plain dicts; the generated models reject what they do not expect.
     watcher = kw.Watch(return_type="object")
-    stream = watcher.stream(list_call, *args, **watch_arguments(resource_version))
+    kwargs = watch_arguments(resource_version)
+    if label_selector:
+        kwargs["label_selector"] = label_selector
+    stream = watcher.stream(list_call, *args, **kwargs)
     try:
         async for event in stream:
             kind = str(event.get("type", ""))

@@ -26,6 +26,7 @@ import aiohttp
 from pydantic import BaseModel, ValidationError
 
 from bootstrap.names import is_loopback
+from bootstrap.node import tlsnames
 from bootstrap.node.errors import DETAIL_LIMIT, JoinFailed, JoinGaveUp, JoinUsageError, one_line
 from bootstrap.protocol import FinishResponse, Problem
 
@@ -48,6 +49,7 @@ JOIN_FINISH_PATH = "/v1/join/finish"
 
 BACKOFF_CAP = 30.0
 MAX_RESPONSE = 1024 * 1024
+_NAMES_TIMEOUT = 5.0  # the second handshake that reads the certificate's names
 _TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
 _RESTART_CODES = frozenset({"session_expired", "session_unknown"})
 _STATUS_CODES = {
@@ -200,6 +202,12 @@ class ServiceClient:
                 content_type = resp.content_type
                 retry_after = _retry_after(resp.headers.get("Retry-After"))
         except aiohttp.ClientConnectorCertificateError as exc:
+            if tlsnames.is_name_mismatch(exc.certificate_error):
+                names = await tlsnames.certificate_names(self.base, self.ca_bundle, _NAMES_TIMEOUT)
+                host = urlsplit(self.base).hostname or self.base
+                raise JoinFailed(
+                    "tls_untrusted", f"{path}: {tlsnames.mismatch_detail(host, names)}"
+                ) from None
             raise JoinFailed(
                 "tls_untrusted",
                 f"{path}: the server's TLS certificate is not trusted by {self.ca_bundle} "

@@ -1,9 +1,9 @@
 """Who may call the admin endpoints: an admin SVID (mTLS, IDs listed in ``admin.spiffe_ids``) or a
 Kubernetes bearer token (TokenReview, then a SubjectAccessReview per endpoint permission).
 
-Permissions map to RBAC requests on nodeattestations.nodegate.io (``list``, ``revoke``),
-authorities.nodegate.io (``rotate``) and metrics.nodegate.io (``get``, for Prometheus), so a
-cluster operator grants them with ordinary Roles.
+Permissions map to RBAC requests on nodeattestations.nodegate.io (``list``, ``revoke``, and
+``delete`` for ``forget``), authorities.nodegate.io (``rotate``) and metrics.nodegate.io (``get``,
+for Prometheus), so a cluster operator grants them with ordinary Roles.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ GROUP = "nodegate.io"
 PERMISSIONS: Mapping[str, tuple[str, str]] = {
     "list": ("list", "nodeattestations"),
     "revoke": ("revoke", "nodeattestations"),
+    "forget": ("delete", "nodeattestations"),
     "rotate": ("rotate", "authorities"),
     "metrics": ("get", "metrics"),
 }

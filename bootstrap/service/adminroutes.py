@@ -17,7 +17,7 @@ from bootstrap.protocol import RevokeRequest, parse_request
 from bootstrap.service import authority, startup
 from bootstrap.service.inputs import peer_certificate, read_json
 from bootstrap.service.state import SERVICE, Service
-from bootstrap.store import NodeRecord, StoreUnavailable
+from bootstrap.store import AuditEntry, NodeRecord, StoreUnavailable
 from bootstrap.times import rfc3339
 
 log = logging.getLogger("nodegate.server")
@@ -62,6 +62,47 @@ async def admin_revoke(request: web.Request) -> web.StreamResponse:
     except StoreUnavailable as exc:
         raise Unavailable(f"store: {exc}", retry_after=2) from None
     return web.json_response(_record_json(record))
+
+
+async def admin_show(request: web.Request) -> web.StreamResponse:
+    """One node: its record (a damaged one answers node_record_damaged) and its recent audit."""
+    name = _name(request)
+    await _admin(request, "list", name)
+    store = request.app[SERVICE].store
+    try:
+        record = await store.get(name)
+        audit = await store.audit(name, limit=20)
+    except StoreUnavailable as exc:
+        raise Unavailable(f"store: {exc}", retry_after=2) from None
+    if record is None:
+        raise NotFound(f"no node {name}")
+    return web.json_response({**_record_json(record), "audit": [_audit_json(a) for a in audit]})
+
+
+async def admin_forget(request: web.Request) -> web.StreamResponse:
+    """Drop a node's binding (damaged or not), so a re-imaged machine may join with the name."""
+    name = _name(request)
+    actor = await _admin(request, "forget", name)
+    req = parse_request(RevokeRequest, await read_json(request))
+    try:
+        forgotten = await request.app[SERVICE].store.forget(name, actor=actor, reason=req.reason)
+    except StoreUnavailable as exc:
+        raise Unavailable(f"store: {exc}", retry_after=2) from None
+    if not forgotten:
+        raise NotFound(f"no node {name}")
+    log.warning("node forgotten", extra={"actor": actor, "node": name})
+    return web.json_response({"node_name": name, "forgotten": True})
+
+
+def _name(request: web.Request) -> str:
+    name = request.match_info["name"]
+    if not is_node_name(name):
+        raise MalformedInput("not a node name")
+    return name
+
+
+def _audit_json(a: AuditEntry) -> dict[str, Any]:
+    return {"at": rfc3339(a.at), "action": a.action, "actor": a.actor, "code": a.code, "detail": a.detail}
 
 
 async def admin_rotate(request: web.Request) -> web.StreamResponse:

@@ -172,16 +172,11 @@ def server_certificate(folder: Path, cas: ca.CaSet, names: tuple[str, ...], now:
         and current.not_valid_after_utc - now > renew_before
         and _aki(current) == _ski(signer)
         and (retires is None or current.not_valid_after_utc <= retires)
+        and _sans(current) == _split_names(names)  # a changed server_names takes effect at once
     ):
         return ServerCert(cert_file, key_file, current, _refresh_at(current, renew_before, retires))
     key = ec.generate_private_key(ec.SECP256R1())
-    dns: list[str] = []
-    ips: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
-    for name in names:
-        try:
-            ips.append(ipaddress.ip_address(name))
-        except ValueError:
-            dns.append(name)
+    dns, ips = _split_names(names)
     ttl = SERVER_TTL if retires is None else min(SERVER_TTL, retires - now)
     leaf = svid.issue_svid(
         issuer,
@@ -204,6 +199,32 @@ def server_certificate(folder: Path, cas: ca.CaSet, names: tuple[str, ...], now:
 def _refresh_at(leaf: x509.Certificate, renew_before: timedelta, retires: datetime | None) -> datetime:
     at = leaf.not_valid_after_utc - renew_before
     return at if retires is None else min(at, retires - RETIRE_MARGIN)
+
+
+def _split_names(
+    names: tuple[str, ...],
+) -> tuple[list[str], list[ipaddress.IPv4Address | ipaddress.IPv6Address]]:
+    dns: list[str] = []
+    ips: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    for name in names:
+        try:
+            ips.append(ipaddress.ip_address(name))
+        except ValueError:
+            dns.append(name.lower())  # as issued: DNS names are case-insensitive
+    return dns, ips
+
+
+def _sans(cert: x509.Certificate) -> tuple[list[str], list[ipaddress.IPv4Address | ipaddress.IPv6Address]]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return [], []
+    ips = [
+        ip
+        for ip in san.get_values_for_type(x509.IPAddress)
+        if isinstance(ip, ipaddress.IPv4Address | ipaddress.IPv6Address)
+    ]
+    return san.get_values_for_type(x509.DNSName), ips
 
 
 def _load_pair(cert_file: Path, key_file: Path) -> x509.Certificate | None:

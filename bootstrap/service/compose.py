@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.decider import LocalRbac, StaticPolicies
 from admission.mutate import CrMutator
 from admission.webhook import MAX_REVIEW_BYTES, make_handler, make_mutate_handler
 from attest import ca
@@ -22,6 +22,7 @@ from bootstrap.service import (
     adminroutes,
     authority,
     background,
+    fleetmetrics,
     joinroutes,
     publicroutes,
     sessions,
@@ -30,6 +31,7 @@ from bootstrap.service import (
 )
 from bootstrap.service.admin import AdminAuth
 from bootstrap.service.authz import SarAuthorizer
+from bootstrap.service.decisions import CountingDecider
 from bootstrap.service.join import JoinService, load_ek_trust
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.middleware import problems
@@ -61,6 +63,12 @@ async def build_service(
         kube = None
     if kube is not None and not isinstance(kube, Kube):
         raise TypeError("kube must be a Kube, None, True or False")
+    # Everything read from files comes first: a bad policy file stops the start before anything
+    # is written to state_dir (docs/troubleshooting.md, "The service does not start").
+    metrics = Metrics()
+    ek_trust = load_ek_trust(settings)
+    decider, ready = _decider(settings, kube)
+    decider.counter = metrics.webhook_decisions
     state = settings.state_dir
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     now = datetime.now(UTC)
@@ -78,7 +86,6 @@ async def build_service(
     except BaseException:
         await store.close()
         raise
-    metrics = Metrics()
     holder: dict[str, Service] = {}
 
     def current() -> ca.CaSet:
@@ -87,7 +94,6 @@ async def build_service(
     async def refused(node: str, code: str, detail: str) -> None:
         await holder["s"].refused(node, code, detail)
 
-    ek_trust = load_ek_trust(settings)
     metrics.ek_roots_skipped.set(len(ek_trust.skipped))  # skipping a root never widens trust
     join = JoinService(
         settings,
@@ -104,7 +110,6 @@ async def build_service(
         authorities=current,
         kube=kube,
     )
-    decider, ready = _decider(settings, kube)
     service = Service(
         settings=settings,
         store=store,
@@ -126,12 +131,14 @@ async def build_service(
                 "node as unattested; use store: kubernetes with a cluster (docs/gate.md)"
             )
         service.gate = Gate.for_settings(kube, settings)
+        service.gate.on_release = metrics.release_seconds.observe
     holder["s"] = service
+    fleetmetrics.register(service)
     metrics.bundle_sequence.set(cas.bundle_sequence(now))
     return service
 
 
-def _decider(settings: Settings, kube: Kube | None) -> tuple[Decider, list[Callable[[], bool]]]:
+def _decider(settings: Settings, kube: Kube | None) -> tuple[CountingDecider, list[Callable[[], bool]]]:
     adm = settings.admission
     owner = adm.owner
     source: Any
@@ -150,7 +157,7 @@ def _decider(settings: Settings, kube: Kube | None) -> tuple[Decider, list[Calla
         authorizer = SarAuthorizer(kube)
     else:
         authorizer = LocalRbac(load_rbac([]))
-    return Decider(source, authorizer, owner, settings.gate.taint_key), ready
+    return CountingDecider(source, authorizer, owner, settings.gate.taint_key), ready
 
 
 def make_app(service: Service) -> web.Application:
@@ -167,6 +174,8 @@ def make_app(service: Service) -> web.Application:
     r.add_get("/v1/bundle", publicroutes.bundle, name="bundle")
     r.add_get("/v1/admin/nodes", adminroutes.admin_list, name="admin_list")
     r.add_post("/v1/admin/nodes/{name}/revoke", adminroutes.admin_revoke, name="admin_revoke")
+    r.add_get("/v1/admin/nodes/{name}", adminroutes.admin_show, name="admin_show")
+    r.add_post("/v1/admin/nodes/{name}/forget", adminroutes.admin_forget, name="admin_forget")
     r.add_post("/v1/admin/ca/rotate", adminroutes.admin_rotate, name="admin_rotate")
     r.add_get("/healthz", publicroutes.healthz, name="healthz")
     r.add_get("/readyz", publicroutes.readyz, name="readyz")

@@ -291,6 +291,19 @@ class JoinService:
         except StoreUnavailable as exc:
             raise Unavailable(f"store: {exc}", retry_after=2) from None
         self._remember(session)
+        # one line per success, every value a field (alerts and searches need no parsing of msg)
+        log.info(
+            "node %s",
+            "joined" if action == "join" else "renewed",
+            extra={
+                "node": session.node_name,
+                "spiffe_id": str(sid),
+                "ek_sha256": session.ek_sha256,
+                "pcr_class": judged.pcr_class,
+                "measured_boot_class": judged.measured_boot_class,
+                "action": action,
+            },
+        )
         chain = leaf.public_bytes(serialization.Encoding.PEM).decode()
         return Issued(
             record,

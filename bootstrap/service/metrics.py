@@ -60,5 +60,27 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.refusals = Counter(
+            "nodegate_attestation_refusals",
+            "Joins and renewals refused, by machine code (event_log_mismatch, measured_boot_violation, "
+            "pcr_policy_violation, ek_untrusted, ...).",
+            ["code"],
+            registry=self.registry,
+        )
+
+        self.release_seconds = Histogram(
+            "nodegate_release_seconds",
+            "Seconds from a node's attestation to the gate lifting its hold (join to ready).",
+            buckets=(30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400),
+            registry=self.registry,
+        )
+
+        self.webhook_decisions = Counter(
+            "nodegate_webhook_decisions",
+            "Admission verdicts by result (allowed, denied) and denying rule.",
+            ["result", "rule"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -18,28 +18,25 @@ from typing import Any, TextIO
 from admission import rules
 from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.policy import PackagePolicy
-from admission.review import ReviewError, parse_review
+from bootstrap.service.policycases import Sender, judge, load_cases, run_cases
 from bootstrap.service.policyload import ToolError, documents, load_policies, load_rbac
 
 DEFAULT_OWNER = "system:serviceaccount:nodegate:nodegate"
 
 
-async def _run(decider: Decider, reviews: Sequence[Path], out: TextIO) -> int:
+async def _run(decider: Decider, reviews: Sequence[Path], out: TextIO, sender: Sender | None = None) -> int:
     denied = False
     for path in reviews:
         docs = list(documents(path))
         if len(docs) != 1:
-            raise ToolError(f"{path}: expected exactly one AdmissionReview")
-        try:
-            review = parse_review(json.dumps(docs[0]).encode())
-        except ReviewError as exc:
-            raise ToolError(f"{path}: {exc}") from None
-        decision = await decider.decide(review.request)
+            raise ToolError(f"{path}: expected exactly one AdmissionReview or object")
+        # an AdmissionReview as is, or a plain object sent by --user/--group (policycases)
+        uid, decision = await judge(decider, docs[0], sender or Sender(None), str(path))
         denied |= not decision.allowed
         body = {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
-            "response": decision.response(review.request.uid),
+            "response": decision.response(uid),
         }
         print(json.dumps(body, sort_keys=True), file=out)
     return 1 if denied else 0
@@ -87,11 +84,24 @@ def audit(policies: Sequence[Path], objects: Sequence[Path]) -> int:
 
 
 def run(
-    policies: Sequence[Path], rbac: Sequence[Path], reviews: Sequence[Path], owner: str = DEFAULT_OWNER
+    policies: Sequence[Path],
+    rbac: Sequence[Path],
+    reviews: Sequence[Path],
+    owner: str = DEFAULT_OWNER,
+    sender: Sender | None = None,
+    expect: Path | None = None,
 ) -> int:
     try:
         decider = Decider(StaticPolicies(load_policies(policies)), LocalRbac(load_rbac(rbac)), owner)
-        return asyncio.run(_run(decider, reviews, sys.stdout))
+        if expect is not None:
+            return asyncio.run(run_cases(decider, load_cases(expect), sys.stdout))
+        return asyncio.run(_run(decider, _given(reviews), sys.stdout, sender))
     except ToolError as exc:
         print(f"nodegate policy test: {exc}", file=sys.stderr)
         return 2
+
+
+def _given(reviews: Sequence[Path]) -> Sequence[Path]:
+    if not reviews:
+        raise ToolError("give AdmissionReview or object files, or --expect FILE")
+    return reviews

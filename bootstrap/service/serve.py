@@ -21,6 +21,7 @@ from aiohttp import web
 from bootstrap.config import Settings, host_port
 from bootstrap.files import write_atomic
 from bootstrap.names import is_loopback
+from bootstrap.service import preflight
 from bootstrap.service.compose import build_service, make_app, tls_context
 from bootstrap.service.listener import ConnectionLimits, GuardedSite
 from bootstrap.service.startup import StartupError, one_line
@@ -58,6 +59,20 @@ async def start(
     host, port = host_port(settings.listen)
     if insecure_plaintext and not is_loopback(host):
         raise StartupError(f"--insecure-plaintext only binds loopback; listen is {settings.listen}")
+    preflight.check(settings, insecure_plaintext=insecure_plaintext)  # before anything is written
+    with preflight.nothing_left_behind(settings.state_dir):
+        return await _start(settings, host, port, insecure_plaintext, new_ca, limits, kube)
+
+
+async def _start(
+    settings: Settings,
+    host: str,
+    port: int,
+    insecure_plaintext: bool,
+    new_ca: bool,
+    limits: ConnectionLimits | None,
+    kube: bool,
+) -> Serving:
     try:
         service = await build_service(settings, kube=kube, new_ca=new_ca)
     except StartupError:

@@ -16,6 +16,7 @@ it and exits 2); docs/troubleshooting.md lists them.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import ssl
@@ -136,6 +137,11 @@ def one_line(exc: BaseException, settings: Settings) -> str:
         text = f"kubernetes: {exc}; check kubernetes.kubeconfig and that the API server answers"
     elif isinstance(exc, ssl.SSLError):
         text = f"TLS certificate or key ({settings.tls.cert_file or state / 'tls'}): {exc}; fix the pair"
+    elif isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        text = (
+            f"listen {settings.listen}: the port is already in use (another nodegate?); "
+            "stop it or change listen"
+        )
     elif isinstance(exc, OSError):
         where = exc.filename if exc.filename is not None else state
         text = (

@@ -113,6 +113,7 @@ class Service:
             self.metrics.inflight.dec()
 
     async def refused(self, node_name: str, code: str, detail: str) -> None:
+        self.metrics.refusals.labels(code).inc()
         await self.store.record_refusal(node_name, code, detail[:500])
         if self.kube is None:
             return

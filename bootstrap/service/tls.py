@@ -11,7 +11,7 @@ from pathlib import Path
 
 from attest import ca, svid
 from bootstrap.config import Settings
-from bootstrap.service import authority, clientcert
+from bootstrap.service import authority, clientcert, hostnames
 
 log = logging.getLogger("nodegate.server")
 
@@ -43,7 +43,9 @@ def trust(ctx: ssl.SSLContext, cas: ca.CaSet, now: datetime) -> None:
 def load_self_issued(ctx: ssl.SSLContext, settings: Settings, cas: ca.CaSet, now: datetime) -> datetime:
     """Loads the service's own server certificate (issued when missing or due); returns when it is
     due again."""
-    cert = authority.server_certificate(settings.state_dir / "tls", cas, settings.server_names, now)
+    cert = authority.server_certificate(
+        settings.state_dir / "tls", cas, hostnames.server_names(settings), now
+    )
     ctx.load_cert_chain(cert.cert_file, cert.key_file)
     return cert.refresh_at
 

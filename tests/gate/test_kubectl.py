@@ -707,7 +707,7 @@ async def test_main_when_the_api_answers_errors(
 @pytest.mark.parametrize(
     ("argv", "rc", "says"),
     [
-        (["status", "-o", "yaml"], 2, "invalid choice: 'yaml'"),
+        (["status", "-o", "xml"], 2, "invalid choice: 'xml'"),
         (["status", "a", "b"], 2, "unrecognized arguments: b"),
         (["nope"], 2, "invalid choice: 'nope'"),
         (["status", "Bad/Name", "--kubeconfig", "/nonexistent"], 2, "'Bad/Name' is not a valid node name"),
@@ -743,7 +743,7 @@ def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert kubectl.main(["status", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--kubeconfig" in out
-    assert "-o {table,json}" in out
+    assert "-o {table,wide,json,yaml}" in out
 
 
 # -- the gate's story, end to end ------------------------------------------------------------------

@@ -1,0 +1,26 @@
+"""The webhook's verdicts counted for the metrics: ``nodegate_webhook_decisions_total{result,
+rule}``, one count per denying rule (a denial with no rule counts once with ``rule=""``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from admission.decider import Decider
+from admission.response import Decision
+from admission.review import Request
+
+
+@dataclass
+class CountingDecider(Decider):
+    counter: Any = field(default=None, repr=False, compare=False)  # a prometheus Counter(result, rule)
+
+    async def decide(self, req: Request) -> Decision:
+        decision = await super().decide(req)
+        if self.counter is not None:
+            if decision.allowed:
+                self.counter.labels("allowed", "").inc()
+            else:
+                for rule in sorted({v.rule for v in decision.violations}) or [""]:
+                    self.counter.labels("denied", rule).inc()
+        return decision

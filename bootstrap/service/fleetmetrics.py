@@ -1,0 +1,81 @@
+"""Metrics computed when Prometheus scrapes: the build, how long the CA and the serving
+certificate have left, and the nodes the gate holds by reason and pool. Nothing here runs between
+scrapes, and a value that cannot be read is left out rather than reported as zero (an expiry of 0
+would page)."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from cryptography import x509
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from bootstrap.files import read_limited
+from bootstrap.service.state import Service
+from bootstrap.version import version
+
+POOL_LABEL: Final = "nodegate.io/pool"  # the Node label that names a node's pool in the metrics
+_MAX_CERT_FILE = 1024 * 1024
+
+
+class FleetCollector(Collector):
+    def __init__(self, service: Service) -> None:
+        self._service = service
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        info = GaugeMetricFamily(
+            "nodegate_build_info", "nodegate's version (value 1).", labels=["version", "python"]
+        )
+        info.add_metric([version(), platform.python_version()], 1.0)
+        yield info
+        expiry = GaugeMetricFamily(
+            "nodegate_certificate_expiry_seconds",
+            "Seconds until a certificate expires: the CA that signs SVIDs (ca) and the serving "
+            "certificate (serving).",
+            labels=["certificate"],
+        )
+        now = datetime.now(UTC)
+        signer = self._service.cas.signer.certificate
+        expiry.add_metric(["ca"], (signer.not_valid_after_utc - now).total_seconds())
+        serving = _serving_expiry(self._service)
+        if serving is not None:
+            expiry.add_metric(["serving"], (serving - now).total_seconds())
+        yield expiry
+        gate = self._service.gate
+        if gate is not None:
+            held = GaugeMetricFamily(
+                "nodegate_held_nodes",
+                f"Nodes carrying the hold taint, by reason and pool (Node label {POOL_LABEL}).",
+                labels=["reason", "pool"],
+            )
+            for (reason, pool), count in sorted(gate.held_nodes(POOL_LABEL).items()):
+                held.add_metric([reason, pool], float(count))
+            yield held
+            errors = CounterMetricFamily(
+                "nodegate_gate_reconcile_errors",
+                "Gate reconciles that failed and were retried (API errors, conflicts past retries).",
+            )
+            errors.add_metric([], float(gate.reconcile_errors))
+            yield errors
+
+
+def _serving_expiry(service: Service) -> datetime | None:
+    settings = service.settings
+    path = settings.tls.cert_file or settings.state_dir / "tls" / "server.pem"
+    return _not_after(Path(path))
+
+
+def _not_after(path: Path) -> datetime | None:
+    try:
+        return x509.load_pem_x509_certificate(read_limited(path, _MAX_CERT_FILE)).not_valid_after_utc
+    except (OSError, ValueError):
+        return None
+
+
+def register(service: Service) -> None:
+    service.metrics.registry.register(FleetCollector(service))
