@@ -36,9 +36,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from attest import bootevents, eventlog, measuredboot
+from attest import eventlog
+from attest.measuredboot import facts as bootevents
+from attest.measuredboot import policy as measuredboot
 from attest.errors import AttestationError
-from attest.tcglog import EV_NO_ACTION
+from attest.measuredboot.tcglog import EV_NO_ACTION
 from tests.bench import common
 from tests.support import eventlogs as el
 

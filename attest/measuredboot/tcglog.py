@@ -7,12 +7,13 @@ The log is what the firmware left in ``/sys/kernel/security/tpm0/binary_bios_mea
   the banks and their digest sizes, then TCG_PCR_EVENT2 records with one digest per bank;
 - SHA-1 only: TCG_PCClientPCREvent records throughout (older firmware).
 
-``attest.eventlog`` builds the log from these records; every failure here is
+``attest.measuredboot.log`` builds the log from these records; every failure here is
 :class:`~attest.errors.EventLogInvalid` (``event_log_invalid``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Callable, Mapping
@@ -26,8 +27,22 @@ MAX_EVENTS: Final = 16384  # real firmware logs hold tens to a few thousand even
 MAX_PCR: Final = 23
 MAX_BANKS: Final = 8
 
+EV_POST_CODE: Final = 0x00000001
 EV_NO_ACTION: Final = 0x00000003
 EV_SEPARATOR: Final = 0x00000004
+EV_ACTION: Final = 0x00000005
+EV_EVENT_TAG: Final = 0x00000006
+EV_S_CRTM_VERSION: Final = 0x00000008
+EV_IPL: Final = 0x0000000D
+EV_OMIT_BOOT_DEVICE_EVENTS: Final = 0x00000012
+EV_EFI_VARIABLE_DRIVER_CONFIG: Final = 0x80000001
+EV_EFI_VARIABLE_BOOT: Final = 0x80000002
+EV_EFI_BOOT_SERVICES_APPLICATION: Final = 0x80000003
+EV_EFI_BOOT_SERVICES_DRIVER: Final = 0x80000004
+EV_EFI_ACTION: Final = 0x80000007
+EV_EFI_VARIABLE_BOOT2: Final = 0x8000000C
+EV_EFI_HCRTM_EVENT: Final = 0x80000010
+EV_EFI_VARIABLE_AUTHORITY: Final = 0x800000E0
 
 # TPM_ALG_ID -> (bank name, hashlib name); SM3 only where the local OpenSSL offers it.
 HASHES: Final[dict[int, tuple[str, str]]] = {
@@ -92,6 +107,7 @@ _CONSTRUCTORS: Final[dict[str, Callable[[bytes], Any]]] = {
     "sha384": hashlib.sha384,
     "sha512": hashlib.sha512,
 }
+DIGEST_BYTES: Final = {name: DIGEST_SIZES[alg] for alg, (name, _) in HASHES.items()}
 
 
 def event_type_name(event_type: int) -> str:
@@ -134,7 +150,7 @@ def hasher(bank: str) -> Callable[[bytes], Any]:
     fn = _CONSTRUCTORS.get(bank)
     if fn is None:
         name = hashlib_name(bank)
-        return lambda data: hashlib.new(name, data)
+        return functools.partial(hashlib.new, name)
     return fn
 
 

@@ -124,12 +124,15 @@ def signature_data(value: bytes) -> Signature | None:
 
 
 def image_load(data: bytes) -> ImageLoad:
+    """Parse UEFI_IMAGE_LOAD_EVENT. shim before 15 logged the C structure's size (its one-element
+    device path array: 8 more bytes, uninitialised) and often one byte more still, like its
+    authorities; those padding bytes are accepted and never read."""
     if len(data) < 32:
         raise ValueError("UEFI_IMAGE_LOAD_EVENT shorter than its header")
     location, length, link, path_len = struct.unpack_from("<QQQQ", data, 0)
-    if 32 + path_len != len(data):
+    if len(data) - 32 - path_len not in (0, 8, 9):
         raise ValueError("UEFI_IMAGE_LOAD_EVENT device path length does not match the event size")
-    return ImageLoad(location, length, link, data[32:])
+    return ImageLoad(location, length, link, data[32 : 32 + path_len])
 
 
 def device_path_text(path: bytes) -> str:
