@@ -272,7 +272,9 @@ def _action_in(table: dict[bytes, frozenset[int]]) -> Callable[[Event, str, byte
         if pcrs is None:
             return _no(ev, "not an action string of the firmware profile")
         if ev.pcr not in pcrs:
-            return _no(ev, f"the firmware profile puts this action in PCR {', '.join(map(str, sorted(pcrs)))}")
+            return _no(
+                ev, f"the firmware profile puts this action in PCR {', '.join(map(str, sorted(pcrs)))}"
+            )
         if not _hash_is(bank, ev.data, digest):
             return _no(ev, "action string does not hash to its digest")
         return Action(ev, ev.data.decode("ascii"))
@@ -360,7 +362,9 @@ def _grub_or_loader(ev: Event, bank: str, digest: bytes) -> Typed:
             if data.startswith(prefix):
                 body = data[len(prefix) : len(data) if with_nul else -1]
                 if not _hash_is(bank, body, digest):
-                    return _no(ev, f"grub text does not hash to its digest as {prefix.decode().strip()} defines")
+                    return _no(
+                        ev, f"grub text does not hash to its digest as {prefix.decode().strip()} defines"
+                    )
                 text = data[len(prefix) : -1].decode("utf-8", errors="replace")
                 return GrubText(ev, role, prefix, text)
         return _no(ev, "not a grub measurement (unknown prefix)")

@@ -46,7 +46,16 @@ from attest.measuredboot.events import (
 )
 from attest.measuredboot.tcglog import EV_NO_ACTION, Event
 
-__all__ = ["Application", "Authority", "BootFacts", "KeyVariable", "Text", "facts", "preferred_bank", "secure_boot"]
+__all__ = [
+    "Application",
+    "Authority",
+    "BootFacts",
+    "KeyVariable",
+    "Text",
+    "facts",
+    "preferred_bank",
+    "secure_boot",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,12 +188,16 @@ def _same_grub(command: GrubText, line: GrubText) -> bool:
 
 def _unpaired(t: GrubText) -> Uninterpreted:
     return Uninterpreted(
-        t.event, t.event.pcr, f"grub's {t.command} command is not followed by the kernel command line it measures"
+        t.event,
+        t.event.pcr,
+        f"grub's {t.command} command is not followed by the kernel command line it measures",
     )
 
 
 def _stray(t: GrubText, what: str, command: str) -> Uninterpreted:
-    return Uninterpreted(t.event, t.event.pcr, f"a {what} that does not directly follow grub's {command} command")
+    return Uninterpreted(
+        t.event, t.event.pcr, f"a {what} that does not directly follow grub's {command} command"
+    )
 
 
 def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = None) -> BootFacts:

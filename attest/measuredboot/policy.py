@@ -187,7 +187,12 @@ def _problems(facts: BootFacts, rule: str, cls: str | None) -> list[Finding]:
     the profile does not define there could be what the rule is about, relabelled (the type and
     data are not signed)."""
     return [
-        Finding(rule, f"{u.reason}: the TPM does not vouch for what it is, so the rule cannot hold", u.where(), cls)
+        Finding(
+            rule,
+            f"{u.reason}: the TPM does not vouch for what it is, so the rule cannot hold",
+            u.where(),
+            cls,
+        )
         for pcr in RULE_PCRS[rule]
         for u in facts.problems(pcr)
     ]
@@ -198,7 +203,9 @@ def _secure_boot(facts: BootFacts, required: bool, cls: str | None) -> list[Find
         return []
     out = _problems(facts, "secure_boot", cls)
     if facts.debug_mode is not None:
-        out.append(Finding("secure_boot", "the firmware is in UEFI debug mode", facts.debug_mode.where(), cls))
+        out.append(
+            Finding("secure_boot", "the firmware is in UEFI debug mode", facts.debug_mode.where(), cls)
+        )
     if facts.secure_boot is True:
         return out
     if facts.secure_boot is False and facts.secure_boot_event is not None:
@@ -226,7 +233,12 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
             if subject is None or subject not in allowed:
                 who = subject or f"sha256:{a.sha256}"
                 out.append(
-                    Finding("authorities", f"authority {who} ({a.variable}) is not allowed", a.event.where(), c.name)
+                    Finding(
+                        "authorities",
+                        f"authority {who} ({a.variable}) is not allowed",
+                        a.event.where(),
+                        c.name,
+                    )
                 )
     if c.dbx_required is not None:
         out += _problems(facts, "dbx_required", c.name)
