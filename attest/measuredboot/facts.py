@@ -5,10 +5,11 @@ the order the profile prescribes inside a PCR (the order of one PCR's extends is
 the replay; the order between PCRs is not):
 
 - PCR 7: the Secure Boot configuration (SecureBoot, PK, KEK, db, dbx, ...) counts only before
-  PCR 7's separator, each variable once. A variable after the separator, a second one, or a
-  second separator is uninterpreted (root can extend PCR 7 after boot and append a matching
-  event; the profile never measures configuration there). Without a separator nothing of the
-  configuration counts. Authorities may appear on either side (drivers, then boot applications).
+  PCR 7's separator, each variable once, and all five must be there (the profile measures them
+  even when empty). A variable after the separator, a second one, or a second separator is
+  uninterpreted (root can extend PCR 7 after boot and append a matching event; the profile
+  never measures configuration there). Without a separator nothing of the configuration counts.
+  Authorities may appear on either side (drivers, then boot applications).
 - PCR 8: grub measures ``linux ARGS`` (its command) and then the kernel command line; a command
   line is read only directly after a kernel command of the same grub, and a kernel command must
   be followed by its command line. The prefix that says "command" or "kernel command line" is
@@ -106,6 +107,10 @@ class BootFacts:
         dbx = self.keys.get("dbx")
         sigs = dbx.signatures if dbx is not None else None
         return frozenset(s.data.hex() for s in sigs or () if s.type == efi.CERT_SHA256)
+
+
+REQUIRED_VARIABLES_ORDER = ("SecureBoot", "PK", "KEK", "db", "dbx")
+REQUIRED_VARIABLES = frozenset(REQUIRED_VARIABLES_ORDER)
 
 
 @dataclass
@@ -245,6 +250,15 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
             Uninterpreted(None, SECURE_BOOT_PCR, "PCR 7 has no separator, so its configuration is not closed")
         )
         pcr7 = _Pcr7()
+    elif pcr7.separator is not None and not REQUIRED_VARIABLES <= pcr7.seen:
+        # The profile measures all five (empty ones too): one missing could be an event relabelled
+        # into another type, or one moved in from elsewhere under that name.
+        missing = ", ".join(v for v in REQUIRED_VARIABLES_ORDER if v not in pcr7.seen)
+        uninterpreted.append(
+            Uninterpreted(
+                None, SECURE_BOOT_PCR, f"PCR 7 lacks {missing}, which the firmware profile measures"
+            )
+        )
     return BootFacts(
         bank=bank,
         secure_boot=pcr7.secure_boot,

@@ -211,11 +211,11 @@ def test_a_changed_log_no_longer_replays_to_the_quote(change: str) -> None:
     events = el.boot()
     quote = _quote(events)
     if change == "tamper":  # other data and its honest digest
-        events[12] = el.application(b"\x44" * 32)
+        events[15] = el.application(b"\x44" * 32)
     elif change == "drop":
-        del events[13]
+        del events[16]
     elif change == "reorder":  # two events of PCR 4
-        events[12], events[13] = events[13], events[12]
+        events[15], events[16] = events[16], events[15]
     else:  # a digest that is not what the TPM was extended with
         events[1].digests = {"sha256": b"\x00" * 32}
     log = eventlog.parse(el.build(events))

@@ -141,7 +141,7 @@ def test_a_class_learned_from_a_log_admits_it_and_refuses_secure_boot_off(name: 
 
 @pytest.mark.parametrize(
     ("rule", "index"),
-    [("authorities", 8), ("boot_applications", 13), ("kernel_cmdlines", 16)],
+    [("authorities", 15), ("boot_applications", 16), ("kernel_cmdlines", 19)],
 )
 def test_a_retyped_event_cannot_hide_from_a_rule(rule: str, index: int) -> None:
     """The event type is not signed: a forger who turns the unknown CA's authority event, the
