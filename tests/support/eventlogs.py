@@ -9,7 +9,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-ALGS = {"sha1": (0x0004, 20), "sha256": (0x000B, 32), "sha384": (0x000C, 48), "sha512": (0x000D, 64)}
+ALGS = {
+    "sha1": (0x0004, 20),
+    "sha256": (0x000B, 32),
+    "sha384": (0x000C, 48),
+    "sha512": (0x000D, 64),
+    "sm3_256": (0x0012, 32),
+}
+HASHLIB = {"sm3_256": "sm3"}  # bank name -> hashlib name where they differ
 GLOBAL_VARIABLE = uuid.UUID("8be4df61-93ca-11d2-aa0d-00e098032b8c")
 IMAGE_SECURITY_DATABASE = uuid.UUID("d719b2cb-3d3a-4596-a3bc-dad00e67656f")
 CERT_SHA256 = uuid.UUID("c1c41626-504c-4092-aca9-41f936934328")
@@ -24,6 +31,7 @@ EV_EFI_VARIABLE_DRIVER_CONFIG = 0x80000001
 EV_EFI_VARIABLE_BOOT = 0x80000002
 EV_EFI_BOOT_SERVICES_APPLICATION = 0x80000003
 EV_EFI_ACTION = 0x80000007
+EV_EFI_HCRTM_EVENT = 0x80000010
 EV_EFI_VARIABLE_AUTHORITY = 0x800000E0
 
 
@@ -38,7 +46,9 @@ class Ev:
     def digest(self, bank: str) -> bytes:
         if bank in self.digests:
             return self.digests[bank]
-        return hashlib.new(bank, self.data if self.measured is None else self.measured).digest()
+        return hashlib.new(
+            HASHLIB.get(bank, bank), self.data if self.measured is None else self.measured
+        ).digest()
 
 
 def variable_data(guid: uuid.UUID, name: str, value: bytes) -> bytes:
@@ -97,6 +107,12 @@ def grub(prefix: str, text: str, pcr: int = 8) -> Ev:
     return Ev(pcr, EV_IPL, f"{prefix}: {text}".encode() + b"\x00", measured=text.encode())
 
 
+def hcrtm(crtm_digest_of: bytes = b"the H-CRTM's code") -> Ev:
+    """The event an H-CRTM platform logs first in PCR 0: data "HCRTM", the digest of what the
+    hardware CRTM measured (TPM2_HashStart/HashEnd at locality 4)."""
+    return Ev(0, EV_EFI_HCRTM_EVENT, b"HCRTM", measured=crtm_digest_of)
+
+
 def separator(pcr: int) -> Ev:
     return Ev(pcr, EV_SEPARATOR, b"\x00\x00\x00\x00")
 
@@ -148,7 +164,9 @@ def replay(events: Sequence[Ev], bank: str, *, locality: int | None = None) -> d
         if ev.type == EV_NO_ACTION:
             continue
         start = bytes(size - 1) + bytes([locality]) if ev.pcr == 0 and locality is not None else bytes(size)
-        pcrs[ev.pcr] = hashlib.new(bank, pcrs.get(ev.pcr, start) + ev.digest(bank)).digest()
+        pcrs[ev.pcr] = hashlib.new(
+            HASHLIB.get(bank, bank), pcrs.get(ev.pcr, start) + ev.digest(bank)
+        ).digest()
     return pcrs
 
 
