@@ -124,9 +124,7 @@ class _Pcr7:
     separator: Event | None = None
     debug_mode: Event | None = None
 
-    def add(self, t: Typed, out: list[Uninterpreted]) -> None:
-        ev = t.event
-        assert ev is not None
+    def add(self, ev: Event, t: Typed, out: list[Uninterpreted]) -> None:
         if isinstance(t, Separator):
             if self.separator is not None:
                 out.append(Uninterpreted(ev, ev.pcr, "a second separator in PCR 7"))
@@ -241,7 +239,7 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
         if ev.pcr == SECURE_BOOT_PCR:
             seen7 = True
             if not isinstance(t, Uninterpreted):
-                pcr7.add(t, uninterpreted)
+                pcr7.add(ev, t, uninterpreted)
         elif ev.pcr == GRUB_STRING_PCR:
             pcr8.append(t)
     commands, cmdlines = _grub(pcr8, uninterpreted)
@@ -250,7 +248,7 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
             Uninterpreted(None, SECURE_BOOT_PCR, "PCR 7 has no separator, so its configuration is not closed")
         )
         pcr7 = _Pcr7()
-    elif pcr7.separator is not None and not REQUIRED_VARIABLES <= pcr7.seen:
+    elif pcr7.separator is not None and not pcr7.seen >= REQUIRED_VARIABLES:
         # The profile measures all five (empty ones too): one missing could be an event relabelled
         # into another type, or one moved in from elsewhere under that name.
         missing = ", ".join(v for v in REQUIRED_VARIABLES_ORDER if v not in pcr7.seen)

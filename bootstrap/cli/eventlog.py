@@ -76,8 +76,13 @@ def describe(log: eventlog.EventLog, *, events: bool = False) -> dict[str, Any]:
         dbx = facts.keys.get("dbx")
         out["dbx_entries"] = len(dbx.signatures or ()) if dbx is not None else 0
         out["uninterpreted"] = [
-            {"event": u.event.number if u.event else None, "pcr": u.pcr, "where": u.where(), "reason": u.reason}
-            for u in facts.uninterpreted
+            {
+                "event": u.event.number if u.event else None,
+                "pcr": u.pcr,
+                "where": u.where(),
+                "reason": u.reason,
+            }
+            for u in facts.uninterpreted  # each fails every rule that reads its PCR
         ]
     if events:
         out["event_list"] = [_event(ev) for ev in log.events]

@@ -10,9 +10,9 @@ import logging
 from dataclasses import dataclass
 
 from attest import eventlog, pcr, tpm
+from attest.errors import BootNotReset, MeasuredBootViolation
 from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
-from attest.errors import BootNotReset, MeasuredBootViolation
 from bootstrap.config import Settings
 from bootstrap.protocol import QuoteEvidence
 from bootstrap.service.sessions import Session

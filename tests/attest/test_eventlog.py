@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attest import eventlog
-from attest.measuredboot import facts as bootevents
 from attest.errors import AttestationError, EventLogInvalid, EventLogMismatch
+from attest.measuredboot import facts as bootevents
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
 

@@ -25,7 +25,8 @@ def test_an_hcrtm_log_replays_from_locality_4_in_every_bank(logged_locality: int
     started at 4."""
     events = [el.hcrtm(), *el.boot()]
     log = eventlog.parse(el.build(events, banks=BANKS, locality=logged_locality))
-    assert log.hcrtm and log.pcr0_locality == 4
+    assert log.hcrtm
+    assert log.pcr0_locality == 4
     assert log.banks == BANKS
     quote = _quote(events, locality=4)
     eventlog.verify_replay(log, quote)

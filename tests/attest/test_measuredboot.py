@@ -6,9 +6,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from attest import eventlog
+from attest.errors import MeasuredBootViolation
 from attest.measuredboot import facts as bootevents
 from attest.measuredboot import policy as measuredboot
-from attest.errors import MeasuredBootViolation
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
 

@@ -61,7 +61,10 @@ def test_the_manifest_lists_every_fixture_with_its_provenance() -> None:
     for entry in MANIFEST["logs"]:
         assert hashlib.sha256(_data(entry["file"])).hexdigest() == entry["sha256"], entry["file"]
         assert entry["source"].startswith("https://github.com/")
-        assert len(entry["commit"]) == 40 and entry["path"] and entry["licence"] and entry["fetched"]
+        assert len(entry["commit"]) == 40
+        assert entry["path"]
+        assert entry["licence"]
+        assert entry["fetched"]
 
 
 def test_the_corpus_spans_formats_and_platforms() -> None:
@@ -134,7 +137,8 @@ def test_the_hcrtm_log_replays_pcr0_from_locality_4_in_every_bank() -> None:
     """TCG PFP and TPM 2.0 Part 1 section 34.3: an H-CRTM resets PCR 0 to 00..04 and extends its
     digest first. tpm2-tss's test expects this sha1 value for the same log."""
     log = _log("tss-hcrtm.bin")
-    assert log.hcrtm and log.startup_locality is None
+    assert log.hcrtm
+    assert log.startup_locality is None
     first = next(ev for ev in log.events if ev.pcr == 0 and ev.type != EV_NO_ACTION)
     assert (first.type_name, first.data) == ("EV_EFI_HCRTM_EVENT", b"HCRTM")
     replayed = log.replay()

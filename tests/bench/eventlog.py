@@ -37,9 +37,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from attest import eventlog
+from attest.errors import AttestationError
 from attest.measuredboot import facts as bootevents
 from attest.measuredboot import policy as measuredboot
-from attest.errors import AttestationError
 from attest.measuredboot.tcglog import EV_NO_ACTION
 from tests.bench import common
 from tests.support import eventlogs as el
