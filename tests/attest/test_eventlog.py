@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from attest import eventlog
 from attest.errors import AttestationError, EventLogInvalid, EventLogMismatch
-from attest.measuredboot import facts as bootevents
+from attest.measuredboot import facts as bootfacts
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
 
@@ -117,7 +117,7 @@ def test_events_may_carry_fewer_digests_than_the_spec_id_lists() -> None:
 
 def test_old_shim_authority_events_verify_over_their_covered_bytes() -> None:
     log = eventlog.parse(QUIRKY["old-shim-authority"])
-    facts = bootevents.facts(log.events, bank="sha256")
+    facts = bootfacts.facts(log.events, bank="sha256")
     assert facts.uninterpreted == ()
     assert [(a.variable, a.subject) for a in facts.authorities][-1] == ("Shim", "CN=Test Secure Boot CA")
 
@@ -154,7 +154,7 @@ def test_a_built_log_replays_and_shows_its_facts() -> None:
     eventlog.verify_replay(log, _quote(events))
     assert log.banks == ("sha1", "sha256")
     assert log.secure_boot is True
-    facts = bootevents.facts(log.events, bank="sha256", pcrs=range(10))
+    facts = bootfacts.facts(log.events, bank="sha256", pcrs=range(10))
     assert [c.text for c in facts.kernel_cmdlines] == ["/vmlinuz-6.8 root=/dev/sda1 ro"]
     assert [c.text for c in facts.grub_commands] == ["linux /vmlinuz-6.8 root=/dev/sda1 ro"]
     assert next(a.path for a in facts.boot_applications) == "\\EFI\\ubuntu\\shimx64.efi"
@@ -182,7 +182,7 @@ def test_data_that_does_not_hash_to_its_digest_shows_nothing() -> None:
     events[2] = forged
     log = eventlog.parse(el.build(events))
     eventlog.verify_replay(log, quote)  # the digests are untouched
-    facts = bootevents.facts(log.events, bank="sha256", pcrs=range(10))
+    facts = bootfacts.facts(log.events, bank="sha256", pcrs=range(10))
     assert facts.secure_boot is None
     assert log.secure_boot is None
     assert [u.event.number for u in facts.uninterpreted if u.event] == [3]
@@ -198,7 +198,7 @@ def test_a_forged_kernel_command_line_is_unverified() -> None:
     )
     log = eventlog.parse(el.build(events))
     eventlog.verify_replay(log, quote)
-    facts = bootevents.facts(log.events, bank="sha256", pcrs=range(10))
+    facts = bootfacts.facts(log.events, bank="sha256", pcrs=range(10))
     assert facts.kernel_cmdlines == ()
     assert [(u.event.number, u.reason[:25]) for u in facts.uninterpreted if u.event] == [
         (cmdline + 1, "grub text does not hash t"),  # numbers count the Spec ID event too
@@ -227,7 +227,7 @@ def test_a_changed_log_no_longer_replays_to_the_quote(change: str) -> None:
 def test_events_in_unquoted_pcrs_are_not_facts() -> None:
     events = el.boot()
     log = eventlog.parse(el.build(events))
-    facts = bootevents.facts(log.events, bank="sha256", pcrs=range(8))
+    facts = bootfacts.facts(log.events, bank="sha256", pcrs=range(8))
     assert facts.kernel_cmdlines == ()
     assert facts.grub_commands == ()
     assert {e.pcr for e in facts.uncovered} == {8}
@@ -283,9 +283,9 @@ def test_arbitrary_bytes_raise_only_event_log_invalid(data: bytes) -> None:
     except EventLogInvalid:  # anything else would escape and fail the test
         return
     log.replay()
-    bank = bootevents.preferred_bank(log.banks)
+    bank = bootfacts.preferred_bank(log.banks)
     if bank:
-        bootevents.facts(log.events, bank=bank)
+        bootfacts.facts(log.events, bank=bank)
 
 
 _SAMPLES = [QUIRKY[n] for n in ("agile-three-banks", "sha1-only-locality", "old-shim-authority")]
@@ -308,9 +308,9 @@ def test_mutated_real_logs_raise_only_attestation_errors(which: int, at: int, fl
         log = eventlog.parse(bytes(data))
     except EventLogInvalid:
         return
-    bank = bootevents.preferred_bank(log.banks)
+    bank = bootfacts.preferred_bank(log.banks)
     assert bank is not None
-    bootevents.facts(log.events, bank=bank)
+    bootfacts.facts(log.events, bank=bank)
     with pytest.raises(AttestationError):
         eventlog.verify_replay(
             log, {bank: {i: b"\x01" * len(log.events[1].digests.get(bank, b"x" * 20)) for i in range(8)}}

@@ -7,7 +7,7 @@ from cryptography.hazmat.primitives import serialization
 
 from attest import eventlog
 from attest.errors import MeasuredBootViolation
-from attest.measuredboot import facts as bootevents
+from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
@@ -17,9 +17,9 @@ _, CERT = self_signed("Fleet Secure Boot CA")
 CERT_DER = CERT.public_bytes(serialization.Encoding.DER)
 
 
-def _facts(events: list[el.Ev], pcrs: range = range(10)) -> bootevents.BootFacts:
+def _facts(events: list[el.Ev], pcrs: range = range(10)) -> bootfacts.BootFacts:
     log = eventlog.parse(el.build(events))
-    return bootevents.facts(log.events, bank="sha256", pcrs=pcrs)
+    return bootfacts.facts(log.events, bank="sha256", pcrs=pcrs)
 
 
 def _policy(**cls: object) -> measuredboot.MeasuredBootPolicy:
@@ -129,12 +129,12 @@ def test_bad_policies_are_refused_at_load(doc: object, reason: str) -> None:
 def test_a_class_learned_from_a_log_admits_it_and_refuses_secure_boot_off(name: str) -> None:
     logs = el.quirky(CERT_DER)
     log = eventlog.parse(logs[name])
-    facts = bootevents.facts(log.events, bank="sha256", pcrs=range(10))
+    facts = bootfacts.facts(log.events, bank="sha256", pcrs=range(10))
     learned = measuredboot.learn([facts], name="fleet", cmdlines=True)
     assert learned.secure_boot == "required"
     policy = measuredboot.MeasuredBootPolicy(classes=(learned,))
     assert measuredboot.enforce(policy, facts).matched_class == "fleet"
-    off = bootevents.facts(eventlog.parse(logs["secure-boot-off"]).events, bank="sha256", pcrs=range(10))
+    off = bootfacts.facts(eventlog.parse(logs["secure-boot-off"]).events, bank="sha256", pcrs=range(10))
     with pytest.raises(MeasuredBootViolation, match="rule secure_boot"):
         measuredboot.enforce(policy, off)
 

@@ -38,7 +38,7 @@ from typing import Any
 
 from attest import eventlog
 from attest.errors import AttestationError
-from attest.measuredboot import facts as bootevents
+from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from attest.measuredboot.tcglog import EV_NO_ACTION
 from tests.bench import common
@@ -53,13 +53,13 @@ QUOTED = range(10)
 def _ours_case(data: bytes) -> Callable[[], None]:
     log = eventlog.parse(data)
     quoted = {"sha256": {i: v for i, v in log.replay()["sha256"].items() if i in QUOTED}}
-    facts = bootevents.facts(log.events, bank="sha256", pcrs=QUOTED)
+    facts = bootfacts.facts(log.events, bank="sha256", pcrs=QUOTED)
     policy = measuredboot.MeasuredBootPolicy(classes=(measuredboot.learn([facts], name="c", cmdlines=True),))
 
     def run() -> None:
         parsed = eventlog.parse(data)
         eventlog.verify_replay(parsed, quoted)
-        measuredboot.enforce(policy, bootevents.facts(parsed.events, bank="sha256", pcrs=QUOTED))
+        measuredboot.enforce(policy, bootfacts.facts(parsed.events, bank="sha256", pcrs=QUOTED))
 
     return run
 
@@ -165,9 +165,9 @@ def _run(paths: list[Path], *, rounds: int, quick: bool, source: str) -> dict[st
             keylime = _keylime_case(path, data)
         except RuntimeError:
             skipped.append(name)  # keylime (tpm2_eventlog) cannot take it: nothing to compare
-        except (UnicodeDecodeError, ValueError, KeyError) as exc:  # keylime's parser crashes on some real logs
-            skipped.append(f"{name} (keylime cannot parse: {type(exc).__name__})")
             continue
+        except (UnicodeDecodeError, ValueError, KeyError) as exc:  # keylime crashes on some real logs
+            skipped.append(f"{name} (keylime cannot parse: {type(exc).__name__})")
             continue
         cases[name] = {
             "ours": _ours_case(data),

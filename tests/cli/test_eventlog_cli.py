@@ -10,7 +10,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 
 from attest import eventlog
-from attest.measuredboot import facts as bootevents
+from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from bootstrap import cli
 from tests.support import eventlogs as el
@@ -62,5 +62,5 @@ def test_learned_policy_loads_and_admits_its_own_log(logs: Path, capsys: pytest.
     doc = yaml.safe_load(capsys.readouterr().out)
     policy = measuredboot.policy_from_obj(doc["measured_boot"])
     log = eventlog.parse(log_file.read_bytes())
-    facts = bootevents.facts(log.events, bank="sha256", pcrs=range(8))
+    facts = bootfacts.facts(log.events, bank="sha256", pcrs=range(8))
     assert measuredboot.enforce(policy, facts).matched_class == "shim"
