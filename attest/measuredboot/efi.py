@@ -96,6 +96,30 @@ def signature_lists(value: bytes) -> list[Signature]:
     return out
 
 
+def sha256_entries(value: bytes) -> frozenset[bytes]:
+    """The 32-byte image digests of the EFI_CERT_SHA256 lists in ``value`` (a dbx), without
+    building a record per signature; the lists are checked as :func:`signature_lists` does."""
+    out: set[bytes] = set()
+    pos = 0
+    sha256 = CERT_SHA256.bytes_le
+    while pos < len(value):
+        if len(value) - pos < 28:
+            raise ValueError("EFI_SIGNATURE_LIST shorter than its header")
+        list_size, header_size, sig_size = struct.unpack_from("<III", value, pos + 16)
+        if list_size < 28 or pos + list_size > len(value):
+            raise ValueError(f"EFI_SIGNATURE_LIST of {list_size} bytes at offset {pos}")
+        if sig_size < 16:
+            raise ValueError(f"EFI_SIGNATURE_DATA of {sig_size} bytes")
+        body = list_size - 28 - header_size
+        if body < 0 or body % sig_size:
+            raise ValueError("EFI_SIGNATURE_LIST size is not a whole number of signatures")
+        if value[pos : pos + 16] == sha256 and sig_size == 48:
+            start = pos + 28 + header_size
+            out.update(value[at + 16 : at + 48] for at in range(start, start + body, 48))
+        pos += list_size
+    return frozenset(out)
+
+
 def der_length(data: bytes) -> int | None:
     """The length of the DER SEQUENCE at the start of ``data`` (header included), or None."""
     if len(data) < 2 or data[0] != 0x30:

@@ -30,7 +30,6 @@ is the policy's business: it fails every rule that depends on its PCR (``policy`
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import uuid
 from collections.abc import Callable
@@ -225,7 +224,6 @@ Typed = (
 )
 
 
-@functools.lru_cache(maxsize=256)
 def _subject(der: bytes) -> str | None:
     try:
         return x509.load_der_x509_certificate(der).subject.rfc4514_string()

@@ -74,6 +74,14 @@ class KeyVariable:
         self.event, self.name, self.value = event, name, value
 
     @functools.cached_property
+    def sha256_entries(self) -> frozenset[bytes]:
+        """The image digests of its EFI_CERT_SHA256 lists (empty when the value does not parse)."""
+        try:
+            return efi.sha256_entries(self.value)
+        except ValueError:
+            return frozenset()
+
+    @functools.cached_property
     def signatures(self) -> tuple[efi.Signature, ...] | None:
         """None when the value is not a sequence of EFI_SIGNATURE_LISTs."""
         try:
@@ -103,10 +111,12 @@ class BootFacts:
         """What in ``pcr`` has no vouched-for meaning: a rule about ``pcr`` cannot hold with it."""
         return tuple(u for u in self.uninterpreted if u.pcr == pcr)
 
-    def dbx_digests(self) -> frozenset[str]:
+    def dbx_hashes(self) -> frozenset[bytes]:
         dbx = self.keys.get("dbx")
-        sigs = dbx.signatures if dbx is not None else None
-        return frozenset(s.data.hex() for s in sigs or () if s.type == efi.CERT_SHA256)
+        return dbx.sha256_entries if dbx is not None else frozenset()
+
+    def dbx_digests(self) -> frozenset[str]:
+        return frozenset(h.hex() for h in self.dbx_hashes())
 
 
 REQUIRED_VARIABLES_ORDER = ("SecureBoot", "PK", "KEK", "db", "dbx")

@@ -20,6 +20,7 @@ violation names the event (number, PCR, type) and the rule it broke. Pure.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -81,6 +82,10 @@ class MeasuredBootClass(BaseModel):
         return tuple(
             ("sha256:" + _digests((a,), "authority")[0]) if a.lower().startswith("sha256:") else a for a in v
         )
+
+    @functools.cached_property
+    def dbx_required_bytes(self) -> tuple[bytes, ...]:
+        return tuple(bytes.fromhex(d) for d in self.dbx_required or ())
 
     def rules(self, default_secure_boot: bool) -> tuple[str, ...]:
         """The rules this class applies (secure_boot from the policy's default when unset)."""
@@ -242,8 +247,8 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
                 )
     if c.dbx_required is not None:
         out += _problems(facts, "dbx_required", c.name)
-        present = facts.dbx_digests()
-        missing = [d for d in c.dbx_required if d not in present]
+        present = facts.dbx_hashes()
+        missing = [d.hex() for d in c.dbx_required_bytes if d not in present]
         if missing:
             out.append(
                 Finding(
