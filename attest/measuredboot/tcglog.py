@@ -239,6 +239,35 @@ def sha1_records(data: bytes, pos: int, first: int, limit: int) -> tuple[list[Ev
     return out, pos
 
 
+def _agile_digests(
+    data: bytes, pos: int, number: int, count: int, sizes: Mapping[int, int], names: Mapping[int, str]
+) -> tuple[dict[str, bytes], int]:
+    """An event's TPML_DIGEST_VALUES read one by one (fewer banks, another order, or banks that
+    cannot be replayed), and the offset after them."""
+    end = len(data)
+    digests: dict[str, bytes] = {}
+    other: list[int] = []  # algorithms listed in the Spec ID that cannot be replayed (rare)
+    for _ in range(count):
+        if pos + 2 > end:
+            raise _short(number, "digest algorithm", pos)
+        (alg,) = _U16.unpack_from(data, pos)
+        size = sizes.get(alg)
+        if size is None:
+            raise EventLogInvalid(f"event {number} carries a digest for 0x{alg:04x}, not a bank of this log")
+        name = names.get(alg)
+        if (name in digests) if name is not None else (alg in other):
+            raise EventLogInvalid(f"event {number} carries two digests for 0x{alg:04x}")
+        pos += 2
+        if pos + size > end:
+            raise _short(number, "digest", pos)
+        if name is not None:
+            digests[name] = data[pos : pos + size]
+        else:
+            other.append(alg)
+        pos += size
+    return digests, pos
+
+
 def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[int, int]) -> list[Event]:
     """TCG_PCR_EVENT2 records from ``pos`` to the end of ``data``; ``sizes`` maps each bank the
     Spec ID event lists to its digest size."""
@@ -274,28 +303,7 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
             out.append(Event(number, pcr, etype, digests, body))
             number += 1
             continue
-        digests = {}
-        other: list[int] = []  # algorithms listed in the Spec ID that cannot be replayed (rare)
-        for _ in range(count):
-            if pos + 2 > end:
-                raise _short(number, "digest algorithm", pos)
-            (alg,) = _U16.unpack_from(data, pos)
-            size = sizes.get(alg)
-            if size is None:
-                raise EventLogInvalid(
-                    f"event {number} carries a digest for 0x{alg:04x}, not a bank of this log"
-                )
-            name = names.get(alg)
-            if (name in digests) if name is not None else (alg in other):
-                raise EventLogInvalid(f"event {number} carries two digests for 0x{alg:04x}")
-            pos += 2
-            if pos + size > end:
-                raise _short(number, "digest", pos)
-            if name is not None:
-                digests[name] = data[pos : pos + size]
-            else:
-                other.append(alg)
-            pos += size
+        digests, pos = _agile_digests(data, pos, number, count, sizes, names)
         body, pos = _event_data(data, pos, number)
         out.append(Event(number, pcr, etype, digests, body))
         number += 1
