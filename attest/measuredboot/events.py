@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Callable
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from cryptography import x509
 
@@ -115,6 +115,10 @@ GRUB_PREFIXES: Final = (
     (b"grub_kernel_cmdline ", "kernel", False),  # RHEL/Fedora grub before the upstream code
     (b"grub_cmd ", "command", True),
 )
+# The word before the prefix's space -> (prefix, role, whether the digest covers the NUL).
+_GRUB_HEADS: Final = {
+    prefix[: prefix.index(b" ")]: (prefix, role, nul) for prefix, role, nul in GRUB_PREFIXES
+}
 GRUB_KERNEL_COMMANDS: Final = frozenset({"linux", "linux16", "linuxefi", "multiboot", "multiboot2"})
 GRUB_MODULE_COMMANDS: Final = frozenset({"module", "module2"})
 
@@ -180,11 +184,15 @@ class GrubText(NamedTuple):
     event: Event
     role: str  # command, kernel, module
     prefix: bytes  # which flavour of grub wrote it
-    text: str
+    body: bytes  # the text after the prefix, without the NUL
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
 
     @property
     def command(self) -> str:
-        return self.text.split(" ", 1)[0]
+        return self.body.split(b" ", 1)[0].decode("utf-8", errors="replace")
 
 
 class LoaderCmdline(NamedTuple):
@@ -239,33 +247,37 @@ def _no(ev: Event, reason: str) -> Uninterpreted:
     return Uninterpreted(ev, ev.pcr, reason)
 
 
-def interpret(ev: Event, bank: str) -> Typed:
-    """The meaning of ``ev`` as vouched for in ``bank``, or why it has none."""
+Hasher = Callable[[bytes], Any]  # a hashlib constructor: one per bank, looked up once per log
+
+
+def interpret(ev: Event, bank: str, h: Hasher | None = None) -> Typed:
+    """The meaning of ``ev`` as vouched for in ``bank``, or why it has none (``h``: the bank's
+    hashlib constructor, when the caller already has it)."""
     digest = ev.digests.get(bank)
     if digest is None:
         return _no(ev, f"no {bank} digest, so the quoted bank does not vouch for it")
     handler = _HANDLERS.get(ev.type)
     if handler is None:
         return _no(ev, "an event type the firmware profile does not define for this PCR")
-    return handler(ev, bank, digest)
+    return handler(ev, hasher(bank) if h is None else h, digest)
 
 
-def _hash_is(bank: str, data: bytes, digest: bytes) -> bool:
-    return bytes(hasher(bank)(data).digest()) == digest
+def _hash_is(h: Hasher, data: bytes, digest: bytes) -> bool:
+    return bool(h(data).digest() == digest)
 
 
-def _separator(ev: Event, bank: str, digest: bytes) -> Typed:
+def _separator(ev: Event, h: Hasher, digest: bytes) -> Typed:
     if ev.pcr > 7:
         return _no(ev, "a separator outside PCRs 0-7")
     if ev.data not in (SEPARATOR_OK, SEPARATOR_ERROR):
         return _no(ev, "separator data is not 00000000 or FFFFFFFF")
-    if not _hash_is(bank, ev.data, digest):
+    if not _hash_is(h, ev.data, digest):
         return _no(ev, "separator data does not hash to its digest")
     return Separator(ev, ev.data == SEPARATOR_ERROR)
 
 
-def _action_in(table: dict[bytes, frozenset[int]]) -> Callable[[Event, str, bytes], Typed]:
-    def handler(ev: Event, bank: str, digest: bytes) -> Typed:
+def _action_in(table: dict[bytes, frozenset[int]]) -> Callable[[Event, Hasher, bytes], Typed]:
+    def handler(ev: Event, h: Hasher, digest: bytes) -> Typed:
         pcrs = table.get(ev.data)
         if pcrs is None:
             return _no(ev, "not an action string of the firmware profile")
@@ -273,14 +285,14 @@ def _action_in(table: dict[bytes, frozenset[int]]) -> Callable[[Event, str, byte
             return _no(
                 ev, f"the firmware profile puts this action in PCR {', '.join(map(str, sorted(pcrs)))}"
             )
-        if not _hash_is(bank, ev.data, digest):
+        if not _hash_is(h, ev.data, digest):
             return _no(ev, "action string does not hash to its digest")
         return Action(ev, ev.data.decode("ascii"))
 
     return handler
 
 
-def _variable(ev: Event, bank: str, digest: bytes) -> Typed:
+def _variable(ev: Event, h: Hasher, digest: bytes) -> Typed:
     if ev.pcr != SECURE_BOOT_PCR:
         return _no(ev, "a configuration variable outside PCR 7 (not judged)")
     try:
@@ -289,20 +301,20 @@ def _variable(ev: Event, bank: str, digest: bytes) -> Typed:
         return _no(ev, f"not a UEFI_VARIABLE_DATA: {exc}")
     if (var.guid, var.name) not in CONFIG_VARIABLES:
         return _no(ev, f"variable {var.name!r} ({var.guid}) is not one the profile measures into PCR 7")
-    if not _hash_is(bank, ev.data, digest):
+    if not _hash_is(h, ev.data, digest):
         return _no(ev, "variable data does not hash to its digest")
     return Variable(ev, var)
 
 
-def _authority(ev: Event, bank: str, digest: bytes) -> Typed:
+def _authority(ev: Event, h: Hasher, digest: bytes) -> Typed:
     if ev.pcr != SECURE_BOOT_PCR:
         return _no(ev, "an authority outside PCR 7")
     covered, quirk = ev.data, False
-    if not _hash_is(bank, covered, digest):
+    if not _hash_is(h, covered, digest):
         # shim before rhboot/shim 8a27a48 logged one byte more than it measured (and a variable
         # size that leaves out the signature owner): only the measured bytes are read.
         covered, quirk = ev.data[:-1], True
-        if not ev.data or not _hash_is(bank, covered, digest):
+        if not ev.data or not _hash_is(h, covered, digest):
             return _no(ev, "authority data does not hash to its digest")
     try:
         var = efi.variable(covered, value_to_end=quirk)
@@ -332,7 +344,7 @@ def _authority_value(value: bytes) -> bool:
     return len(value) in (16 + 20, 16 + 32, 16 + 48, 16 + 64)
 
 
-def _application(ev: Event, bank: str, digest: bytes) -> Typed:
+def _application(ev: Event, h: Hasher, digest: bytes) -> Typed:
     if ev.pcr != BOOT_APPLICATION_PCR:
         return _no(ev, "a boot application outside PCR 4")
     try:
@@ -342,9 +354,9 @@ def _application(ev: Event, bank: str, digest: bytes) -> Typed:
     return Application(ev, digest.hex(), image)
 
 
-def _ipl(ev: Event, bank: str, digest: bytes) -> Typed:
+def _ipl(ev: Event, h: Hasher, digest: bytes) -> Typed:
     if ev.pcr == GRUB_STRING_PCR:
-        return _grub_or_loader(ev, bank, digest)
+        return _grub_or_loader(ev, h, digest)
     if ev.pcr == GRUB_FILE_PCR:
         data = ev.data
         if not data.endswith(b"\x00") or b"\x00" in data[:-1]:
@@ -353,29 +365,28 @@ def _ipl(ev: Event, bank: str, digest: bytes) -> Typed:
     return _no(ev, "an EV_IPL event outside the boot loader's PCRs 8 and 9")
 
 
-def _grub_or_loader(ev: Event, bank: str, digest: bytes) -> Typed:
+def _grub_or_loader(ev: Event, h: Hasher, digest: bytes) -> Typed:
     data = ev.data
-    if data.endswith(b"\x00") and b"\x00" not in data[:-1]:
-        for prefix, role, with_nul in GRUB_PREFIXES:
-            if data.startswith(prefix):
-                body = data[len(prefix) : len(data) if with_nul else -1]
-                if not _hash_is(bank, body, digest):
-                    return _no(
-                        ev, f"grub text does not hash to its digest as {prefix.decode().strip()} defines"
-                    )
-                text = data[len(prefix) : -1].decode("utf-8", errors="replace")
-                return GrubText(ev, role, prefix, text)
-        return _no(ev, "not a grub measurement (unknown prefix)")
-    return _systemd_boot(ev, bank, digest)
+    last = len(data) - 1
+    if last > 0 and data.find(b"\x00") == last:
+        space = data.find(b" ")
+        found = _GRUB_HEADS.get(data[:space]) if space > 0 else None
+        if found is None:
+            return _no(ev, "not a grub measurement (unknown prefix)")
+        prefix, role, with_nul = found
+        if not _hash_is(h, data[space + 1 : last + 1 if with_nul else last], digest):
+            return _no(ev, f"grub text does not hash to its digest as {prefix.decode().strip()} defines")
+        return GrubText(ev, role, prefix, data[space + 1 : last])
+    return _systemd_boot(ev, h, digest)
 
 
-def _systemd_boot(ev: Event, bank: str, digest: bytes) -> Typed:
+def _systemd_boot(ev: Event, h: Hasher, digest: bytes) -> Typed:
     """systemd-boot logs the load options as UTF-16 with their NUL and measures the same bytes;
     releases before v246 logged one byte less than they measured (the second NUL byte)."""
     data = ev.data
-    if len(data) % 2 == 0 and data.endswith(b"\x00\x00") and _hash_is(bank, data, digest):
+    if len(data) % 2 == 0 and data.endswith(b"\x00\x00") and _hash_is(h, data, digest):
         measured = data
-    elif len(data) % 2 == 1 and data.endswith(b"\x00") and _hash_is(bank, data + b"\x00", digest):
+    elif len(data) % 2 == 1 and data.endswith(b"\x00") and _hash_is(h, data + b"\x00", digest):
         measured = data + b"\x00"
     else:
         return _no(ev, "neither a grub nor a systemd-boot measurement")
@@ -388,7 +399,7 @@ def _systemd_boot(ev: Event, bank: str, digest: bytes) -> Typed:
     return LoaderCmdline(ev, text)
 
 
-_HANDLERS: Final[dict[int, Callable[[Event, str, bytes], Typed]]] = {
+_HANDLERS: Final[dict[int, Callable[[Event, Hasher, bytes], Typed]]] = {
     EV_SEPARATOR: _separator,
     EV_EFI_ACTION: _action_in(EFI_ACTIONS),
     EV_ACTION: _action_in(ACTIONS),

@@ -45,7 +45,7 @@ from attest.measuredboot.events import (
     Variable,
     interpret,
 )
-from attest.measuredboot.tcglog import EV_NO_ACTION, Event
+from attest.measuredboot.tcglog import EV_NO_ACTION, Event, hasher
 
 __all__ = [
     "Application",
@@ -98,7 +98,7 @@ class BootFacts:
     keys: dict[str, KeyVariable]  # PK, KEK, db, dbx (dbt, dbr) before PCR 7's separator
     authorities: tuple[Authority, ...]
     boot_applications: tuple[Application, ...]
-    grub_commands: tuple[Text, ...]
+    grub_commands: tuple[GrubText, ...]  # .event, .text
     kernel_cmdlines: tuple[Text, ...]
     separators: tuple[Event, ...]  # in the judged PCRs
     uninterpreted: tuple[Uninterpreted, ...]
@@ -164,9 +164,9 @@ def _secure_boot_value(value: bytes) -> bool | None:
     return None
 
 
-def _grub(typed: Sequence[Typed], out: list[Uninterpreted]) -> tuple[list[Text], list[Text]]:
+def _grub(typed: Sequence[Typed], out: list[Uninterpreted]) -> tuple[list[GrubText], list[Text]]:
     """grub's commands and kernel command lines from PCR 8, in extend order, paired (see above)."""
-    commands: list[Text] = []
+    commands: list[GrubText] = []
     cmdlines: list[Text] = []
     previous: Typed | None = None
     pending: GrubText | None = None  # a kernel command still waiting for its command line
@@ -176,7 +176,7 @@ def _grub(typed: Sequence[Typed], out: list[Uninterpreted]) -> tuple[list[Text],
             pending = None
         if isinstance(t, GrubText):
             if t.role == "command":
-                commands.append(Text(t.event, t.text))
+                commands.append(t)
                 if t.command in GRUB_KERNEL_COMMANDS:
                     pending = t
             elif t.role == "kernel":
@@ -226,6 +226,7 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
     separators: list[Event] = []
     shim: list[ShimState] = []
     seen7 = False
+    h = hasher(bank)
     for ev in events:
         if ev.type == EV_NO_ACTION:
             continue
@@ -234,7 +235,7 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
             continue
         if ev.pcr not in JUDGED_PCRS:
             continue
-        t = interpret(ev, bank)
+        t = interpret(ev, bank, h)
         typed.append(t)
         if isinstance(t, Uninterpreted):
             uninterpreted.append(t)

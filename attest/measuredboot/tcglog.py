@@ -277,16 +277,34 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
     names = {alg: HASHES[alg][0] for alg in sizes if alg in HASHES}
     banks = len(sizes)
     # Nearly every event carries every bank in the Spec ID's order: one precompiled struct reads
-    # all the algorithm ids at once and the digests are sliced at fixed offsets.
-    layout = struct.Struct("<" + "".join(f"H{size}x" for size in sizes.values()))
+    # its header, every (algorithm, digest) pair and the data size at once.
+    whole = struct.Struct("<III" + "".join(f"H{size}s" for size in sizes.values()) + "I")
     expected = tuple(sizes)
-    slots: list[tuple[str, int, int]] = []
-    at = 2
-    for alg, size in sizes.items():
-        slots.append((names.get(alg, ""), at, at + size))
-        at += 2 + size
+    bank_names = tuple(names.get(alg, "") for alg in sizes)
     fast = len(names) == banks
+    append = out.append
     while pos < end:
+        if pos + whole.size <= end and fast:
+            fields = whole.unpack_from(data, pos)
+            if fields[2] == banks and fields[3:-1:2] == expected and fields[0] <= MAX_PCR:
+                size = fields[-1]
+                at = pos + whole.size
+                if size > end - at:
+                    raise EventLogInvalid(f"event {number} claims {size} bytes of data; {end - at} are left")
+                if len(out) >= limit:
+                    raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
+                append(
+                    Event(
+                        number,
+                        fields[0],
+                        fields[1],
+                        dict(zip(bank_names, fields[4:-1:2], strict=True)),
+                        data[at : at + size],
+                    )
+                )
+                pos = at + size
+                number += 1
+                continue
         if len(out) >= limit:
             raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
         if pos + 12 > end:
@@ -295,17 +313,9 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
         pcr = _pcr(raw_pcr, etype, number)
         if count > banks:
             raise EventLogInvalid(f"event {number} carries {count} digests; the log has {banks} banks")
-        pos += 12
-        if fast and count == banks and pos + layout.size <= end and layout.unpack_from(data, pos) == expected:
-            digests = {name: data[pos + lo : pos + hi] for name, lo, hi in slots}
-            pos += layout.size
-            body, pos = _event_data(data, pos, number)
-            out.append(Event(number, pcr, etype, digests, body))
-            number += 1
-            continue
-        digests, pos = _agile_digests(data, pos, number, count, sizes, names)
+        digests, pos = _agile_digests(data, pos + 12, number, count, sizes, names)
         body, pos = _event_data(data, pos, number)
-        out.append(Event(number, pcr, etype, digests, body))
+        append(Event(number, pcr, etype, digests, body))
         number += 1
     return out
 
