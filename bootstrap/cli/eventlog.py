@@ -60,6 +60,7 @@ def describe(log: eventlog.EventLog, *, events: bool = False) -> dict[str, Any]:
         "pcrs": {b: {str(i): v.hex() for i, v in sorted(vals.items())} for b, vals in log.replay().items()},
         "secure_boot": log.secure_boot,
         "startup_locality": log.startup_locality,
+        "hcrtm": log.hcrtm,
     }
     if facts is not None:
         out["facts_bank"] = facts.bank
