@@ -21,13 +21,17 @@ MAX_NAME_CHARS: Final = 1024
 MAX_SIGNATURES: Final = 65536
 
 
-@dataclass(frozen=True, slots=True)
-class Variable:
-    """UEFI_VARIABLE_DATA: which variable, and its value as measured."""
+class Variable(NamedTuple):
+    """UEFI_VARIABLE_DATA: which variable (its GUID as stored: 16 bytes, little-endian fields),
+    and its value as measured."""
 
-    guid: uuid.UUID
+    guid_le: bytes
     name: str
     value: bytes
+
+    @property
+    def guid(self) -> uuid.UUID:
+        return uuid.UUID(bytes_le=self.guid_le)
 
 
 class Signature(NamedTuple):
@@ -54,7 +58,7 @@ def variable(data: bytes, *, value_to_end: bool = False) -> Variable:
     ``value_to_end``: then the value is every byte after the name (the shim quirk below)."""
     if len(data) < 32:
         raise ValueError("UEFI_VARIABLE_DATA is shorter than its header")
-    guid = uuid.UUID(bytes_le=data[:16])
+    guid = data[:16]
     name_chars, value_len = struct.unpack_from("<QQ", data, 16)
     if name_chars > MAX_NAME_CHARS:
         raise ValueError(f"variable name of {name_chars} characters")

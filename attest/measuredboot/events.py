@@ -31,7 +31,6 @@ is the policy's business: it fails every rule that depends on its PCR (``policy`
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
@@ -79,32 +78,29 @@ GRUB_FILE_PCR: Final = 9
 JUDGED_PCRS: Final = frozenset({BOOT_APPLICATION_PCR, SECURE_BOOT_PCR, GRUB_STRING_PCR})
 
 # The variables the profile measures into PCR 7 before its separator (10.4.4, 3.3.4.8).
-CONFIG_VARIABLES: Final[frozenset[tuple[uuid.UUID, str]]] = frozenset(
+_GLOBAL = efi.GLOBAL_VARIABLE.bytes_le
+_DB = efi.IMAGE_SECURITY_DATABASE.bytes_le
+_SHIM = efi.SHIM_LOCK.bytes_le
+CONFIG_VARIABLES: Final[frozenset[tuple[bytes, str]]] = frozenset(
     {
-        (efi.GLOBAL_VARIABLE, "SecureBoot"),
-        (efi.GLOBAL_VARIABLE, "PK"),
-        (efi.GLOBAL_VARIABLE, "KEK"),
-        (efi.IMAGE_SECURITY_DATABASE, "db"),
-        (efi.IMAGE_SECURITY_DATABASE, "dbx"),
-        (efi.IMAGE_SECURITY_DATABASE, "dbt"),
-        (efi.IMAGE_SECURITY_DATABASE, "dbr"),
-        (efi.GLOBAL_VARIABLE, "DeployedMode"),
-        (efi.GLOBAL_VARIABLE, "AuditMode"),
+        (_GLOBAL, "SecureBoot"),
+        (_GLOBAL, "PK"),
+        (_GLOBAL, "KEK"),
+        (_DB, "db"),
+        (_DB, "dbx"),
+        (_DB, "dbt"),
+        (_DB, "dbr"),
+        (_GLOBAL, "DeployedMode"),
+        (_GLOBAL, "AuditMode"),
     }
 )
 # Who may log an authority, under which name: firmware from db, shim from its own variables.
-AUTHORITY_VARIABLES: Final[frozenset[tuple[uuid.UUID, str]]] = frozenset(
-    {
-        (efi.IMAGE_SECURITY_DATABASE, "db"),
-        (efi.IMAGE_SECURITY_DATABASE, "vendor_db"),
-        (efi.SHIM_LOCK, "Shim"),
-        (efi.SHIM_LOCK, "MokList"),
-        (efi.SHIM_LOCK, "MokListX"),
-    }
+AUTHORITY_VARIABLES: Final[frozenset[tuple[bytes, str]]] = frozenset(
+    {(_DB, "db"), (_DB, "vendor_db"), (_SHIM, "Shim"), (_SHIM, "MokList"), (_SHIM, "MokListX")}
 )
 # shim's state in PCR 7, logged as authorities but naming no certificate.
-SHIM_STATE_VARIABLES: Final[frozenset[tuple[uuid.UUID, str]]] = frozenset(
-    {(efi.SHIM_LOCK, "SbatLevel"), (efi.SHIM_LOCK, "MokListTrusted")}
+SHIM_STATE_VARIABLES: Final[frozenset[tuple[bytes, str]]] = frozenset(
+    {(_SHIM, "SbatLevel"), (_SHIM, "MokListTrusted")}
 )
 
 # grub's text measurements: (prefix, role, whether the digest covers the terminating NUL).
@@ -119,8 +115,8 @@ GRUB_PREFIXES: Final = (
 _GRUB_HEADS: Final = {
     prefix[: prefix.index(b" ")]: (prefix, role, nul) for prefix, role, nul in GRUB_PREFIXES
 }
-GRUB_KERNEL_COMMANDS: Final = frozenset({"linux", "linux16", "linuxefi", "multiboot", "multiboot2"})
-GRUB_MODULE_COMMANDS: Final = frozenset({"module", "module2"})
+GRUB_KERNEL_COMMANDS: Final = frozenset({b"linux", b"linux16", b"linuxefi", b"multiboot", b"multiboot2"})
+GRUB_MODULE_COMMANDS: Final = frozenset({b"module", b"module2"})
 
 
 class Separator(NamedTuple):
@@ -192,7 +188,13 @@ class GrubText(NamedTuple):
 
     @property
     def command(self) -> str:
-        return self.body.split(b" ", 1)[0].decode("utf-8", errors="replace")
+        return self.word.decode("utf-8", errors="replace")
+
+    @property
+    def word(self) -> bytes:
+        """The command's first word (``linux``, ``set``...)."""
+        space = self.body.find(b" ")
+        return self.body if space < 0 else self.body[:space]
 
 
 class LoaderCmdline(NamedTuple):
@@ -299,7 +301,7 @@ def _variable(ev: Event, h: Hasher, digest: bytes) -> Typed:
         var = efi.variable(ev.data)
     except ValueError as exc:
         return _no(ev, f"not a UEFI_VARIABLE_DATA: {exc}")
-    if (var.guid, var.name) not in CONFIG_VARIABLES:
+    if (var.guid_le, var.name) not in CONFIG_VARIABLES:
         return _no(ev, f"variable {var.name!r} ({var.guid}) is not one the profile measures into PCR 7")
     if not _hash_is(h, ev.data, digest):
         return _no(ev, "variable data does not hash to its digest")
@@ -320,7 +322,7 @@ def _authority(ev: Event, h: Hasher, digest: bytes) -> Typed:
         var = efi.variable(covered, value_to_end=quirk)
     except ValueError as exc:
         return _no(ev, f"not a UEFI_VARIABLE_DATA: {exc}")
-    key = (var.guid, var.name)
+    key = (var.guid_le, var.name)
     if key in SHIM_STATE_VARIABLES:
         return ShimState(ev, var.name, var.value)
     if key not in AUTHORITY_VARIABLES:

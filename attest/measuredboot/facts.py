@@ -177,7 +177,7 @@ def _grub(typed: Sequence[Typed], out: list[Uninterpreted]) -> tuple[list[GrubTe
         if isinstance(t, GrubText):
             if t.role == "command":
                 commands.append(t)
-                if t.command in GRUB_KERNEL_COMMANDS:
+                if t.word in GRUB_KERNEL_COMMANDS:
                     pending = t
             elif t.role == "kernel":
                 if pending is None or not _same_grub(pending, t):
@@ -185,7 +185,7 @@ def _grub(typed: Sequence[Typed], out: list[Uninterpreted]) -> tuple[list[GrubTe
                 else:
                     cmdlines.append(Text(t.event, t.text))
                 pending = None
-            elif not (isinstance(previous, GrubText) and previous.command in GRUB_MODULE_COMMANDS):
+            elif not (isinstance(previous, GrubText) and previous.word in GRUB_MODULE_COMMANDS):
                 out.append(_stray(t, "module command line", "module"))
         elif isinstance(t, LoaderCmdline):
             cmdlines.append(Text(t.event, t.text))

@@ -118,6 +118,8 @@ def parse(data: bytes) -> EventLog:
     events = [first, *rest]
     locality = None
     for ev in events[1:] if spec else events:
+        if ev.type != EV_NO_ACTION:
+            continue
         found = startup_locality(ev)
         if found is not None:
             if locality is not None:
@@ -139,16 +141,16 @@ def _hcrtm(events: list[Event], locality: int | None) -> bool:
     found = False
     first_pcr0 = True
     for ev in events:
-        if ev.type == EV_NO_ACTION:
+        if ev.type != EV_EFI_HCRTM_EVENT:
+            if first_pcr0 and ev.pcr == 0 and ev.type != EV_NO_ACTION:
+                first_pcr0 = False
             continue
-        if ev.type == EV_EFI_HCRTM_EVENT:
-            if ev.pcr != 0 or not first_pcr0 or found:
-                raise EventLogInvalid(f"{ev.where()}: an H-CRTM event must be the first event of PCR 0")
-            if ev.data != HCRTM_DATA:
-                raise EventLogInvalid(f"{ev.where()}: an H-CRTM event's data must be {HCRTM_DATA!r}")
-            found = True
-        if ev.pcr == 0:
-            first_pcr0 = False
+        if ev.pcr != 0 or not first_pcr0 or found:
+            raise EventLogInvalid(f"{ev.where()}: an H-CRTM event must be the first event of PCR 0")
+        if ev.data != HCRTM_DATA:
+            raise EventLogInvalid(f"{ev.where()}: an H-CRTM event's data must be {HCRTM_DATA!r}")
+        found = True
+        first_pcr0 = False
     if found and locality not in (None, HCRTM_LOCALITY):
         raise EventLogInvalid(f"an H-CRTM event with StartupLocality {locality} (an H-CRTM starts at 4)")
     return found
