@@ -228,30 +228,34 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
     seen7 = False
     h = hasher(bank)
     for ev in events:
+        pcr = ev.pcr
         if ev.type == EV_NO_ACTION:
             continue
-        if pcrs is not None and ev.pcr not in pcrs:
+        if pcrs is not None and pcr not in pcrs:
             uncovered.append(ev)
             continue
-        if ev.pcr not in JUDGED_PCRS:
+        if pcr not in JUDGED_PCRS:
             continue
         t = interpret(ev, bank, h)
         typed.append(t)
-        if isinstance(t, Uninterpreted):
-            uninterpreted.append(t)
-        elif isinstance(t, Application):
-            apps.append(t)
-        elif isinstance(t, Authority):
-            authorities.append(t)
-        elif isinstance(t, ShimState):
-            shim.append(t)
-        elif isinstance(t, Separator):
+        kind = type(t)
+        if kind is Uninterpreted:
+            uninterpreted.append(t)  # type: ignore[arg-type]
+            if pcr == SECURE_BOOT_PCR:
+                seen7 = True
+                continue
+        elif kind is Application:
+            apps.append(t)  # type: ignore[arg-type]
+        elif kind is Authority:
+            authorities.append(t)  # type: ignore[arg-type]
+        elif kind is ShimState:
+            shim.append(t)  # type: ignore[arg-type]
+        elif kind is Separator:
             separators.append(ev)
-        if ev.pcr == SECURE_BOOT_PCR:
+        if pcr == SECURE_BOOT_PCR:
             seen7 = True
-            if not isinstance(t, Uninterpreted):
-                pcr7.add(ev, t, uninterpreted)
-        elif ev.pcr == GRUB_STRING_PCR:
+            pcr7.add(ev, t, uninterpreted)
+        elif pcr == GRUB_STRING_PCR:
             pcr8.append(t)
     commands, cmdlines = _grub(pcr8, uninterpreted)
     if pcr7.separator is None and (seen7 or (pcrs is not None and SECURE_BOOT_PCR in pcrs)):
