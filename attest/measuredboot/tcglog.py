@@ -196,6 +196,9 @@ def _pcr(value: int, event_type: int, number: int) -> int:
     return value
 
 
+# A named tuple's own constructor is a Python function; tuple.__new__ builds the same record
+# without it (thousands of records per log).
+_new_event = tuple.__new__
 _HEAD = struct.Struct("<II")
 _AGILE_HEAD = struct.Struct("<III")
 _U16 = struct.Struct("<H")
@@ -234,7 +237,7 @@ def sha1_records(data: bytes, pos: int, first: int, limit: int) -> tuple[list[Ev
         pcr = _pcr(raw_pcr, etype, number)
         digest = data[pos + 8 : pos + 28]
         body, pos = _event_data(data, pos + 28, number)
-        out.append(Event(number, pcr, etype, {"sha1": digest}, body))
+        out.append(_new_event(Event, (number, pcr, etype, {"sha1": digest}, body)))
         number += 1
     return out, pos
 
@@ -293,15 +296,8 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
                     raise EventLogInvalid(f"event {number} claims {size} bytes of data; {end - at} are left")
                 if len(out) >= limit:
                     raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
-                append(
-                    Event(
-                        number,
-                        fields[0],
-                        fields[1],
-                        dict(zip(bank_names, fields[4:-1:2], strict=True)),
-                        data[at : at + size],
-                    )
-                )
+                digests = dict(zip(bank_names, fields[4:-1:2], strict=True))
+                append(_new_event(Event, (number, fields[0], fields[1], digests, data[at : at + size])))
                 pos = at + size
                 number += 1
                 continue
