@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from attest import yamlsafe
-from attest.measuredboot import KERNEL_CMDLINE_PCR, MeasuredBootPolicy
+from attest.measuredboot.policy import MeasuredBootPolicy
 from attest.pcr import PcrPolicy
 from bootstrap.names import is_node_name
 
@@ -229,10 +229,10 @@ class Settings(_Model):
 
     @model_validator(mode="after")
     def _measured_boot_pcrs(self) -> Settings:
-        if self.measured_boot.needs_kernel_cmdline_pcr and KERNEL_CMDLINE_PCR not in self.pcr_policy.pcrs:
+        missing = self.measured_boot.missing_pcrs(self.pcr_policy.pcrs)
+        if missing:
             raise ValueError(
-                f"measured_boot.classes[].kernel_cmdlines needs PCR {KERNEL_CMDLINE_PCR} in pcr_policy.pcrs "
-                "(grub measures the command line there; a PCR outside the quote proves nothing)"
+                f"measured_boot: {missing} (pcr_policy.pcrs; a PCR outside the quote proves nothing)"
             )
         return self
 

@@ -17,10 +17,12 @@ from typing import Any
 
 import yaml
 
-from attest import bootevents, eventlog, measuredboot
+from attest import eventlog
 from attest.errors import AttestationError
 from attest.filekind import describe as what_file_is
-from attest.tcglog import Event
+from attest.measuredboot import facts as bootfacts
+from attest.measuredboot import policy as measuredboot
+from attest.measuredboot.tcglog import Event
 from bootstrap.cli import mbcheck
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -52,14 +54,15 @@ def _event(ev: Event) -> dict[str, Any]:
 def describe(log: eventlog.EventLog, *, events: bool = False) -> dict[str, Any]:
     """The JSON of ``nodegate eventlog inspect``: counts, banks, replayed PCRs, Secure Boot, and
     what a measured-boot policy would read (nothing here is trusted until a quote covers it)."""
-    bank = bootevents.preferred_bank(log.banks)
-    facts = bootevents.facts(log.events, bank=bank) if bank else None
+    bank = bootfacts.preferred_bank(log.banks)
+    facts = bootfacts.facts(log.events, bank=bank) if bank else None
     out: dict[str, Any] = {
         "events": len(log.events),
         "banks": list(log.banks),
         "pcrs": {b: {str(i): v.hex() for i, v in sorted(vals.items())} for b, vals in log.replay().items()},
         "secure_boot": log.secure_boot,
         "startup_locality": log.startup_locality,
+        "hcrtm": log.hcrtm,
     }
     if facts is not None:
         out["facts_bank"] = facts.bank
@@ -73,9 +76,17 @@ def describe(log: eventlog.EventLog, *, events: bool = False) -> dict[str, Any]:
         ]
         out["kernel_cmdlines"] = [{"event": t.event.number, "text": t.text} for t in facts.kernel_cmdlines]
         out["grub_commands"] = [{"event": t.event.number, "text": t.text} for t in facts.grub_commands]
-        out["dbx_entries"] = len(facts.keys.get("dbx", ()))
-        out["unverified"] = [ev.where() for ev in facts.unverified]
-        out["other_types"] = sorted({ev.type_name for ev in facts.other})
+        dbx = facts.keys.get("dbx")
+        out["dbx_entries"] = len(dbx.signatures or ()) if dbx is not None else 0
+        out["uninterpreted"] = [
+            {
+                "event": u.event.number if u.event else None,
+                "pcr": u.pcr,
+                "where": u.where(),
+                "reason": u.reason,
+            }
+            for u in facts.uninterpreted  # each fails every rule that reads its PCR
+        ]
     if events:
         out["event_list"] = [_event(ev) for ev in log.events]
     return out
@@ -93,7 +104,7 @@ def _text(doc: dict[str, Any]) -> str:
         ("authorities", "authorities"),
         ("boot_applications", "boot applications"),
         ("kernel_cmdlines", "kernel command lines"),
-        ("unverified", "unverified events"),
+        ("uninterpreted", "events without a vouched-for meaning"),
     ):
         items = doc.get(key) or []
         if items:
@@ -116,6 +127,8 @@ def _item(item: object) -> str:
         return f"event {item['event']}: {item['variable']}: {item['subject'] or 'sha256:' + item['sha256']}"
     if "digest" in item:
         return f"event {item['event']} (PCR {item['pcr']}): {item['digest']} {item['path']}"
+    if "reason" in item:
+        return f"{item['where'] or 'PCR ' + str(item['pcr'])}: {item['reason']}"
     return f"event {item['event']}: {item['text']}"
 
 
@@ -142,7 +155,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 
 def learn(args: argparse.Namespace) -> int:
-    known: list[bootevents.BootFacts] = []
+    known: list[bootfacts.BootFacts] = []
     for path in args.event_log:
         try:
             log = eventlog.parse(_read(path))
@@ -156,7 +169,7 @@ def learn(args: argparse.Namespace) -> int:
             print(f"nodegate policy learn: {path}: the log has no sha256 digests", file=sys.stderr)
             return EXIT_INVALID
         pcrs = range(10) if args.kernel_cmdlines else range(8)
-        known.append(bootevents.facts(log.events, bank="sha256", pcrs=pcrs))
+        known.append(bootfacts.facts(log.events, bank="sha256", pcrs=pcrs))
     try:
         cls = measuredboot.learn(known, name=args.name, cmdlines=args.kernel_cmdlines)
     except (measuredboot.MeasuredBootPolicyError, ValueError) as exc:

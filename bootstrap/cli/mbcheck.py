@@ -21,9 +21,10 @@ from pathlib import Path
 
 import yaml
 
-from attest import eventlog, measuredboot, wire, yamlsafe
+from attest import eventlog, wire, yamlsafe
 from attest.errors import AttestationError
 from attest.filekind import describe as what_file_is
+from attest.measuredboot import policy as measuredboot
 from bootstrap.service.evidence import judge_event_log
 
 EXIT_ACCEPTED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2

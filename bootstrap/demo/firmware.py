@@ -83,25 +83,36 @@ def db_certificate() -> tuple[str, bytes]:
     return cert.subject.rfc4514_string(), cert.public_bytes(serialization.Encoding.DER)
 
 
+def _config(guid: uuid.UUID, name: str, value: bytes = b"") -> Measurement:
+    return Measurement.of(7, EV_EFI_VARIABLE_DRIVER_CONFIG, _variable(guid, name, value))
+
+
 def linux_boot(
     *, secure_boot: bool, db_cert_der: bytes, kernel: str = "vmlinuz-6.8.0-demo", cmdline: str = "ro quiet"
 ) -> list[Measurement]:
-    """A Secure Boot Linux boot: CRTM, SecureBoot, separators, the db certificate that verified
-    shim, then shim, grub, grub's command line and the kernel."""
+    """A Secure Boot Linux boot: CRTM, the Secure Boot configuration (SecureBoot, PK, KEK, db,
+    dbx, measured even when empty), separators, the db certificate that verified shim, then
+    shim, grub, grub's linux command and the command line it gives the kernel, and the kernel."""
     owner = uuid.UUID(int=1).bytes_le
     return [
         Measurement.of(0, EV_S_CRTM_VERSION, "demo firmware 1.0".encode("utf-16-le")),
-        Measurement.of(
-            7,
-            EV_EFI_VARIABLE_DRIVER_CONFIG,
-            _variable(_GLOBAL_VARIABLE, "SecureBoot", b"\x01" if secure_boot else b"\x00"),
-        ),
+        _config(_GLOBAL_VARIABLE, "SecureBoot", b"\x01" if secure_boot else b"\x00"),
+        _config(_GLOBAL_VARIABLE, "PK"),
+        _config(_GLOBAL_VARIABLE, "KEK"),
+        _config(_IMAGE_SECURITY_DATABASE, "db"),
+        _config(_IMAGE_SECURITY_DATABASE, "dbx"),
         *(Measurement.of(pcr, EV_SEPARATOR, b"\x00\x00\x00\x00") for pcr in range(8)),
         Measurement.of(
             7, EV_EFI_VARIABLE_AUTHORITY, _variable(_IMAGE_SECURITY_DATABASE, "db", owner + db_cert_der)
         ),
         _application(image_digest("shimx64.efi"), "\\EFI\\BOOT\\BOOTX64.EFI"),
         _application(image_digest("grubx64.efi"), "\\EFI\\BOOT\\grubx64.efi"),
+        Measurement.of(
+            8,
+            EV_IPL,
+            f"grub_cmd: linux /{kernel} {cmdline}".encode() + b"\x00",
+            f"linux /{kernel} {cmdline}".encode(),
+        ),
         Measurement.of(
             8,
             EV_IPL,

@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from attest import bootevents, eventlog, measuredboot, pcr, tpm
+from attest import eventlog, pcr, tpm
 from attest.errors import BootNotReset, MeasuredBootViolation
+from attest.measuredboot import facts as bootfacts
+from attest.measuredboot import policy as measuredboot
 from bootstrap.config import Settings
 from bootstrap.protocol import QuoteEvidence
 from bootstrap.service.sessions import Session
@@ -65,7 +67,7 @@ def judge_event_log(
     if not policy.enforces_anything:
         return None
     bank = next(b for b in ("sha256", "sha384", "sha512", "sha1") if b in quoted)
-    facts = bootevents.facts(parsed.events, bank=bank, pcrs=frozenset(quoted[bank]))
+    facts = bootfacts.facts(parsed.events, bank=bank, pcrs=frozenset(quoted[bank]))
     result = measuredboot.enforce(policy, facts)
     if result.warnings:
         text = "; ".join(str(w) for w in result.warnings[:5])

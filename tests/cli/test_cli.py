@@ -28,14 +28,14 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"kubelet certificate CN=system:node:gpu-node-{n},O=system:nodes" in out
     assert "spiffe://demo.nodegate.test/node/gpu-node-4" not in out
     # measured boot: every machine's TPM measured a boot and its log went with the join
-    assert "15 events (Secure Boot on, db CA O=nodegate demo,CN=nodegate demo UEFI CA" in out
+    assert "20 events (Secure Boot on, db CA O=nodegate demo,CN=nodegate demo UEFI CA" in out
     assert "--event-log boot/gpu-node-1/binary_bios_measurements" in out
     assert "each kubelet reports its boot id (status.nodeInfo.bootID)" in out
     # the tampered node: refused with its code, in the one line `nodegate join` prints, which
     # names the event (number, PCR, type) and the rule it broke
     assert "refused: measured_boot_violation (HTTP 403)" in out
     (refusal,) = [x for x in lines if "nodegate join: refused (measured_boot_violation, HTTP 403): " in x]
-    assert "class demo-linux: event 15 (PCR 4, EV_EFI_BOOT_SERVICES_APPLICATION): boot application " in (
+    assert "class demo-linux: event 20 (PCR 4, EV_EFI_BOOT_SERVICES_APPLICATION): boot application " in (
         refusal
     )
     assert "(\\vmlinuz-6.9.0-unknown) is not allowed (rule boot_applications)" in refusal

@@ -9,7 +9,9 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 
-from attest import bootevents, eventlog, measuredboot
+from attest import eventlog
+from attest.measuredboot import facts as bootfacts
+from attest.measuredboot import policy as measuredboot
 from bootstrap import cli
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
@@ -35,7 +37,7 @@ def test_inspect_json_has_the_documented_fields(logs: Path, capsys: pytest.Captu
     assert doc["banks"] == ["sha1", "sha256"]
     assert doc["secure_boot"] is True
     assert doc["pcrs"]["sha256"]["7"] == log.replay()["sha256"][7].hex()
-    assert doc["unverified"] == []
+    assert doc["uninterpreted"] == []
     assert [a["subject"] for a in doc["authorities"]] == ["CN=Test Secure Boot CA"]
 
 
@@ -60,5 +62,5 @@ def test_learned_policy_loads_and_admits_its_own_log(logs: Path, capsys: pytest.
     doc = yaml.safe_load(capsys.readouterr().out)
     policy = measuredboot.policy_from_obj(doc["measured_boot"])
     log = eventlog.parse(log_file.read_bytes())
-    facts = bootevents.facts(log.events, bank="sha256", pcrs=range(8))
+    facts = bootfacts.facts(log.events, bank="sha256", pcrs=range(8))
     assert measuredboot.enforce(policy, facts).matched_class == "shim"

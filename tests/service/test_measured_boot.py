@@ -95,7 +95,7 @@ async def test_a_log_that_does_not_replay_to_the_quote_is_refused(svc: Running, 
     node = ek_ca.node("mb-4")
     events = el.boot(cert_der=CERT_DER)
     booted(node, events)
-    events[12] = el.application(b"\x44" * 32)  # the log claims another shim than was measured
+    events[16] = el.application(b"\x44" * 32)  # the log claims another shim than was measured
     status, out = await join(svc, node, log=el.build(events))
     assert (status, out["code"]) == (403, "event_log_mismatch")
     assert "sha256:4" in out["detail"]

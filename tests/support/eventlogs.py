@@ -9,10 +9,18 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-ALGS = {"sha1": (0x0004, 20), "sha256": (0x000B, 32), "sha384": (0x000C, 48), "sha512": (0x000D, 64)}
+ALGS = {
+    "sha1": (0x0004, 20),
+    "sha256": (0x000B, 32),
+    "sha384": (0x000C, 48),
+    "sha512": (0x000D, 64),
+    "sm3_256": (0x0012, 32),
+}
+HASHLIB = {"sm3_256": "sm3"}  # bank name -> hashlib name where they differ
 GLOBAL_VARIABLE = uuid.UUID("8be4df61-93ca-11d2-aa0d-00e098032b8c")
 IMAGE_SECURITY_DATABASE = uuid.UUID("d719b2cb-3d3a-4596-a3bc-dad00e67656f")
 CERT_SHA256 = uuid.UUID("c1c41626-504c-4092-aca9-41f936934328")
+CERT_X509 = uuid.UUID("a5c059a1-94e4-4aa7-87b5-ab155c2bf072")
 
 EV_NO_ACTION = 0x3
 EV_SEPARATOR = 0x4
@@ -23,6 +31,7 @@ EV_EFI_VARIABLE_DRIVER_CONFIG = 0x80000001
 EV_EFI_VARIABLE_BOOT = 0x80000002
 EV_EFI_BOOT_SERVICES_APPLICATION = 0x80000003
 EV_EFI_ACTION = 0x80000007
+EV_EFI_HCRTM_EVENT = 0x80000010
 EV_EFI_VARIABLE_AUTHORITY = 0x800000E0
 
 
@@ -37,7 +46,9 @@ class Ev:
     def digest(self, bank: str) -> bytes:
         if bank in self.digests:
             return self.digests[bank]
-        return hashlib.new(bank, self.data if self.measured is None else self.measured).digest()
+        return hashlib.new(
+            HASHLIB.get(bank, bank), self.data if self.measured is None else self.measured
+        ).digest()
 
 
 def variable_data(guid: uuid.UUID, name: str, value: bytes) -> bytes:
@@ -58,6 +69,17 @@ def dbx(*digests: bytes) -> Ev:
     body = b"".join(owner + d for d in digests)
     esl = CERT_SHA256.bytes_le + struct.pack("<III", 28 + len(body), 0, 16 + 32) + body
     return Ev(7, EV_EFI_VARIABLE_DRIVER_CONFIG, variable_data(IMAGE_SECURITY_DATABASE, "dbx", esl))
+
+
+def key_database(name: str, *certs: bytes) -> Ev:
+    """PK, KEK (global variables) or db (image security database) with X.509 entries; empty when
+    no certificate is given (the firmware measures empty ones too)."""
+    owner = uuid.UUID(int=9).bytes_le
+    value = b"".join(
+        CERT_X509.bytes_le + struct.pack("<III", 28 + 16 + len(c), 0, 16 + len(c)) + owner + c for c in certs
+    )
+    guid = IMAGE_SECURITY_DATABASE if name.startswith("db") else GLOBAL_VARIABLE
+    return Ev(7, EV_EFI_VARIABLE_DRIVER_CONFIG, variable_data(guid, name, value))
 
 
 def authority(cert_der: bytes) -> Ev:
@@ -83,6 +105,12 @@ def application(image_digest_sha256: bytes, path: str = "\\EFI\\BOOT\\BOOTX64.EF
 
 def grub(prefix: str, text: str, pcr: int = 8) -> Ev:
     return Ev(pcr, EV_IPL, f"{prefix}: {text}".encode() + b"\x00", measured=text.encode())
+
+
+def hcrtm(crtm_digest_of: bytes = b"the H-CRTM's code") -> Ev:
+    """The event an H-CRTM platform logs first in PCR 0: data "HCRTM", the digest of what the
+    hardware CRTM measured (TPM2_HashStart/HashEnd at locality 4)."""
+    return Ev(0, EV_EFI_HCRTM_EVENT, b"HCRTM", measured=crtm_digest_of)
 
 
 def separator(pcr: int) -> Ev:
@@ -136,7 +164,9 @@ def replay(events: Sequence[Ev], bank: str, *, locality: int | None = None) -> d
         if ev.type == EV_NO_ACTION:
             continue
         start = bytes(size - 1) + bytes([locality]) if ev.pcr == 0 and locality is not None else bytes(size)
-        pcrs[ev.pcr] = hashlib.new(bank, pcrs.get(ev.pcr, start) + ev.digest(bank)).digest()
+        pcrs[ev.pcr] = hashlib.new(
+            HASHLIB.get(bank, bank), pcrs.get(ev.pcr, start) + ev.digest(bank)
+        ).digest()
     return pcrs
 
 
@@ -147,12 +177,18 @@ def boot(
     shim: bytes = b"\x11" * 32,
     cert_der: bytes = b"",
 ) -> list[Ev]:
-    """A plausible Linux boot: CRTM, Secure Boot variables, separators, shim + grub + kernel."""
+    """A plausible Linux boot: CRTM, Secure Boot variables, separators, (the db certificate that
+    verified shim,) shim + grub + kernel. Indices: 2 SecureBoot, 3 dbx, 4-6 PK, KEK, db, 7-14 the
+    separators of PCRs 0-7, then (15: the authority,) shim, grub, grub's linux command, the kernel
+    command line and the kernel."""
     events = [
         Ev(0, EV_S_CRTM_VERSION, "1.0".encode("utf-16-le") + b"\x00\x00"),
         Ev(0, EV_POST_CODE, b"firmware", measured=b"firmware volume bytes"),
         secure_boot(secure),
         dbx(b"\xaa" * 32, b"\xbb" * 32),
+        key_database("PK"),
+        key_database("KEK"),
+        key_database("db", *([cert_der] if cert_der else [])),
         *(separator(pcr) for pcr in range(8)),
         application(shim, "\\EFI\\ubuntu\\shimx64.efi"),
         application(b"\x22" * 32, "\\EFI\\ubuntu\\grubx64.efi"),
@@ -161,7 +197,7 @@ def boot(
         application(b"\x33" * 32, "\\vmlinuz-6.8"),
     ]
     if cert_der:
-        events.insert(8, authority(cert_der))
+        events.insert(15, authority(cert_der))
     return events
 
 
@@ -211,6 +247,7 @@ def quirky(cert_der: bytes) -> dict[str, bytes]:
         "secure-boot-off": build(boot(secure=False)),
         "secure-boot-empty": build(
             [
+                *boot()[:2],
                 Ev(7, EV_EFI_VARIABLE_DRIVER_CONFIG, variable_data(GLOBAL_VARIABLE, "SecureBoot", b"")),
                 *boot()[3:],
             ]

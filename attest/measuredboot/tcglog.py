@@ -7,12 +7,13 @@ The log is what the firmware left in ``/sys/kernel/security/tpm0/binary_bios_mea
   the banks and their digest sizes, then TCG_PCR_EVENT2 records with one digest per bank;
 - SHA-1 only: TCG_PCClientPCREvent records throughout (older firmware).
 
-``attest.eventlog`` builds the log from these records; every failure here is
+``attest.measuredboot.log`` builds the log from these records; every failure here is
 :class:`~attest.errors.EventLogInvalid` (``event_log_invalid``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Callable, Mapping
@@ -26,8 +27,22 @@ MAX_EVENTS: Final = 16384  # real firmware logs hold tens to a few thousand even
 MAX_PCR: Final = 23
 MAX_BANKS: Final = 8
 
+EV_POST_CODE: Final = 0x00000001
 EV_NO_ACTION: Final = 0x00000003
 EV_SEPARATOR: Final = 0x00000004
+EV_ACTION: Final = 0x00000005
+EV_EVENT_TAG: Final = 0x00000006
+EV_S_CRTM_VERSION: Final = 0x00000008
+EV_IPL: Final = 0x0000000D
+EV_OMIT_BOOT_DEVICE_EVENTS: Final = 0x00000012
+EV_EFI_VARIABLE_DRIVER_CONFIG: Final = 0x80000001
+EV_EFI_VARIABLE_BOOT: Final = 0x80000002
+EV_EFI_BOOT_SERVICES_APPLICATION: Final = 0x80000003
+EV_EFI_BOOT_SERVICES_DRIVER: Final = 0x80000004
+EV_EFI_ACTION: Final = 0x80000007
+EV_EFI_VARIABLE_BOOT2: Final = 0x8000000C
+EV_EFI_HCRTM_EVENT: Final = 0x80000010
+EV_EFI_VARIABLE_AUTHORITY: Final = 0x800000E0
 
 # TPM_ALG_ID -> (bank name, hashlib name); SM3 only where the local OpenSSL offers it.
 HASHES: Final[dict[int, tuple[str, str]]] = {
@@ -92,6 +107,7 @@ _CONSTRUCTORS: Final[dict[str, Callable[[bytes], Any]]] = {
     "sha384": hashlib.sha384,
     "sha512": hashlib.sha512,
 }
+DIGEST_BYTES: Final = {name: DIGEST_SIZES[alg] for alg, (name, _) in HASHES.items()}
 
 
 def event_type_name(event_type: int) -> str:
@@ -134,7 +150,7 @@ def hasher(bank: str) -> Callable[[bytes], Any]:
     fn = _CONSTRUCTORS.get(bank)
     if fn is None:
         name = hashlib_name(bank)
-        return lambda data: hashlib.new(name, data)
+        return functools.partial(hashlib.new, name)
     return fn
 
 
@@ -180,6 +196,9 @@ def _pcr(value: int, event_type: int, number: int) -> int:
     return value
 
 
+# A named tuple's own constructor is a Python function; tuple.__new__ builds the same record
+# without it (thousands of records per log).
+_new_event = tuple.__new__
 _HEAD = struct.Struct("<II")
 _AGILE_HEAD = struct.Struct("<III")
 _U16 = struct.Struct("<H")
@@ -218,9 +237,38 @@ def sha1_records(data: bytes, pos: int, first: int, limit: int) -> tuple[list[Ev
         pcr = _pcr(raw_pcr, etype, number)
         digest = data[pos + 8 : pos + 28]
         body, pos = _event_data(data, pos + 28, number)
-        out.append(Event(number, pcr, etype, {"sha1": digest}, body))
+        out.append(_new_event(Event, (number, pcr, etype, {"sha1": digest}, body)))
         number += 1
     return out, pos
+
+
+def _agile_digests(
+    data: bytes, pos: int, number: int, count: int, sizes: Mapping[int, int], names: Mapping[int, str]
+) -> tuple[dict[str, bytes], int]:
+    """An event's TPML_DIGEST_VALUES read one by one (fewer banks, another order, or banks that
+    cannot be replayed), and the offset after them."""
+    end = len(data)
+    digests: dict[str, bytes] = {}
+    other: list[int] = []  # algorithms listed in the Spec ID that cannot be replayed (rare)
+    for _ in range(count):
+        if pos + 2 > end:
+            raise _short(number, "digest algorithm", pos)
+        (alg,) = _U16.unpack_from(data, pos)
+        size = sizes.get(alg)
+        if size is None:
+            raise EventLogInvalid(f"event {number} carries a digest for 0x{alg:04x}, not a bank of this log")
+        name = names.get(alg)
+        if (name in digests) if name is not None else (alg in other):
+            raise EventLogInvalid(f"event {number} carries two digests for 0x{alg:04x}")
+        pos += 2
+        if pos + size > end:
+            raise _short(number, "digest", pos)
+        if name is not None:
+            digests[name] = data[pos : pos + size]
+        else:
+            other.append(alg)
+        pos += size
+    return digests, pos
 
 
 def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[int, int]) -> list[Event]:
@@ -231,7 +279,28 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
     number = first
     names = {alg: HASHES[alg][0] for alg in sizes if alg in HASHES}
     banks = len(sizes)
+    # Nearly every event carries every bank in the Spec ID's order: one precompiled struct reads
+    # its header, every (algorithm, digest) pair and the data size at once.
+    whole = struct.Struct("<III" + "".join(f"H{size}s" for size in sizes.values()) + "I")
+    expected = tuple(sizes)
+    bank_names = tuple(names.get(alg, "") for alg in sizes)
+    fast = len(names) == banks
+    append = out.append
     while pos < end:
+        if pos + whole.size <= end and fast:
+            fields = whole.unpack_from(data, pos)
+            if fields[2] == banks and fields[3:-1:2] == expected and fields[0] <= MAX_PCR:
+                size = fields[-1]
+                at = pos + whole.size
+                if size > end - at:
+                    raise EventLogInvalid(f"event {number} claims {size} bytes of data; {end - at} are left")
+                if len(out) >= limit:
+                    raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
+                digests = dict(zip(bank_names, fields[4:-1:2], strict=True))
+                append(_new_event(Event, (number, fields[0], fields[1], digests, data[at : at + size])))
+                pos = at + size
+                number += 1
+                continue
         if len(out) >= limit:
             raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
         if pos + 12 > end:
@@ -240,31 +309,9 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
         pcr = _pcr(raw_pcr, etype, number)
         if count > banks:
             raise EventLogInvalid(f"event {number} carries {count} digests; the log has {banks} banks")
-        pos += 12
-        digests: dict[str, bytes] = {}
-        other: list[int] = []  # algorithms listed in the Spec ID that cannot be replayed (rare)
-        for _ in range(count):
-            if pos + 2 > end:
-                raise _short(number, "digest algorithm", pos)
-            (alg,) = _U16.unpack_from(data, pos)
-            size = sizes.get(alg)
-            if size is None:
-                raise EventLogInvalid(
-                    f"event {number} carries a digest for 0x{alg:04x}, not a bank of this log"
-                )
-            name = names.get(alg)
-            if (name in digests) if name is not None else (alg in other):
-                raise EventLogInvalid(f"event {number} carries two digests for 0x{alg:04x}")
-            pos += 2
-            if pos + size > end:
-                raise _short(number, "digest", pos)
-            if name is not None:
-                digests[name] = data[pos : pos + size]
-            else:
-                other.append(alg)
-            pos += size
+        digests, pos = _agile_digests(data, pos + 12, number, count, sizes, names)
         body, pos = _event_data(data, pos, number)
-        out.append(Event(number, pcr, etype, digests, body))
+        append(Event(number, pcr, etype, digests, body))
         number += 1
     return out
 

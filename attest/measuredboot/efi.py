@@ -21,13 +21,17 @@ MAX_NAME_CHARS: Final = 1024
 MAX_SIGNATURES: Final = 65536
 
 
-@dataclass(frozen=True, slots=True)
-class Variable:
-    """UEFI_VARIABLE_DATA: which variable, and its value as measured."""
+class Variable(NamedTuple):
+    """UEFI_VARIABLE_DATA: which variable (its GUID as stored: 16 bytes, little-endian fields),
+    and its value as measured."""
 
-    guid: uuid.UUID
+    guid_le: bytes
     name: str
     value: bytes
+
+    @property
+    def guid(self) -> uuid.UUID:
+        return uuid.UUID(bytes_le=self.guid_le)
 
 
 class Signature(NamedTuple):
@@ -54,7 +58,7 @@ def variable(data: bytes, *, value_to_end: bool = False) -> Variable:
     ``value_to_end``: then the value is every byte after the name (the shim quirk below)."""
     if len(data) < 32:
         raise ValueError("UEFI_VARIABLE_DATA is shorter than its header")
-    guid = uuid.UUID(bytes_le=data[:16])
+    guid = data[:16]
     name_chars, value_len = struct.unpack_from("<QQ", data, 16)
     if name_chars > MAX_NAME_CHARS:
         raise ValueError(f"variable name of {name_chars} characters")
@@ -96,6 +100,30 @@ def signature_lists(value: bytes) -> list[Signature]:
     return out
 
 
+def sha256_entries(value: bytes) -> frozenset[bytes]:
+    """The 32-byte image digests of the EFI_CERT_SHA256 lists in ``value`` (a dbx), without
+    building a record per signature; the lists are checked as :func:`signature_lists` does."""
+    out: set[bytes] = set()
+    pos = 0
+    sha256 = CERT_SHA256.bytes_le
+    while pos < len(value):
+        if len(value) - pos < 28:
+            raise ValueError("EFI_SIGNATURE_LIST shorter than its header")
+        list_size, header_size, sig_size = struct.unpack_from("<III", value, pos + 16)
+        if list_size < 28 or pos + list_size > len(value):
+            raise ValueError(f"EFI_SIGNATURE_LIST of {list_size} bytes at offset {pos}")
+        if sig_size < 16:
+            raise ValueError(f"EFI_SIGNATURE_DATA of {sig_size} bytes")
+        body = list_size - 28 - header_size
+        if body < 0 or body % sig_size:
+            raise ValueError("EFI_SIGNATURE_LIST size is not a whole number of signatures")
+        if value[pos : pos + 16] == sha256 and sig_size == 48:
+            start = pos + 28 + header_size
+            out.update(value[at + 16 : at + 48] for at in range(start, start + body, 48))
+        pos += list_size
+    return frozenset(out)
+
+
 def der_length(data: bytes) -> int | None:
     """The length of the DER SEQUENCE at the start of ``data`` (header included), or None."""
     if len(data) < 2 or data[0] != 0x30:
@@ -124,12 +152,15 @@ def signature_data(value: bytes) -> Signature | None:
 
 
 def image_load(data: bytes) -> ImageLoad:
+    """Parse UEFI_IMAGE_LOAD_EVENT. shim before 15 logged the C structure's size (its one-element
+    device path array: 8 more bytes, uninitialised) and often one byte more still, like its
+    authorities; those padding bytes are accepted and never read."""
     if len(data) < 32:
         raise ValueError("UEFI_IMAGE_LOAD_EVENT shorter than its header")
     location, length, link, path_len = struct.unpack_from("<QQQQ", data, 0)
-    if 32 + path_len != len(data):
+    if len(data) - 32 - path_len not in (0, 8, 9):
         raise ValueError("UEFI_IMAGE_LOAD_EVENT device path length does not match the event size")
-    return ImageLoad(location, length, link, data[32:])
+    return ImageLoad(location, length, link, data[32 : 32 + path_len])
 
 
 def device_path_text(path: bytes) -> str:

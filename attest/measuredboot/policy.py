@@ -12,26 +12,38 @@
 
 A class lists what it allows; a rule it leaves out is not checked. A node passes when every rule
 of some enforced class holds (with no enforced class, it passes and the warn classes' findings
-are reported). Facts come from ``attest.bootevents`` (only events in quoted PCRs whose data is
-proven), so a rule on grub's kernel command line needs PCR 8 in the quote selection. Every
+are reported). Facts come from ``facts`` (only what the TPM vouches for, in quoted PCRs). Each
+rule depends on PCRs (:data:`RULE_PCRS`): those must be in the quote selection (checked when the
+config loads), and every event there that has no vouched-for meaning fails the rule. Every
 violation names the event (number, PCR, type) and the rule it broke. Pure.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from attest.bootevents import BootFacts
 from attest.errors import MeasuredBootViolation
+from attest.measuredboot.events import BOOT_APPLICATION_PCR, GRUB_STRING_PCR, SECURE_BOOT_PCR
+from attest.measuredboot.facts import BootFacts
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _MAX_LIST = 4096
 _MAX_REPORTED = 8
-KERNEL_CMDLINE_PCR = 8
+KERNEL_CMDLINE_PCR = GRUB_STRING_PCR  # grub and systemd-boot measure the command line there
+# The PCRs each rule reads: they must be quoted, and nothing uninterpreted may be in them.
+RULE_PCRS: dict[str, tuple[int, ...]] = {
+    "secure_boot": (SECURE_BOOT_PCR,),
+    "authorities": (SECURE_BOOT_PCR,),
+    "dbx_required": (SECURE_BOOT_PCR,),
+    "boot_applications": (BOOT_APPLICATION_PCR,),
+    "kernel_cmdlines": (KERNEL_CMDLINE_PCR,),
+}
 
 
 class MeasuredBootPolicyError(ValueError):
@@ -71,6 +83,16 @@ class MeasuredBootClass(BaseModel):
             ("sha256:" + _digests((a,), "authority")[0]) if a.lower().startswith("sha256:") else a for a in v
         )
 
+    @functools.cached_property
+    def dbx_required_bytes(self) -> tuple[bytes, ...]:
+        return tuple(bytes.fromhex(d) for d in self.dbx_required or ())
+
+    def rules(self, default_secure_boot: bool) -> tuple[str, ...]:
+        """The rules this class applies (secure_boot from the policy's default when unset)."""
+        sb = self.secure_boot == "required" if self.secure_boot else default_secure_boot
+        named = ("authorities", "dbx_required", "boot_applications", "kernel_cmdlines")
+        return (("secure_boot",) if sb else ()) + tuple(r for r in named if getattr(self, r) is not None)
+
     @model_validator(mode="after")
     def _some_rule(self) -> MeasuredBootClass:
         rules = (
@@ -106,6 +128,28 @@ class MeasuredBootPolicy(BaseModel):
     @property
     def needs_kernel_cmdline_pcr(self) -> bool:
         return any(c.kernel_cmdlines is not None for c in self.classes)
+
+    def rules(self) -> frozenset[str]:
+        """Every rule some class (or the top-level secure_boot) applies."""
+        out = {"secure_boot"} if self.secure_boot == "required" else set()
+        for c in self.classes:
+            out.update(c.rules(self.secure_boot == "required"))
+        return frozenset(out)
+
+    def required_pcrs(self) -> dict[int, tuple[str, ...]]:
+        """PCR -> the rules that read it; a quote selection without one of them is a config error."""
+        out: dict[int, list[str]] = {}
+        for rule in sorted(self.rules()):
+            for pcr in RULE_PCRS[rule]:
+                out.setdefault(pcr, []).append(rule)
+        return {pcr: tuple(rules) for pcr, rules in sorted(out.items())}
+
+    def missing_pcrs(self, quoted: Collection[int]) -> str | None:
+        """Why a quote selection of ``quoted`` cannot support this policy, or None."""
+        missing = {p: r for p, r in self.required_pcrs().items() if p not in quoted}
+        if not missing:
+            return None
+        return "; ".join(f"{', '.join(r)} needs PCR {p} in the quote selection" for p, r in missing.items())
 
 
 def policy_from_obj(data: object) -> MeasuredBootPolicy:
@@ -143,49 +187,56 @@ class MeasuredBootResult:
     reason: str = ""
 
 
-BOOT_APPLICATION_PCR = 4
-SECURE_BOOT_PCR = 7
-
-
-def _unproven(facts: BootFacts, pcr: int, rule: str, cls: str | None) -> list[Finding]:
-    """A rule about ``pcr`` holds only if every event there is proven: an unverified or retyped
-    event could be what the rule is about, hidden (the event type is not signed)."""
+def _problems(facts: BootFacts, rule: str, cls: str | None) -> list[Finding]:
+    """A rule holds only if every event in the PCRs it reads has a vouched-for meaning: an event
+    the profile does not define there could be what the rule is about, relabelled (the type and
+    data are not signed)."""
     return [
         Finding(
             rule,
-            "the event's meaning is not proven (data does not hash to its digest, or a type "
-            "nodegate does not interpret), so the rule cannot hold",
-            ev.where(),
+            f"{u.reason}: the TPM does not vouch for what it is, so the rule cannot hold",
+            u.where(),
             cls,
         )
-        for ev in facts.unproven(pcr)
+        for pcr in RULE_PCRS[rule]
+        for u in facts.problems(pcr)
     ]
 
 
 def _secure_boot(facts: BootFacts, required: bool, cls: str | None) -> list[Finding]:
     if not required:
         return []
-    unproven = _unproven(facts, SECURE_BOOT_PCR, "secure_boot", cls)
+    out = _problems(facts, "secure_boot", cls)
+    if facts.debug_mode is not None:
+        out.append(
+            Finding("secure_boot", "the firmware is in UEFI debug mode", facts.debug_mode.where(), cls)
+        )
     if facts.secure_boot is True:
-        return unproven
+        return out
     if facts.secure_boot is False and facts.secure_boot_event is not None:
-        return [Finding("secure_boot", "Secure Boot is off", facts.secure_boot_event.where(), cls)]
+        return [Finding("secure_boot", "Secure Boot is off", facts.secure_boot_event.where(), cls), *out]
     return [
         Finding(
-            "secure_boot", "the log does not show Secure Boot on (no proven SecureBoot variable)", None, cls
+            "secure_boot",
+            "the log does not show Secure Boot on (no SecureBoot variable before PCR 7's separator)",
+            None,
+            cls,
         ),
-        *unproven,
+        *out,
     ]
 
 
 def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) -> list[Finding]:
     out = _secure_boot(facts, c.secure_boot == "required" if c.secure_boot else default_sb, c.name)
     if c.authorities is not None:
-        out += _unproven(facts, SECURE_BOOT_PCR, "authorities", c.name)
+        out += _problems(facts, "authorities", c.name)
         allowed = set(c.authorities)
         for a in facts.authorities:
-            if f"sha256:{a.sha256}" not in allowed and (a.subject is None or a.subject not in allowed):
-                who = a.subject or f"sha256:{a.sha256}"
+            if f"sha256:{a.sha256}" in allowed:
+                continue
+            subject = a.subject
+            if subject is None or subject not in allowed:
+                who = subject or f"sha256:{a.sha256}"
                 out.append(
                     Finding(
                         "authorities",
@@ -195,8 +246,9 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
                     )
                 )
     if c.dbx_required is not None:
-        present = facts.dbx_digests()
-        missing = [d for d in c.dbx_required if d not in present]
+        out += _problems(facts, "dbx_required", c.name)
+        present = facts.dbx_hashes()
+        missing = [d.hex() for d in c.dbx_required_bytes if d not in present]
         if missing:
             out.append(
                 Finding(
@@ -207,27 +259,27 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
                 )
             )
     if c.boot_applications is not None:
-        out += _unproven(facts, BOOT_APPLICATION_PCR, "boot_applications", c.name)
+        out += _problems(facts, "boot_applications", c.name)
         allowed = set(c.boot_applications)
         for app in facts.boot_applications:
             if app.digest not in allowed:
-                path = f" ({app.path})" if app.path else ""
+                path = app.path
                 out.append(
                     Finding(
                         "boot_applications",
-                        f"boot application {app.digest}{path} is not allowed",
+                        f"boot application {app.digest}{f' ({path})' if path else ''} is not allowed",
                         app.event.where(),
                         c.name,
                     )
                 )
     if c.kernel_cmdlines is not None:
-        out += _unproven(facts, KERNEL_CMDLINE_PCR, "kernel_cmdlines", c.name)
+        out += _problems(facts, "kernel_cmdlines", c.name)
         allowed = set(c.kernel_cmdlines)
         if not facts.kernel_cmdlines:
             out.append(
                 Finding(
                     "kernel_cmdlines",
-                    f"the log shows no proven kernel command line in PCR {KERNEL_CMDLINE_PCR}",
+                    f"the log shows no kernel command line in PCR {KERNEL_CMDLINE_PCR}",
                     None,
                     c.name,
                 )
@@ -248,7 +300,7 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
 def evaluate(
     policy: MeasuredBootPolicy, facts: BootFacts, node_class: str | None = None
 ) -> MeasuredBootResult:
-    """Judge proven facts; never raises for a failing node (see :func:`enforce`)."""
+    """Judge the facts; never raises for a failing node (see :func:`enforce`)."""
     default_sb = policy.secure_boot == "required"
     classes = policy.classes
     if node_class is not None:
