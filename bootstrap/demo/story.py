@@ -81,6 +81,7 @@ class Demo:
         self.db_subject = ""
         self.db_der = b""
         self.url = ""
+        self.admission_url = ""  # the webhooks' own listener (admission.listen)
         self.api_url = ""
         self.bundle = root / "bundle.pem"
         self.config = root / "nodegate.yaml"
@@ -168,7 +169,7 @@ class Demo:
         apps = [firmware.image_digest(a).hex() for a in ("shimx64.efi", "grubx64.efi", KERNEL)]
         config = service_config(golden, self.db_subject, apps)
         self.config.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.url = await start_serve(self.stack, self.config, self.root)
+        self.url, self.admission_url = await start_serve(self.stack, self.config, self.root)
         # What an operator distributes to nodes: the CA certificates from state_dir.
         cas = sorted((self.root / "state" / "ca").glob("ca-*.pem"))
         self.bundle.write_bytes(b"".join(p.read_bytes() for p in cas))
@@ -360,7 +361,7 @@ class Demo:
         return name
 
     async def webhook_step(self) -> tuple[int, int]:
-        step(9, f"the admission webhook judges sample CRs (POST {self.url}/admission/validate)")
+        step(9, f"the admission webhook judges sample CRs (POST {self.admission_url}/admission/validate)")
         detail(
             f"PackagePolicy {PCR_CLASS} (ghcr.io/nvidia, digests, budget <= 50%) and RBAC: ml-platform may "
             "deploy, only sre may reboot; the same decisions as `nodegate policy test`"
@@ -372,7 +373,7 @@ class Demo:
         allowed = denied = 0
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
             for what, want, body in webhook_cases(node):
-                async with http.post(f"{self.url}/admission/validate", json=body) as resp:
+                async with http.post(f"{self.admission_url}/admission/validate", json=body) as resp:
                     if resp.status != 200:
                         raise DemoFailed(f"webhook answered HTTP {resp.status} for {what}")
                     answer = (await resp.json())["response"]
@@ -391,7 +392,7 @@ class Demo:
         return allowed, denied
 
     async def _review(self, http: aiohttp.ClientSession, route: str, body: dict[str, Any]) -> dict[str, Any]:
-        async with http.post(f"{self.url}/admission/{route}", json=body) as resp:
+        async with http.post(f"{self.admission_url}/admission/{route}", json=body) as resp:
             if resp.status != 200:
                 raise DemoFailed(f"/admission/{route} answered HTTP {resp.status}")
             answer: dict[str, Any] = (await resp.json())["response"]

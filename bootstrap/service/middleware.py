@@ -55,8 +55,8 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
     if endpoint in JOIN_ENDPOINTS or endpoint.startswith("admin"):
         service.metrics.requests.labels(endpoint, code).inc()
         service.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
-    if conn is not None:
-        conn.answered()
+    if conn is not None and not conn.answered():
+        resp.force_close()  # the connection's last request (max_age or max_requests)
     return resp
 
 

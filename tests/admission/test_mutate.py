@@ -239,7 +239,7 @@ async def test_the_service_serves_the_mutating_webhook(tmp_path: Path) -> None:
         tmp_path, EkCa.create(), nodewright={"operator_service_accounts": [OPERATOR.username]}
     )
     async with running(config) as svc, svc.http() as http:
-        url = f"{svc.base}/admission/mutate"
+        url = f"{svc.admission_base}/admission/mutate"
         body = pod_review(PODS[0])
         async with http.post(url, json=body) as resp:
             assert resp.status == 200
