@@ -192,7 +192,6 @@ class Connection(asyncio.Protocol):
             return
         if self.phase == "idle":
             self.phase = "headers"
-            self.requests += 1
             self._owner.busy(self)
             if self._timer_reason != "header_timeout":  # a fresh connection's clock keeps running
                 self._arm(self._owner.limits.header_timeout, "header_timeout")
@@ -236,6 +235,7 @@ class Connection(asyncio.Protocol):
         max_requests reached): the caller closes the connection after it (``force_close``)."""
         if self.phase == "closed":
             return False
+        self.requests += 1  # counted per answer: pipelined requests arrive in one read
         limit = self._owner.limits.max_requests
         if limit is not None and self.requests >= limit and not self._old:
             self._old = True
