@@ -114,6 +114,7 @@ def _guarded(
             if metrics is not None:
                 metrics.admission_busy.labels(route).inc()
             resp = problem(503, "unavailable", f"{route}: every review slot is busy; retry", retry_after=1)
+            resp.force_close()  # its body was not read
         except (ConnectionError, asyncio.IncompleteReadError, RequestPayloadError, HttpProcessingError):
             if metrics is not None:
                 metrics.client_errors.labels("admission", "aborted").inc()
