@@ -181,10 +181,14 @@ def make_app(service: Service) -> web.Application:
 def make_admission_app(service: Service) -> web.Application:
     """The webhooks on their own listener (``admission.listen``): apart from the join API, with
     their own in-flight limit (``admission.max_inflight`` per route)."""
-    settings = service.settings
+    return admission_app(service.settings, service.decider, service.metrics)
+
+
+def admission_app(settings: Settings, decider: Decider, metrics: Metrics | None) -> web.Application:
+    """The webhook app as ``serve`` runs it (the admission benchmark builds it here too)."""
     mutator = PodMutator.of(settings.nodewright.operator_service_accounts, settings.gate.taint_key)
     limits = webhookapp.WebhookLimits(max_inflight=settings.admission.max_inflight)
-    return webhookapp.make_app(service.decider, mutator, limits=limits, metrics=service.metrics)
+    return webhookapp.make_app(decider, mutator, limits=limits, metrics=metrics)
 
 
 def tls_context(service: Service) -> ssl.SSLContext:

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,10 @@ class ConnectionLimits:
     body_grace: float = 5.0
     max_age: float | None = 600.0  # None: no limit (the admission listener: the API server only)
     max_requests: int | None = 1000
+    # None: a timer per phase (exact deadlines). A number: deadlines are recorded per phase and one
+    # sweep per listener every ``sweep`` seconds enforces them, so a request arms no timer (the
+    # admission listener: the deadlines are tens of seconds, the reviews hundreds of µs).
+    sweep: float | None = None
 
     def __post_init__(self) -> None:
         if self.per_address < 1 or self.total < self.per_address:
@@ -63,6 +68,8 @@ class ConnectionLimits:
             raise ValueError("connection limits: every timeout is positive")
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError("connection limits: max_requests >= 1")
+        if self.sweep is not None and self.sweep <= 0:
+            raise ValueError("connection limits: sweep is positive")
 
 
 class Connections:
@@ -136,6 +143,11 @@ class Connections:
     def client_error(self, reason: str, endpoint: str = "connection") -> None:
         self.metrics.client_errors.labels(endpoint, reason).inc()
 
+    def sweep(self, now: float) -> None:
+        """Enforce the recorded deadlines (``limits.sweep``)."""
+        for conn in [c for c in self._open if c.deadline <= now]:
+            conn.expire()
+
     def idle_count(self) -> int:
         return len(self._idle)
 
@@ -160,6 +172,7 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._handler: asyncio.Protocol | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self.deadline = float("inf")  # with limits.sweep: when the current phase's time is up
         self._timer_reason = ""
         self._early: list[bytes] = []
         self._early_eof = False
@@ -317,6 +330,10 @@ class Connection(asyncio.Protocol):
         return self.phase == "closed"  # a method: connection_lost may change it across an await
 
     def _arm(self, seconds: float, reason: str) -> None:
+        if self._owner.limits.sweep is not None:  # recorded only: the sweep enforces it
+            self._timer_reason = reason
+            self.deadline = time.monotonic() + seconds
+            return
         self._disarm()
         self._timer_reason = reason
         self._timer = asyncio.get_running_loop().call_later(seconds, self._expired, reason)
@@ -326,6 +343,13 @@ class Connection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         self._timer_reason = ""
+        self.deadline = float("inf")
+
+    def expire(self) -> None:
+        """The sweep found the current phase's deadline passed."""
+        reason, self.deadline = self._timer_reason, float("inf")
+        if reason:
+            self._expired(reason)
 
     def _expired(self, reason: str) -> None:
         self._timer = None
@@ -371,6 +395,7 @@ class GuardedSite(web.BaseSite):
         self._limits = limits
         self._metrics = metrics
         self.connections: Connections | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -393,8 +418,20 @@ class GuardedSite(web.BaseSite):
         self._server = await asyncio.get_running_loop().create_server(
             self.connections.protocol, self._host, self._port, backlog=self._backlog, reuse_address=True
         )
+        if self._limits.sweep is not None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep(self._limits.sweep))
+
+    async def _sweep(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if self.connections is not None:
+                self.connections.sweep(time.monotonic())
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         await super().stop()
         if self.connections is not None:
             self.connections.abort_unserved()

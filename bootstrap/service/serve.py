@@ -191,6 +191,7 @@ def default_admission_limits() -> ConnectionLimits:
         idle_timeout=ADMISSION_IDLE_SECONDS,
         max_age=None,
         max_requests=None,
+        sweep=1.0,  # deadlines of tens of seconds: a sweep a second, no timer per review
     )
 
 

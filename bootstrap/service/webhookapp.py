@@ -23,6 +23,8 @@ nodes. Refusals of bodies are ``application/problem+json`` from the service's on
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
@@ -61,24 +63,45 @@ class _Busy(Exception):
 
 
 class _Lane:
-    """At most ``size`` holders; others wait up to ``seconds`` (the fast path does not suspend)."""
+    """At most ``size`` holders; others wait in order up to ``seconds``. Taking a free slot is a
+    counter decrement: no coroutine, no timer (the usual review)."""
 
     def __init__(self, size: int, seconds: float) -> None:
-        self._sem = asyncio.Semaphore(size)
+        self._free = size
         self._seconds = seconds
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
-    async def __aenter__(self) -> None:
-        if not self._sem.locked():
-            await self._sem.acquire()  # returns at once: no timer, no suspension
-            return
+    def take(self) -> bool:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    async def wait(self) -> None:
+        """A slot, handed over by ``give``; _Busy after ``seconds``."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
         try:
             async with asyncio.timeout(self._seconds):
-                await self._sem.acquire()
-        except TimeoutError:
-            raise _Busy from None
+                await waiter
+        except BaseException as exc:  # the time ran out, or the request was cancelled
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed over just as it ended: pass it on
+            else:
+                waiter.cancel()
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)  # a stale waiter would keep take() failing
+            if isinstance(exc, TimeoutError):
+                raise _Busy from None
+            raise
 
-    async def __aexit__(self, *_exc: object) -> None:
-        self._sem.release()
+    def give(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes to the next in line
+                return
+        self._free += 1
 
 
 def _check_encoding(request: web.Request) -> None:
@@ -96,14 +119,22 @@ def _guarded(
         try:
             _check_encoding(request)
             length = request.content_length
-            async with lane:
+            if not lane.take():
+                await lane.wait()
+            try:
                 if length is not None and (length <= limits.heavy_bytes or length > MAX_REVIEW_BYTES):
                     resp = await handler(request)  # small, or refused (413) before it is read
                 else:
-                    async with heavy:
+                    if not heavy.take():
+                        await heavy.wait()
+                    try:
                         await request.read()  # the body, within the heavy lane (read() is cached)
                         await asyncio.sleep(0)  # joins get the loop between the read and the parse
                         resp = await handler(request)
+                    finally:
+                        heavy.give()
+            finally:
+                lane.give()
         except WebhookProblem as exc:
             resp = webhook_problem(exc)
         except web.HTTPRequestEntityTooLarge:

@@ -169,7 +169,9 @@ async def test_bodies_the_webhook_does_not_take(
 async def test_a_stalled_review_is_cut_at_the_request_deadline(tmp_path: Path, ek_ca: EkCa) -> None:
     from bootstrap.service.listener import ConnectionLimits
 
-    limits = ConnectionLimits(per_address=8, total=8, header_timeout=0.5, max_age=None, max_requests=None)
+    limits = ConnectionLimits(
+        per_address=8, total=8, header_timeout=0.5, max_age=None, max_requests=None, sweep=0.1
+    )
     settings = settings_for(tmp_path, ek_ca)
     from bootstrap.service.serve import start
 
@@ -184,3 +186,27 @@ async def test_a_stalled_review_is_cut_at_the_request_deadline(tmp_path: Path, e
             writer.close()
     finally:
         await s.close()
+
+
+async def test_review_slots_are_handed_over_in_order_and_never_lost() -> None:
+    from bootstrap.service.webhookapp import _Busy, _Lane
+
+    lane = _Lane(1, 30.0)
+    assert lane.take() and not lane.take()
+    first = asyncio.create_task(lane.wait())
+    second = asyncio.create_task(lane.wait())
+    await asyncio.sleep(0)  # both queued
+    lane.give()  # to the first in line, not back to the pool
+    await asyncio.wait_for(first, WAIT)
+    assert not second.done() and not lane.take()
+    second.cancel()  # a request that went away: its place is dropped
+    with contextlib.suppress(asyncio.CancelledError):
+        await second
+    lane.give()
+    assert lane.take()  # the slot came back to the pool
+    short = _Lane(1, 0.05)
+    assert short.take()
+    with pytest.raises(_Busy):
+        await short.wait()
+    short.give()
+    assert short.take()  # the timed-out waiter left nothing behind
