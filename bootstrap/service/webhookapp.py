@@ -12,7 +12,8 @@ protections are the ones that matter for it, at as little cost per review as pos
 - large bodies (over ``heavy_bytes``, or of unknown length) take the one heavy lane before their
   body is read: their parse holds the interpreter for tens of milliseconds (pydantic-core keeps
   the GIL, so a thread would not free the event loop: measured, docs/benchmarks.md), so they run
-  one at a time and give the loop back between parse and decision;
+  one at a time, give the loop back between read and parse, and the lane rests as long as the
+  last one took before the next (at most half of the loop for large reviews);
 - time: the listener's deadlines (handshake, the whole request from its first byte, idle
   keep-alive) are per connection (``bootstrap.service.listener``); nothing here arms a timer.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -130,7 +132,11 @@ def _guarded(
                     try:
                         await request.read()  # the body, within the heavy lane (read() is cached)
                         await asyncio.sleep(0)  # joins get the loop between the read and the parse
+                        started = time.perf_counter()
                         resp = await handler(request)
+                        # As long again before the next large one: large reviews get at most
+                        # half of the loop, joins the rest (python -m tests.bench joinload).
+                        await asyncio.sleep(time.perf_counter() - started)
                     finally:
                         heavy.give()
             finally:
