@@ -159,10 +159,14 @@ async def test_large_reviews_are_judged_one_at_a_time_and_answered(tmp_path: Pat
 async def test_bodies_the_webhook_does_not_take(
     tmp_path: Path, ek_ca: EkCa, headers: dict[str, str], body: bytes, status: int, code: str
 ) -> None:
-    async with serving(settings_for(tmp_path, ek_ca)) as s, http(s, source=GENUINE) as h:
-        async with h.post(f"{admission(s)}/admission/validate", data=body, headers=headers) as resp:
-            out = await resp.json(content_type=None)
-            assert resp.content_type == "application/problem+json"
+    url = "/admission/validate"
+    async with (
+        serving(settings_for(tmp_path, ek_ca)) as s,
+        http(s, source=GENUINE) as h,
+        h.post(f"{admission(s)}{url}", data=body, headers=headers) as resp,
+    ):
+        out = await resp.json(content_type=None)
+        assert resp.content_type == "application/problem+json"
     assert (resp.status, out["code"]) == (status, code), out
 
 
@@ -178,7 +182,8 @@ async def test_a_stalled_review_is_cut_at_the_request_deadline(tmp_path: Path, e
     s = await start(settings, kube=False, admission_limits=limits)
     try:
         writer = await stalled_review(s)
-        assert s.admission_site is not None and s.admission_site.connections is not None
+        assert s.admission_site is not None
+        assert s.admission_site.connections is not None
         while s.admission_site.connections.count():
             await asyncio.sleep(0.02)  # cut by the request deadline (an event, polled)
         assert counter(s, "nodegate_client_errors_total", endpoint="connection", reason="header_timeout") == 1
@@ -192,13 +197,15 @@ async def test_review_slots_are_handed_over_in_order_and_never_lost() -> None:
     from bootstrap.service.webhookapp import _Busy, _Lane
 
     lane = _Lane(1, 30.0)
-    assert lane.take() and not lane.take()
+    assert lane.take()
+    assert not lane.take()
     first = asyncio.create_task(lane.wait())
     second = asyncio.create_task(lane.wait())
     await asyncio.sleep(0)  # both queued
     lane.give()  # to the first in line, not back to the pool
     await asyncio.wait_for(first, WAIT)
-    assert not second.done() and not lane.take()
+    assert not second.done()
+    assert not lane.take()
     second.cancel()  # a request that went away: its place is dropped
     with contextlib.suppress(asyncio.CancelledError):
         await second

@@ -64,9 +64,10 @@ class Holder:
                     if line.lower().startswith(b"content-length")
                 )
                 await asyncio.wait_for(reader.readexactly(length), WAIT)
-                return True
             except (ConnectionError, ssl.SSLError, OSError, asyncio.IncompleteReadError):
                 self.close()  # evicted: reconnect once
+            else:
+                return True
         return False
 
     def close(self) -> None:
