@@ -693,7 +693,10 @@ def render(results: dict[str, Any]) -> str:
         else:
             lines.append(f"  {'met ' if t['met'] else 'MISS'}  {head} {t['value']:>5.2f}x  {goal}")
     judged = [t for t in results["targets"] if t["met"] is not None]
-    lines.append(f"  {sum(1 for t in judged if t['met'])} of {len(judged)} targets met")
+    if results["targets"]:
+        lines.append(f"  {sum(1 for t in judged if t['met'])} of {len(judged)} targets met")
+    else:
+        lines.append("  none for this route: its ratios are reported only")
     return "\n".join(lines)
 
 

@@ -43,6 +43,9 @@ from bootstrap.service.serve import default_admission_limits
 from tests.bench.admission_data import MUTATE_PATH, PATH
 
 BARE_PARSERS = ("json", "pydantic-core")
+# Set: the webhook app on aiohttp's plain TCPSite instead of the admission listener's GuardedSite,
+# to measure what the listener's connection handling costs per review (docs/benchmarks.md).
+PLAIN_SITE_ENV = "NODEGATE_BENCH_PLAIN_SITE"
 
 
 def bare_app(parser: str = "json") -> web.Application:
@@ -130,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if profiler is not None:
         profiler.enable()
     try:
-        asyncio.run(serve(app, ctx, args.port_file, guarded=args.mode == "webhook"))
+        guarded = args.mode == "webhook" and not os.environ.get(PLAIN_SITE_ENV)
+        asyncio.run(serve(app, ctx, args.port_file, guarded=guarded))
     finally:
         if profiler is not None:
             profiler.disable()
