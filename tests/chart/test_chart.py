@@ -1103,6 +1103,11 @@ BAD_VALUES: list[tuple[Doc, str]] = [
     ({"persistence": {"enabled": True}}, "persistence is for store: sqlite"),
     ({"ca": {"create": False}}, "ca.secretName"),
     ({"config": {"trust_domain": "a.org", "listen": "0.0.0.0:1"}}, "config.listen is set by the chart"),
+    (
+        {"config": {"trust_domain": "a.org", "admission": {"listen": "0.0.0.0:1"}}},
+        "config.admission.listen is set by the chart",
+    ),
+    ({"networkPolicy": {"apiServer": {"webhookSourceCidrs": ["anywhere"]}}}, "webhookSourceCidrs"),
     ({"config": {"trust_domain": "a.org", "tls": {"cert_file": "/x"}}}, "config.tls is set by the chart"),
     ({"config": {"trust_domain": "a.org", "state_dir": "/x"}}, "config.state_dir is set by the chart"),
     ({"config": {"trust_domain": "a.org", "kubernetes": {"namespace": "x"}}}, "config.kubernetes.namespace"),

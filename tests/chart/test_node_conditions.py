@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import celpy
@@ -310,3 +311,26 @@ def test_no_refusable_write_is_skipped(
     )
     if unchanged:
         assert not is_sent
+
+
+def test_webhook_port_admits_the_configured_api_server_sources(tmp_path: Path) -> None:
+    """webhookSourceCidrs, when set, are the only sources on the webhook port (the join port keeps
+    ingressFrom); the webhook configurations call the Service's admission port."""
+    values = {
+        "service": {"admissionPort": 10443},
+        "networkPolicy": {
+            "apiServer": {"cidrs": ["192.0.2.1/32"], "webhookSourceCidrs": ["198.51.100.0/28"]}
+        },
+    }
+    docs = render(helm_path(), tmp_path, values)
+    join_rule, webhook_rule = one(docs, "NetworkPolicy")["spec"]["ingress"]
+    assert "from" not in join_rule
+    assert webhook_rule == {
+        "ports": [{"port": "admission", "protocol": "TCP"}],
+        "from": [{"ipBlock": {"cidr": "198.51.100.0/28"}}],
+    }
+    ports = {p["name"]: p for p in one(docs, "Service")["spec"]["ports"]}
+    assert ports["admission"]["port"] == 10443
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        for hook in one(docs, kind)["webhooks"]:
+            assert hook["clientConfig"]["service"]["port"] == 10443
