@@ -2,8 +2,9 @@
 
 What is measured, all in one run: two server processes on 127.0.0.1, each one aiohttp process
 with TLS and keep-alive, access logs off (``tests.bench.admission_server``):
-  webhook   ``admission.webhook.make_app`` with 3 PackagePolicies and 22 RBAC objects
-            (``tests.bench.admission_data``): the real decision for every review
+  webhook   the admission listener as ``nodegate serve`` runs it (``compose.admission_app``
+            behind ``GuardedSite``: TLS, in-flight limit, heavy lane) with 3 PackagePolicies and
+            22 RBAC objects (``tests.bench.admission_data``): the real decision for every review
   bare      a handler that reads the body, ``json.loads`` it and answers allowed with its uid:
             what any AdmissionReview server on aiohttp spends at least (the floor);
             ``--bare-parser pydantic-core`` parses with ``pydantic_core.from_json`` instead, the
@@ -46,6 +47,10 @@ How to read the table:
                  throughput ratio two saturated servers would show with the client out of the way
 The targets at the end are reported, never asserted. Unpinned on few CPUs the client and the
 servers share them and the client's own cost bounds what the bare handler can show (see cli %).
+
+``--route validate|mutate|both`` (default both): the webhook route under load; the targets are
+issue 28's, for the validating route. ``NODEGATE_BENCH_PLAIN_SITE=1`` serves the webhook app on
+aiohttp's plain ``TCPSite`` instead of the admission listener (what the listener costs).
 
 ``NODEGATE_BENCH_PROFILE=DIR`` runs both servers under cProfile (stats in DIR/admission-<mode>.prof,
 the webhook's top functions printed to stderr); the numbers of such a run are slowed by it.
