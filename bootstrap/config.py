@@ -154,6 +154,18 @@ class AdmissionSettings(_Model):
     rbac_files: tuple[Path, ...] | None = None
     # nodegate's own username: the only one allowed to lift the hold taint (an addition to the core keys)
     owner: str = "system:serviceaccount:nodegate:nodegate"
+    # The webhooks' own listener (API server only), apart from the join API: a flood of reviews
+    # cannot take the join listener's connections or slots (docs/config.md).
+    listen: str = "0.0.0.0:9443"
+    # Reviews worked on at once, per route (/admission/validate, /admission/mutate); more wait for
+    # a slot, briefly (an addition to the core keys, docs/config.md).
+    max_inflight: int = Field(default=32, ge=1, le=1024)
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        host_port(v)
+        return v
 
 
 class NodeWrightSettings(_Model):
@@ -219,6 +231,16 @@ class Settings(_Model):
     def _listen(cls, v: str) -> str:
         host_port(v)
         return v
+
+    @model_validator(mode="after")
+    def _two_listeners(self) -> Settings:
+        (host, port), (adm_host, adm_port) = host_port(self.listen), host_port(self.admission.listen)
+        wildcard = {"0.0.0.0", "::"}  # noqa: S104  (comparing, not binding)
+        if port == adm_port != 0 and (host == adm_host or host in wildcard or adm_host in wildcard):
+            raise ValueError(
+                f"admission.listen ({self.admission.listen}) must not be the join listener's port"
+            )
+        return self
 
     @field_validator("session_ttl")
     @classmethod

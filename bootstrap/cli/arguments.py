@@ -51,6 +51,12 @@ def _serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--port-file", type=Path, metavar="FILE", help="write the bound port here once listening"
     )
     serve.add_argument(
+        "--admission-port-file",
+        type=Path,
+        metavar="FILE",
+        help="write the admission listener's bound port (admission.listen) here once listening",
+    )
+    serve.add_argument(
         "--new-ca",
         action="store_true",
         help="start a new CA on purpose although the store holds nodes of another (or a lost) CA; "

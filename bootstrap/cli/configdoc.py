@@ -50,7 +50,6 @@ COMMENTS: Final[dict[str, str]] = {
     "admission.owner": "nodegate's own username, the only one that may lift the hold taint",
     "nodewright": "NodeWright / Skyhook integration",
     "nodewright.inject_tolerations": "the mutating webhook adds the package-hold tolerations to package CRs",
-    "nodewright.operator_service_accounts": "the NodeWright operator's service accounts",
     "limits": "request limits of the join API",
     "limits.max_body_bytes": "largest JSON body (the event log may make finish bodies larger)",
     "limits.join_rate": "join requests per second per client address",

@@ -18,15 +18,25 @@ def run(args: argparse.Namespace) -> int:
     if config is None:
         return 2
     logs.configure(getattr(args, "log_level_value", logging.INFO))
-    port_file = args.port_file
+    port_file, admission_port_file = args.port_file, args.admission_port_file
 
     def ready(port: int) -> None:
         if port_file is not None:
             server.write_port(port_file, port)
 
+    def admission_ready(port: int) -> None:  # written before the join port: one file to wait for
+        if admission_port_file is not None:
+            server.write_port(admission_port_file, port)
+
     try:
         asyncio.run(
-            server.serve(config, insecure_plaintext=args.insecure_plaintext, ready=ready, new_ca=args.new_ca)
+            server.serve(
+                config,
+                insecure_plaintext=args.insecure_plaintext,
+                ready=ready,
+                new_ca=args.new_ca,
+                admission_ready=admission_ready,
+            )
         )
     # every start failure is a ValueError (StartupError): one line naming the file and the fix
     except (ValueError, OSError, KubeUnavailable) as exc:

@@ -53,7 +53,11 @@ def service_config(golden: dict[int, str], authority: str, applications: list[st
         "kubernetes": {"kubeconfig": "kubeconfig"},
         # The demo runs the gate's one-shot pass itself (step 6), so serve does not run one too.
         "gate": {"enabled": False, "stability_window": "0s"},
-        "admission": {"policy_files": ["policies.yaml"], "rbac_files": ["rbac.yaml"]},
+        "admission": {
+            "listen": "127.0.0.1:0",
+            "policy_files": ["policies.yaml"],
+            "rbac_files": ["rbac.yaml"],
+        },
         # The mutating webhook gives package CRs the hold tolerations (the default, said here).
         "nodewright": {"inject_tolerations": True},
     }

@@ -61,12 +61,18 @@ def _last_line(path: Path) -> str:
     return lines[-1][:300] if lines else ""
 
 
-async def start_serve(stack: contextlib.AsyncExitStack, config: Path, root: Path) -> str:
-    """The real `nodegate serve` with ``config``, stopped by ``stack``; its https URL once it listens."""
+async def start_serve(stack: contextlib.AsyncExitStack, config: Path, root: Path) -> tuple[str, str]:
+    """The real `nodegate serve` with ``config``, stopped by ``stack``; its https URLs (join API,
+    admission listener) once it listens."""
     port_file, log = root / "serve.port", root / "serve.log"
+    admission_port_file = root / "serve.admission-port"
     with log.open("wb") as err:
         proc = await asyncio.create_subprocess_exec(
-            *_nodegate("serve", "--config", str(config), "--port-file", str(port_file)),
+            *_nodegate(
+                "serve",
+                *("--config", str(config), "--port-file", str(port_file)),
+                *("--admission-port-file", str(admission_port_file)),
+            ),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=err,
             env=_env(),
@@ -79,7 +85,11 @@ async def start_serve(stack: contextlib.AsyncExitStack, config: Path, root: Path
         if time.monotonic() > deadline:
             raise DemoFailed(f"nodegate serve did not listen within {START_TIMEOUT:.0f} s: {_last_line(log)}")
         await asyncio.sleep(0.05)
-    return f"https://127.0.0.1:{int(port_file.read_text())}"
+    # the admission port file is written first
+    return (
+        f"https://127.0.0.1:{int(port_file.read_text())}",
+        f"https://127.0.0.1:{int(admission_port_file.read_text())}",
+    )
 
 
 @dataclass

@@ -79,6 +79,7 @@ class Demo:
         self.db_subject = ""
         self.db_der = b""
         self.url = ""
+        self.admission_url = ""  # the webhooks' own listener (admission.listen)
         self.api_url = ""
         self.bundle = root / "bundle.pem"
         self.config = root / "nodegate.yaml"
@@ -166,7 +167,7 @@ class Demo:
         apps = [firmware.image_digest(a).hex() for a in ("shimx64.efi", "grubx64.efi", KERNEL)]
         config = service_config(golden, self.db_subject, apps)
         self.config.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.url = await start_serve(self.stack, self.config, self.root)
+        self.url, self.admission_url = await start_serve(self.stack, self.config, self.root)
         # What an operator distributes to nodes: the CA certificates from state_dir.
         cas = sorted((self.root / "state" / "ca").glob("ca-*.pem"))
         self.bundle.write_bytes(b"".join(p.read_bytes() for p in cas))
@@ -270,7 +271,7 @@ class Demo:
         step(6, f"the hold gate: NodeWright CR {CR_NAME} ({packages}) selects the {PCR_CLASS} nodes")
         ctx = ssl.create_default_context(cafile=str(self.bundle))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
-            done = await admit(http, self.url, review(package_cr(), "alice", ("ml-platform",)))
+            done = await admit(http, self.admission_url, review(package_cr(), "alice", ("ml-platform",)))
         policy = (done.answer.get("auditAnnotations") or {}).get("policy")
         detail(
             f"alice (ml-platform) applies it: /admission/mutate adds {len(done.added)} hold tolerations, "
@@ -366,7 +367,7 @@ class Demo:
         return name
 
     async def webhook_step(self) -> tuple[int, int]:
-        step(9, f"the admission webhook judges sample CRs (POST {self.url}/admission/validate)")
+        step(9, f"the admission webhook judges sample CRs (POST {self.admission_url}/admission/validate)")
         detail(
             f"PackagePolicy {PCR_CLASS} (ghcr.io/nvidia, digests, budget <= 50%) and RBAC: ml-platform may "
             "deploy, only sre may reboot; the same decisions as `nodegate policy test`"
@@ -378,7 +379,7 @@ class Demo:
         allowed = denied = 0
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
             for what, want, body in webhook_cases(node):
-                async with http.post(f"{self.url}/admission/validate", json=body) as resp:
+                async with http.post(f"{self.admission_url}/admission/validate", json=body) as resp:
                     if resp.status != 200:
                         raise DemoFailed(f"webhook answered HTTP {resp.status} for {what}")
                     answer = (await resp.json())["response"]
@@ -399,7 +400,7 @@ class Demo:
     async def upstream_sample_step(self) -> tuple[list[str], str]:
         ctx = ssl.create_default_context(cafile=str(self.bundle))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
-            return await sample_step(self._kube(), http, self.url, self.gate_pass)
+            return await sample_step(self._kube(), http, self.admission_url, self.gate_pass)
 
     async def run(self) -> Summary:
         golden = await self.tpms_step()

@@ -5,8 +5,9 @@ body slowly, or never, holds nothing but its own connection, and not for long.
 The rules (docs/protocol.md, docs/troubleshooting.md):
 
 - size per route: the finish bodies (``/v1/join/finish``, ``/v1/nodes/self/renew``) may carry a
-  measured-boot event log, so at most 1.5 MiB; an AdmissionReview at most the webhook's limit;
-  every other body ``limits.max_body_bytes`` (64 KiB). Over it: 413 ``payload_too_large``.
+  measured-boot event log, so at most 1.5 MiB; every other body ``limits.max_body_bytes``
+  (64 KiB). Over it: 413 ``payload_too_large``. (The webhooks have their own listener and
+  limits: ``bootstrap.service.webhookapp``.)
 - no ``Content-Encoding`` (other than ``identity``): no client of this protocol compresses, and
   nothing is decompressed on the server (no decompression bombs): 415.
 - time: ``BASE_SECONDS`` plus the body's size at ``MIN_RATE``; later: 408, the connection closed,
@@ -23,7 +24,6 @@ from aiohttp import hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
-from admission.webhook import MAX_REVIEW_BYTES
 from bootstrap.config import Limits
 from bootstrap.service.listener import Connection
 
@@ -31,7 +31,6 @@ from bootstrap.service.listener import Connection
 # the quote and the PCR values.
 EVIDENCE_BODY_BYTES: Final = 1536 * 1024
 EVIDENCE_ENDPOINTS: Final = frozenset({"join_finish", "renew"})
-WEBHOOK_ENDPOINTS: Final = frozenset({"admission"})
 BASE_SECONDS: Final = 10.0
 MIN_RATE: Final = 32 * 1024  # bytes per second a client must sustain beyond BASE_SECONDS
 
@@ -58,8 +57,6 @@ class ClientGone(Exception):
 def body_limit(endpoint: str, limits: Limits) -> int:
     if endpoint in EVIDENCE_ENDPOINTS:
         return max(EVIDENCE_BODY_BYTES, limits.max_body_bytes)
-    if endpoint in WEBHOOK_ENDPOINTS:
-        return MAX_REVIEW_BYTES
     return limits.max_body_bytes
 
 
@@ -78,9 +75,10 @@ async def read_body(
     BodyRefused / ClientGone."""
     encoding = request.headers.get(hdrs.CONTENT_ENCODING, "").strip().lower()
     if encoding not in ("", "identity"):
-        code = "malformed_request" if endpoint in WEBHOOK_ENDPOINTS else "unsupported_media_type"
         raise BodyRefused(
-            415, code, f"Content-Encoding {encoding[:32]!r} is not accepted; send the body as is"
+            415,
+            "unsupported_media_type",
+            f"Content-Encoding {encoding[:32]!r} is not accepted; send the body as is",
         )
     limit = body_limit(endpoint, limits)
     length = request.content_length

@@ -1,5 +1,6 @@
 """The composition root: ``build_service`` wires the parts from the config, ``make_app`` puts the
-routes and the middleware around them, ``tls_context`` gives the listener its TLS."""
+join API's routes and the middleware around them, ``make_admission_app`` the webhooks' (their own
+listener), ``tls_context`` gives the listeners their TLS."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Any
 
 from aiohttp import web
 
-from admission.decider import LocalRbac, StaticPolicies
+from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.mutate import CrMutator
-from admission.webhook import MAX_REVIEW_BYTES, make_handler, make_mutate_handler
+from admission.webhook import MAX_REVIEW_BYTES
 from attest import ca
 from bootstrap.config import Settings
 from bootstrap.gate import Gate
@@ -28,6 +29,7 @@ from bootstrap.service import (
     sessions,
     startup,
     tls,
+    webhookapp,
 )
 from bootstrap.service.admin import AdminAuth
 from bootstrap.service.authz import SarAuthorizer
@@ -180,13 +182,22 @@ def make_app(service: Service) -> web.Application:
     r.add_get("/healthz", publicroutes.healthz, name="healthz")
     r.add_get("/readyz", publicroutes.readyz, name="readyz")
     r.add_get("/metrics", adminroutes.metrics, name="metrics")
-    r.add_post("/admission/validate", make_handler(service.decider), name="admission")
-    settings = service.settings
-    mutator = CrMutator(settings.gate.taint_key, settings.nodewright.inject_tolerations)
-    r.add_post("/admission/mutate", make_mutate_handler(mutator), name="admission_mutate")
     app.on_startup.append(background.start)
     app.on_cleanup.append(background.stop)
     return app
+
+
+def make_admission_app(service: Service) -> web.Application:
+    """The webhooks on their own listener (``admission.listen``): apart from the join API, with
+    their own in-flight limit (``admission.max_inflight`` per route)."""
+    return admission_app(service.settings, service.decider, service.metrics)
+
+
+def admission_app(settings: Settings, decider: Decider, metrics: Metrics | None) -> web.Application:
+    """The webhook app as ``serve`` runs it (the admission benchmark builds it here too)."""
+    mutator = CrMutator(settings.gate.taint_key, settings.nodewright.inject_tolerations)
+    limits = webhookapp.WebhookLimits(max_inflight=settings.admission.max_inflight)
+    return webhookapp.make_app(decider, mutator, limits=limits, metrics=metrics)
 
 
 def tls_context(service: Service) -> ssl.SSLContext:

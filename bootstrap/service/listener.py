@@ -10,7 +10,14 @@ bounded time and never an in-flight slot (the body is read before the handler ta
 - the headers of a request: ``header_timeout`` from its first byte (a new connection's first
   request is due within the same time);
 - the body: the time ``bodies`` gives it, plus ``body_grace`` as a backstop;
-- an idle keep-alive connection is closed after ``idle_timeout``.
+- an idle keep-alive connection is closed after ``idle_timeout``;
+- a connection lives at most ``max_age`` and serves at most ``max_requests`` requests (then it
+  is closed after its current answer, or at once when idle), so no client keeps a slot forever by
+  refreshing it now and then;
+- at the ``total`` cap a new connection is still admitted when some connection is idle: the one
+  idle the longest is closed for it (``nodegate_connections_recycled_total{reason="evicted"}``).
+  Holding the cap then takes a busy connection per slot, not one request per idle timeout
+  (issue 21, finding 7: 33 addresses x 64 connections refreshed every 40 s kept joins out).
 
 Python's ``asyncio`` TLS is used as is (``loop.start_tls``), after the address check; aiohttp's
 request handler serves the connection once it is admitted. The middleware tells the connection
@@ -23,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,13 +53,23 @@ class ConnectionLimits:
     header_timeout: float = 10.0
     idle_timeout: float = 60.0
     body_grace: float = 5.0
+    max_age: float | None = 600.0  # None: no limit (the admission listener: the API server only)
+    max_requests: int | None = 1000
+    # None: a timer per phase (exact deadlines). A number: deadlines are recorded per phase and one
+    # sweep per listener every ``sweep`` seconds enforces them, so a request arms no timer (the
+    # admission listener: the deadlines are tens of seconds, the reviews hundreds of µs).
+    sweep: float | None = None
 
     def __post_init__(self) -> None:
         if self.per_address < 1 or self.total < self.per_address:
             raise ValueError("connection limits: per_address >= 1 and total >= per_address")
         times = (self.handshake_timeout, self.header_timeout, self.idle_timeout, self.body_grace)
-        if min(times) <= 0:
+        if min(times) <= 0 or (self.max_age is not None and self.max_age <= 0):
             raise ValueError("connection limits: every timeout is positive")
+        if self.max_requests is not None and self.max_requests < 1:
+            raise ValueError("connection limits: max_requests >= 1")
+        if self.sweep is not None and self.sweep <= 0:
+            raise ValueError("connection limits: sweep is positive")
 
 
 class Connections:
@@ -70,6 +88,8 @@ class Connections:
         self._handler_factory = handler_factory
         self._open: set[Connection] = set()
         self._by_address: Counter[str] = Counter()
+        # Idle connections, the one idle the longest first (dicts keep insertion order).
+        self._idle: dict[Connection, None] = {}
 
     def protocol(self) -> Connection:
         """The protocol factory for ``loop.create_server``."""
@@ -79,18 +99,39 @@ class Connections:
         return self._handler_factory()
 
     def admit(self, conn: Connection) -> bool:
-        if len(self._open) >= self.limits.total:
-            self.metrics.connections_refused.labels("total_limit").inc()
-            return False
         if self._by_address[conn.address] >= self.limits.per_address:
             self.metrics.connections_refused.labels("address_limit").inc()
+            return False
+        if len(self._open) >= self.limits.total and not self._evict_idle():
+            self.metrics.connections_refused.labels("total_limit").inc()
             return False
         self._open.add(conn)
         self._by_address[conn.address] += 1
         self.metrics.connections.inc()
         return True
 
+    def _evict_idle(self) -> bool:
+        """Close the connection idle the longest to make room; False when none is idle."""
+        if not self._idle:
+            return False
+        victim = next(iter(self._idle))
+        self.recycled("evicted")
+        victim.abort()
+        self.release(victim)  # now: the new connection takes its place before connection_lost runs
+        return True
+
+    def idle(self, conn: Connection) -> None:
+        self._idle.pop(conn, None)
+        self._idle[conn] = None  # to the end: idle the shortest
+
+    def busy(self, conn: Connection) -> None:
+        self._idle.pop(conn, None)
+
+    def recycled(self, reason: str) -> None:
+        self.metrics.connections_recycled.labels(reason).inc()
+
     def release(self, conn: Connection) -> None:
+        self._idle.pop(conn, None)
         if conn not in self._open:
             return
         self._open.discard(conn)
@@ -101,6 +142,14 @@ class Connections:
 
     def client_error(self, reason: str, endpoint: str = "connection") -> None:
         self.metrics.client_errors.labels(endpoint, reason).inc()
+
+    def sweep(self, now: float) -> None:
+        """Enforce the recorded deadlines (``limits.sweep``)."""
+        for conn in [c for c in self._open if c.deadline <= now]:
+            conn.expire()
+
+    def idle_count(self) -> int:
+        return len(self._idle)
 
     def count(self, address: str | None = None) -> int:
         return len(self._open) if address is None else self._by_address.get(address, 0)
@@ -123,10 +172,14 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._handler: asyncio.Protocol | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self.deadline = float("inf")  # with limits.sweep: when the current phase's time is up
         self._timer_reason = ""
         self._early: list[bytes] = []
         self._early_eof = False
         self._upgrade: asyncio.Task[None] | None = None
+        self.requests = 0
+        self._old = False  # max_age or max_requests reached: closed after the current answer
+        self._age_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -152,6 +205,7 @@ class Connection(asyncio.Protocol):
             return
         if self.phase == "idle":
             self.phase = "headers"
+            self._owner.busy(self)
             if self._timer_reason != "header_timeout":  # a fresh connection's clock keeps running
                 self._arm(self._owner.limits.header_timeout, "header_timeout")
         self._handler.data_received(data)
@@ -173,6 +227,8 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.phase = "closed"
         self._disarm()
+        if self._age_timer is not None:
+            self._age_timer.cancel()
         self._owner.release(self)
         if self._handler is not None:
             self._handler.connection_lost(exc)
@@ -187,11 +243,31 @@ class Connection(asyncio.Protocol):
         self.phase = "working"
         self._disarm()
 
-    def answered(self) -> None:
+    def answered(self) -> bool:
+        """The answer is on its way; False when it is the connection's last (max_age or
+        max_requests reached): the caller closes the connection after it (``force_close``)."""
         if self.phase == "closed":
-            return
+            return False
+        self.requests += 1  # counted per answer: pipelined requests arrive in one read
+        limit = self._owner.limits.max_requests
+        if limit is not None and self.requests >= limit and not self._old:
+            self._old = True
+            self._owner.recycled("max_requests")
+        if self._old:  # aiohttp closes it once the answer is written; the timer is a backstop
+            self._arm(self._owner.limits.idle_timeout, "idle_timeout")
+            return False
         self.phase = "idle"
+        self._owner.idle(self)
         self._arm(self._owner.limits.idle_timeout, "idle_timeout")
+        return True
+
+    def abort(self) -> None:
+        """Closed by the listener (evicted): no further byte is read or written."""
+        self.phase = "closed"
+        self._disarm()
+        transport = self._transport or self._raw
+        if transport is not None:
+            transport.abort()
 
     def abort_if_unserved(self) -> None:
         if self._handler is None:
@@ -228,6 +304,9 @@ class Connection(asyncio.Protocol):
         handler.connection_made(transport)
         self._handler = handler
         self.phase = "idle"
+        self._owner.idle(self)
+        if self._owner.limits.max_age is not None:
+            self._age_timer = asyncio.get_running_loop().call_later(self._owner.limits.max_age, self._aged)
         self._arm(self._owner.limits.header_timeout, "header_timeout")
         early, self._early = self._early, []
         for data in early:
@@ -235,10 +314,26 @@ class Connection(asyncio.Protocol):
         if self._early_eof:
             handler.eof_received()
 
+    def _aged(self) -> None:
+        self._age_timer = None
+        if self.phase == "closed" or self._old:
+            return
+        self._old = True
+        self._owner.recycled("max_age")
+        if self.phase == "idle" and self._transport is not None:
+            self._disarm()
+            self.phase = "closed"
+            self._transport.close()  # idle: nothing in flight, a clean close
+        # busy: closed after its current answer (answered() says so)
+
     def _closed(self) -> bool:
         return self.phase == "closed"  # a method: connection_lost may change it across an await
 
     def _arm(self, seconds: float, reason: str) -> None:
+        if self._owner.limits.sweep is not None:  # recorded only: the sweep enforces it
+            self._timer_reason = reason
+            self.deadline = time.monotonic() + seconds
+            return
         self._disarm()
         self._timer_reason = reason
         self._timer = asyncio.get_running_loop().call_later(seconds, self._expired, reason)
@@ -248,6 +343,13 @@ class Connection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         self._timer_reason = ""
+        self.deadline = float("inf")
+
+    def expire(self) -> None:
+        """The sweep found the current phase's deadline passed."""
+        reason, self.deadline = self._timer_reason, float("inf")
+        if reason:
+            self._expired(reason)
 
     def _expired(self, reason: str) -> None:
         self._timer = None
@@ -293,6 +395,7 @@ class GuardedSite(web.BaseSite):
         self._limits = limits
         self._metrics = metrics
         self.connections: Connections | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
@@ -315,8 +418,20 @@ class GuardedSite(web.BaseSite):
         self._server = await asyncio.get_running_loop().create_server(
             self.connections.protocol, self._host, self._port, backlog=self._backlog, reuse_address=True
         )
+        if self._limits.sweep is not None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep(self._limits.sweep))
+
+    async def _sweep(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            if self.connections is not None:
+                self.connections.sweep(time.monotonic())
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         await super().stop()
         if self.connections is not None:
             self.connections.abort_unserved()

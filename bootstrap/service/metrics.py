@@ -82,5 +82,21 @@ class Metrics:
             registry=self.registry,
         )
 
+        # Issue 21 (finding 7): connections the join listener closed on purpose, reason max_age,
+        # max_requests or evicted (an idle one closed to admit a new connection at the cap).
+        self.connections_recycled = Counter(
+            "nodegate_connections_recycled",
+            "Connections closed by the server: reason max_age, max_requests or evicted (idle, at the cap).",
+            ["reason"],
+            registry=self.registry,
+        )
+        # The admission listener's in-flight limit (admission.max_inflight, per route).
+        self.admission_busy = Counter(
+            "nodegate_admission_busy",
+            "Reviews answered 503 because every slot of their route stayed busy for the queue time.",
+            ["route"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -13,12 +13,11 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from admission.webhook import WebhookProblem
 from attest.errors import AttestationError
 from bootstrap.problems import MethodNotAllowed, NotFound, PayloadTooLarge, ServiceError, attestation_status
 from bootstrap.service.bodies import BodyRefused, ClientGone, read_body
 from bootstrap.service.listener import connection_of
-from bootstrap.service.problemjson import problem, webhook_problem
+from bootstrap.service.problemjson import problem
 from bootstrap.service.state import SERVICE, Service
 
 log = logging.getLogger("nodegate.server")
@@ -55,8 +54,8 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
     if endpoint in JOIN_ENDPOINTS or endpoint.startswith("admin"):
         service.metrics.requests.labels(endpoint, code).inc()
         service.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
-    if conn is not None:
-        conn.answered()
+    if conn is not None and not conn.answered():
+        resp.force_close()  # the connection's last request (max_age or max_requests)
     return resp
 
 
@@ -72,8 +71,6 @@ def _problem_for(
         return exc.code, problem(attestation_status(exc), exc.code, exc.detail, retry_after=_retry(exc))
     if isinstance(exc, ServiceError):
         return exc.code, problem(exc.status, exc.code, exc.detail, retry_after=exc.retry_after)
-    if isinstance(exc, WebhookProblem):
-        return exc.code, webhook_problem(exc)
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
         limit = service.settings.limits.max_body_bytes
         resp = problem(413, PayloadTooLarge.code, f"request bodies are limited to {limit} bytes")

@@ -40,6 +40,7 @@ def check(settings: Settings, *, insecure_plaintext: bool = False) -> list[str]:
     check_ek_roots(settings)
     check_files(settings)
     check_listen(settings.listen)
+    check_listen(settings.admission.listen, key="admission.listen")
     found = warnings(settings, insecure_plaintext=insecure_plaintext)
     for text in found:
         log.warning(text)
@@ -141,13 +142,13 @@ def check_ek_roots(settings: Settings) -> None:
             )
 
 
-def check_listen(listen: str) -> None:
+def check_listen(listen: str, *, key: str = "listen") -> None:
     """The port is free and the address is on this host (checked by binding it for a moment)."""
     host, port = host_port(listen)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise StartupError(f"listen {listen}: cannot resolve {host} ({exc.strerror})") from None
+        raise StartupError(f"{key} {listen}: cannot resolve {host} ({exc.strerror})") from None
     for family, kind, proto, _, addr in infos[:1]:
         with socket.socket(family, kind, proto) as probe:
             # as the listener itself binds (asyncio sets SO_REUSEADDR on POSIX)
@@ -156,17 +157,17 @@ def check_listen(listen: str) -> None:
                 probe.bind(addr)
                 probe.listen(1)
             except OSError as exc:
-                raise StartupError(_bind_error(listen, host, port, exc)) from None
+                raise StartupError(_bind_error(key, listen, host, port, exc)) from None
 
 
-def _bind_error(listen: str, host: str, port: int, exc: OSError) -> str:
+def _bind_error(key: str, listen: str, host: str, port: int, exc: OSError) -> str:
     if exc.errno == errno.EADDRINUSE:
-        return f"listen {listen}: port {port} is already in use (another nodegate?); stop it or change listen"
+        return f"{key} {listen}: port {port} is already in use (another nodegate?); stop it or change {key}"
     if exc.errno == errno.EACCES:
-        return f"listen {listen}: port {port} needs privileges (below 1024: root or CAP_NET_BIND_SERVICE)"
+        return f"{key} {listen}: port {port} needs privileges (below 1024: root or CAP_NET_BIND_SERVICE)"
     if exc.errno == errno.EADDRNOTAVAIL:
-        return f"listen {listen}: {host} is not an address of this host"
-    return f"listen {listen}: cannot bind: {exc.strerror or exc}"
+        return f"{key} {listen}: {host} is not an address of this host"
+    return f"{key} {listen}: cannot bind: {exc.strerror or exc}"
 
 
 def warnings(settings: Settings, *, insecure_plaintext: bool) -> list[str]:

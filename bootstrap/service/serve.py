@@ -1,5 +1,6 @@
 """``nodegate serve``: build the service and run it on TLS (or, with the dev flag, plaintext on
-loopback only) until SIGTERM or SIGINT, behind the connection limits of ``listener``.
+loopback only) until SIGTERM or SIGINT, behind the connection limits of ``listener``: the join API
+on ``listen``, the admission webhooks on their own listener, ``admission.listen``.
 
 Every failure to start is one line (``StartupError``) that names the file and the fix; the CLI
 prints it and exits 2.
@@ -22,7 +23,7 @@ from bootstrap.config import Settings, host_port
 from bootstrap.files import write_atomic
 from bootstrap.names import is_loopback
 from bootstrap.service import preflight
-from bootstrap.service.compose import build_service, make_app, tls_context
+from bootstrap.service.compose import build_service, make_admission_app, make_app, tls_context
 from bootstrap.service.listener import ConnectionLimits, GuardedSite
 from bootstrap.service.startup import StartupError, one_line
 from bootstrap.service.state import Service
@@ -31,6 +32,15 @@ log = logging.getLogger("nodegate.server")
 
 _FD_RESERVE = 128  # descriptors kept for the store, CA files, the Kubernetes client and logs
 _FD_WANTED = 65536
+# The admission listener's connections: the API server is its only client (its keep-alive pool
+# to each replica), so one address may hold them all.
+ADMISSION_CONNECTIONS = 512
+# From a review's first byte to its answer: the API server gives up after timeoutSeconds (at most
+# 30 s), so a request still incomplete after that is not the API server's.
+ADMISSION_REQUEST_SECONDS = 35.0
+# Longer than the API server's idle keep-alive (Go's 90 s): it never sends on a connection the
+# listener is closing.
+ADMISSION_IDLE_SECONDS = 120.0
 
 
 @dataclass
@@ -41,8 +51,13 @@ class Serving:
     runner: web.AppRunner
     site: GuardedSite
     port: int
+    admission_runner: web.AppRunner | None = None
+    admission_site: GuardedSite | None = None
+    admission_port: int = 0
 
     async def close(self) -> None:
+        if self.admission_runner is not None:
+            await self.admission_runner.cleanup()
         await self.runner.cleanup()
         await self.service.close()
 
@@ -54,24 +69,44 @@ async def start(
     new_ca: bool = False,
     limits: ConnectionLimits | None = None,
     kube: bool = True,
+    admission_limits: ConnectionLimits | None = None,
 ) -> Serving:
     """Build the service and listen; StartupError (one line) for anything that stops it."""
     host, port = host_port(settings.listen)
     if insecure_plaintext and not is_loopback(host):
         raise StartupError(f"--insecure-plaintext only binds loopback; listen is {settings.listen}")
+    adm_host, adm_port = host_port(settings.admission.listen)
+    if insecure_plaintext and not is_loopback(adm_host):
+        raise StartupError(
+            f"--insecure-plaintext only binds loopback; admission.listen is {settings.admission.listen}"
+        )
     preflight.check(settings, insecure_plaintext=insecure_plaintext)  # before anything is written
     with preflight.nothing_left_behind(settings.state_dir):
-        return await _start(settings, host, port, insecure_plaintext, new_ca, limits, kube)
+        return await _start(
+            settings,
+            host,
+            port,
+            adm_host,
+            adm_port,
+            insecure_plaintext,
+            new_ca,
+            limits,
+            kube,
+            admission_limits,
+        )
 
 
 async def _start(
     settings: Settings,
     host: str,
     port: int,
+    adm_host: str,
+    adm_port: int,
     insecure_plaintext: bool,
     new_ca: bool,
     limits: ConnectionLimits | None,
     kube: bool,
+    admission_limits: ConnectionLimits | None,
 ) -> Serving:
     try:
         service = await build_service(settings, kube=kube, new_ca=new_ca)
@@ -79,6 +114,7 @@ async def _start(
         raise
     except Exception as exc:  # one line for every known and unknown start failure
         raise StartupError(one_line(exc, settings)) from exc
+    serving: Serving | None = None
     try:
         ctx = None if insecure_plaintext else tls_context(service)
         app = make_app(service)
@@ -88,12 +124,36 @@ async def _start(
             runner, host, port, tls=ctx, limits=limits or default_limits(), metrics=service.metrics
         )
         await site.start()
+        serving = Serving(service, runner, site, site.port)
+        serving.admission_runner = web.AppRunner(
+            make_admission_app(service), access_log=None, handle_signals=False
+        )
+        await serving.admission_runner.setup()
+        serving.admission_site = GuardedSite(
+            serving.admission_runner,
+            adm_host,
+            adm_port,
+            tls=ctx,
+            limits=admission_limits or default_admission_limits(),
+            metrics=service.metrics,
+        )
+        try:
+            await serving.admission_site.start()
+        except OSError as exc:
+            raise StartupError(
+                f"admission.listen {settings.admission.listen}: {exc.strerror or exc}; "
+                "choose a free port (the webhooks' own listener)"
+            ) from exc
+        serving.admission_port = serving.admission_site.port
     except Exception as exc:
-        await service.close()
+        if serving is not None:
+            await serving.close()
+        else:
+            await service.close()
         if isinstance(exc, StartupError):
             raise
         raise StartupError(one_line(exc, settings)) from exc
-    return Serving(service, runner, site, site.port)
+    return serving
 
 
 async def serve(
@@ -103,6 +163,7 @@ async def serve(
     ready: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
     new_ca: bool = False,
+    admission_ready: Callable[[int], None] | None = None,
 ) -> None:
     running = await start(settings, insecure_plaintext=insecure_plaintext, new_ca=new_ca)
     if insecure_plaintext:
@@ -112,6 +173,10 @@ async def serve(
         )
     host, _ = host_port(settings.listen)
     log.info("nodegate serving", extra={"listen": f"{host}:{running.port}"})
+    adm_host, _ = host_port(settings.admission.listen)
+    log.info("admission webhooks serving", extra={"listen": f"{adm_host}:{running.admission_port}"})
+    if admission_ready is not None:
+        admission_ready(running.admission_port)
     if ready is not None:
         ready(running.port)
     stop = stop or asyncio.Event()
@@ -139,8 +204,24 @@ def default_limits() -> ConnectionLimits:
         return limits
     if soft == resource.RLIM_INFINITY:
         return limits
-    total = max(limits.per_address, min(limits.total, soft - _FD_RESERVE))
+    total = max(limits.per_address, min(limits.total, soft - _FD_RESERVE - ADMISSION_CONNECTIONS))
     return replace(limits, total=total)
+
+
+def default_admission_limits() -> ConnectionLimits:
+    """The admission listener's: the API server is its only client (NetworkPolicy), from a few
+    addresses; no maximum age or request count (meant for nodes' connections); the request
+    deadline covers headers, body and decision (the webhook app arms no timer of its own)."""
+    return ConnectionLimits(
+        per_address=ADMISSION_CONNECTIONS,
+        total=ADMISSION_CONNECTIONS,
+        handshake_timeout=10.0,
+        header_timeout=ADMISSION_REQUEST_SECONDS,
+        idle_timeout=ADMISSION_IDLE_SECONDS,
+        max_age=None,
+        max_requests=None,
+        sweep=1.0,  # deadlines of tens of seconds: a sweep a second, no timer per review
+    )
 
 
 def write_port(path: Path, port: int) -> None:

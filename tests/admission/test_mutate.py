@@ -307,7 +307,7 @@ def test_inject_tolerations_is_configured_and_the_pod_setting_is_gone() -> None:
 async def test_the_service_serves_the_mutating_webhook(tmp_path: Path, inject: bool) -> None:
     config = settings_for(tmp_path, EkCa.create(), nodewright={"inject_tolerations": inject})
     async with running(config) as svc, svc.http() as http:
-        url = f"{svc.base}/admission/mutate"
+        url = f"{svc.admission_base}/admission/mutate"
         body = review(cr())
         async with http.post(url, json=body) as resp:
             assert resp.status == 200

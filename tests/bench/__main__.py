@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import admission, attest, ekcert, eventlog, gate, join, soak
+from tests.bench import admission, attest, ekcert, eventlog, gate, join, joinload, soak
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
@@ -22,6 +22,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "eventlog": eventlog.main,
     "ekcert": ekcert.main,
     "soak": soak.main,
+    "joinload": joinload.main,
 }
 
 

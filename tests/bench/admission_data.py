@@ -26,6 +26,7 @@ from admission.rbac import RbacEvaluator
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 
 PATH = "/admission/validate"
+MUTATE_PATH = "/admission/mutate"
 OWNER = "system:serviceaccount:nodegate:nodegate"
 UID_MARK = "@@bench-uid@@"  # stands in for the uid in a serialised template
 RBAC_API = "rbac.authorization.k8s.io/v1"

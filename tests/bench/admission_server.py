@@ -6,7 +6,10 @@
 Listens on 127.0.0.1 on a free port with TLS (1.2 or later) and serves ``POST /admission/validate``
 until SIGTERM (or SIGINT); once listening it writes the port to ``--port-file`` (atomically).
 
-``webhook``  ``admission.webhook.make_app`` with the benchmark's policies and RBAC
+``webhook``  the admission listener as ``nodegate serve`` runs it and the chart deploys it:
+             ``bootstrap.service.compose.admission_app`` (both routes, the in-flight limit per
+             route, the heavy lane) behind ``GuardedSite`` with the admission listener's
+             connection limits, with the benchmark's policies and RBAC
              (``tests.bench.admission_data``)
 ``bare``     a handler that reads the body, ``json.loads`` it and answers allowed with the uid:
              what any AdmissionReview server over aiohttp must at least spend
@@ -34,12 +37,19 @@ from pathlib import Path
 from aiohttp import web
 from pydantic_core import from_json
 
-from tests.bench.admission_data import PATH
+from bootstrap.service.listener import GuardedSite
+from bootstrap.service.metrics import Metrics
+from bootstrap.service.serve import default_admission_limits
+from tests.bench.admission_data import MUTATE_PATH, PATH
 
 BARE_PARSERS = ("json", "pydantic-core")
+# Set: the webhook app on aiohttp's plain TCPSite instead of the admission listener's GuardedSite,
+# to measure what the listener's connection handling costs per review (docs/benchmarks.md).
+PLAIN_SITE_ENV = "NODEGATE_BENCH_PLAIN_SITE"
 
 
 def bare_app(parser: str = "json") -> web.Application:
+    """Answers allowed on both webhook paths."""
     loads = from_json if parser == "pydantic-core" else json.loads
 
     async def validate(request: web.Request) -> web.Response:
@@ -53,14 +63,17 @@ def bare_app(parser: str = "json") -> web.Application:
 
     app = web.Application()
     app.router.add_post(PATH, validate)
+    app.router.add_post(MUTATE_PATH, validate)
     return app
 
 
 def webhook_app() -> web.Application:
-    from bootstrap.service import webhookapp as webhook
+    from bootstrap.config import settings_from_obj
+    from bootstrap.service.compose import admission_app
     from tests.bench import admission_data
 
-    return webhook.make_app(admission_data.decider())
+    settings = settings_from_obj({"admission": {"owner": admission_data.OWNER}})
+    return admission_app(settings, admission_data.decider(), Metrics())
 
 
 def server_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -70,13 +83,21 @@ def server_context(cert: Path, key: Path) -> ssl.SSLContext:
     return ctx
 
 
-async def serve(app: web.Application, ctx: ssl.SSLContext, port_file: Path) -> None:
+async def serve(app: web.Application, ctx: ssl.SSLContext, port_file: Path, guarded: bool = False) -> None:
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
-        await site.start()
-        port = runner.addresses[0][1]
+        site: web.BaseSite
+        if guarded:  # the admission listener's connection handling, as serve runs it
+            site = GuardedSite(
+                runner, "127.0.0.1", 0, tls=ctx, limits=default_admission_limits(), metrics=Metrics()
+            )
+            await site.start()
+            port = site.port
+        else:
+            site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+            await site.start()
+            port = runner.addresses[0][1]
         partial = port_file.with_name(port_file.name + ".partial")
         partial.write_text(f"{port}\n")
         partial.replace(port_file)
@@ -112,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if profiler is not None:
         profiler.enable()
     try:
-        asyncio.run(serve(app, ctx, args.port_file))
+        guarded = args.mode == "webhook" and not os.environ.get(PLAIN_SITE_ENV)
+        asyncio.run(serve(app, ctx, args.port_file, guarded=guarded))
     finally:
         if profiler is not None:
             profiler.disable()

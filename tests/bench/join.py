@@ -173,10 +173,15 @@ class Server:
     port_file: Path
     profile: Path | None
     port: int = 0
+    admission_port: int = 0  # the webhooks' own listener (admission.listen)
 
     @property
     def base(self) -> str:
         return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def admission_base(self) -> str:
+        return f"https://127.0.0.1:{self.admission_port}"
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU time of the server process (all threads) so far; None off Linux."""
@@ -207,6 +212,7 @@ def server_config(workdir: Path, variant: str, ek_roots: list[Path], allowlist: 
     doc: dict[str, Any] = {
         "trust_domain": TRUST_DOMAIN,
         "listen": "127.0.0.1:0",
+        "admission": {"listen": "127.0.0.1:0"},
         "state_dir": str(workdir / "state"),
         "store": "sqlite",
         "server_names": ["localhost", "127.0.0.1"],
@@ -234,7 +240,9 @@ def start_server(
     cmd = [sys.executable]
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]
+    admission_port_file = workdir / "admission-port"  # written before the port file
     cmd += ["-m", "bootstrap.cli", "serve", "--config", str(config), "--port-file", str(port_file)]
+    cmd += ["--admission-port-file", str(admission_port_file)]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     if cpus and hasattr(os, "sched_setaffinity"):
@@ -249,6 +257,7 @@ def start_server(
             raise RuntimeError(f"{variant} server did not listen within {START_SECONDS:.0f} s")
         time.sleep(0.02)
     server.port = int(port_file.read_text())
+    server.admission_port = int(admission_port_file.read_text())
     return server
 
 

@@ -232,7 +232,7 @@ async def _abuse_encoding(ops: Ops, base: str, tls: ssl.SSLContext, stop: asynci
     headers = {**HEADERS, "Content-Encoding": "gzip"}
     async with aiohttp.ClientSession(connector=connector) as http:
         while not stop.is_set():
-            path = random.choice(("/v1/join/start", "/v1/join/finish", "/admission/validate"))
+            path = random.choice(("/v1/join/start", "/v1/join/finish", "/v1/nodes/self/renew"))
             try:
                 async with http.post(f"{base}{path}", data=b'{"not": "gzip"}', headers=headers) as resp:
                     await resp.read()
@@ -284,7 +284,7 @@ async def _phase(
     async def reviewer(http: aiohttp.ClientSession) -> None:
         async def one() -> str | None:
             r = reviews[next(todo) % len(reviews)]
-            status, out = await _post(http, f"{server.base}/admission/validate", r.body)
+            status, out = await _post(http, f"{server.admission_base}/admission/validate", r.body)
             got = out.get("response", {}).get("allowed") if isinstance(out, dict) else None
             return None if status == 200 and got is r.allowed else f"review {status}: {str(out)[:160]}"
 
@@ -334,6 +334,7 @@ def run(quick: bool = False, seconds: float | None = None) -> dict[str, Any]:
             owned = build_nodes(RENEWERS, f"{name}-renew", "ecc", ek_ca)
             doc = server_config(work / name, CHAIN, roots, [])
             doc["admission"] = {
+                **doc["admission"],
                 "policy_files": [str(policy_file)],
                 "rbac_files": [str(rbac_file)],
                 "owner": admission_data.OWNER,

@@ -558,7 +558,11 @@ def test_deployment(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
     assert config_path.name in one(docs, "ConfigMap")["data"]
     env = {e["name"]: e for e in main["env"]}
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert main["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert main["ports"] == [
+        {"name": "https", "containerPort": 8443, "protocol": "TCP"},
+        {"name": "admission", "containerPort": 9443, "protocol": "TCP"},
+    ]
+    assert rendered_config(docs)["admission"]["listen"] == "0.0.0.0:9443"  # the webhooks' own listener
     for probe, path in (
         ("readinessProbe", "/readyz"),
         ("livenessProbe", "/healthz"),
@@ -648,6 +652,12 @@ def test_service_pdb_networkpolicy(scenario: tuple[str, Doc, str, list[Doc]]) ->
     assert svc["spec"]["selector"].items() <= pod_labels.items()
     assert svc["spec"]["ports"][0]["targetPort"] == "https"
     assert svc["spec"]["ports"][0]["port"] == 443
+    assert svc["spec"]["ports"][1] == {
+        "name": "admission",
+        "port": 9443,
+        "targetPort": "admission",
+        "protocol": "TCP",
+    }
     assert svc["spec"]["type"] == values.get("service", {}).get("type", "ClusterIP")
     if values.get("replicaCount", 3) > 1:
         pdb = one(docs, "PodDisruptionBudget")
@@ -656,7 +666,15 @@ def test_service_pdb_networkpolicy(scenario: tuple[str, Doc, str, list[Doc]]) ->
     np = one(docs, "NetworkPolicy")["spec"]
     assert np["podSelector"]["matchLabels"].items() <= pod_labels.items()
     assert np["policyTypes"] == ["Ingress", "Egress"]
-    assert [r["ports"] for r in np["ingress"]] == [[{"port": "https", "protocol": "TCP"}]]
+    assert [r["ports"] for r in np["ingress"]] == [
+        [{"port": "https", "protocol": "TCP"}],
+        [{"port": "admission", "protocol": "TCP"}],
+    ]
+    # The webhook port: only the API server's source addresses (its egress CIDRs by default).
+    api = values.get("networkPolicy", {}).get("apiServer", {})
+    sources = api.get("webhookSourceCidrs") or api.get("cidrs") or []
+    webhook_rule = np["ingress"][1]
+    assert webhook_rule.get("from", []) == [{"ipBlock": {"cidr": c}} for c in sources]
     egress_ports = {(p["protocol"], p["port"]) for r in np["egress"] for p in r["ports"]}
     assert {("UDP", 53), ("TCP", 53)} <= egress_ports
     api_ports = values.get("networkPolicy", {}).get("apiServer", {}).get("ports", [443, 6443])
@@ -867,7 +885,7 @@ EXPECTED_RULES = {
         for g in ("nodewright.nvidia.com", "skyhook.nvidia.com")
         for op in ("CREATE", "UPDATE")
     },
-    "nodes.nodegate.io": {("", "nodes", "CREATE"), ("", "nodes", "UPDATE")},
+    "nodes.nodegate.io": {("", r, op) for r in ("nodes", "nodes/status") for op in ("CREATE", "UPDATE")},
 }
 
 
@@ -888,7 +906,7 @@ def test_webhook_configuration(scenario: tuple[str, Doc, str, list[Doc]]) -> Non
             "name": svc["metadata"]["name"],
             "namespace": namespace,
             "path": "/admission/validate",
-            "port": 443,
+            "port": 9443,
         }
         assert "url" not in hook["clientConfig"]
         # Label-based skipping would let anyone who can set a label skip the webhook.
@@ -915,7 +933,9 @@ def test_webhook_configuration(scenario: tuple[str, Doc, str, list[Doc]]) -> Non
         else:
             assert hook["clientConfig"]["caBundle"], name
     assert "matchConditions" not in hooks["packages.nodegate.io"], "package CRs have no exemptions"
-    (cond,) = hooks["nodes.nodegate.io"]["matchConditions"]
+    cond, _judged = hooks["nodes.nodegate.io"][
+        "matchConditions"
+    ]  # the second: tests/chart/test_node_conditions.py
     exempt = [
         service_account(docs, namespace),
         *values.get("webhook", {}).get(
@@ -1066,6 +1086,11 @@ BAD_VALUES: list[tuple[Doc, str]] = [
     ({"persistence": {"enabled": True}}, "persistence is for store: sqlite"),
     ({"ca": {"create": False}}, "ca.secretName"),
     ({"config": {"trust_domain": "a.org", "listen": "0.0.0.0:1"}}, "config.listen is set by the chart"),
+    (
+        {"config": {"trust_domain": "a.org", "admission": {"listen": "0.0.0.0:1"}}},
+        "config.admission.listen is set by the chart",
+    ),
+    ({"networkPolicy": {"apiServer": {"webhookSourceCidrs": ["anywhere"]}}}, "webhookSourceCidrs"),
     ({"config": {"trust_domain": "a.org", "tls": {"cert_file": "/x"}}}, "config.tls is set by the chart"),
     ({"config": {"trust_domain": "a.org", "state_dir": "/x"}}, "config.state_dir is set by the chart"),
     ({"config": {"trust_domain": "a.org", "kubernetes": {"namespace": "x"}}}, "config.kubernetes.namespace"),

@@ -14,9 +14,6 @@ from pydantic import BaseModel
 from bootstrap.config import Settings
 from tests.chart.test_chart import CHART, helm_path, render, render_error
 
-# keys of the config that the DESIGN names and that another change adds or removes
-IN_FLIGHT = {"admission.listen", "nodewright.inject_tolerations", "nodewright.operator_service_accounts"}
-
 
 @pytest.fixture(scope="module")
 def helm() -> str:
@@ -54,7 +51,7 @@ def test_the_schema_lists_the_models_keys() -> None:
     closed = {k for k, v in schema["properties"].items() if v.get("additionalProperties") is False}
     # every section the schema closes lists every key the model has there
     assert {k for k in model - listed if k.split(".")[0] in closed or "." not in k} == set()
-    assert listed - model <= IN_FLIGHT
+    assert listed - model == set()
 
 
 @pytest.mark.parametrize(

@@ -109,9 +109,11 @@ async def renew(
     return status, out, write_creds(tmp, f"{node.name}-{serial:x}", fresh.key, out["svid"].encode())
 
 
-async def open_tls(s: Serving, source: str = ABUSER) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+async def open_tls(
+    s: Serving, source: str = ABUSER, port: int | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection(
-        "127.0.0.1", s.port, ssl=client_tls(s), server_hostname="127.0.0.1", local_addr=(source, 0)
+        "127.0.0.1", port or s.port, ssl=client_tls(s), server_hostname="127.0.0.1", local_addr=(source, 0)
     )
 
 
@@ -193,16 +195,26 @@ async def test_stalled_bodies_do_not_starve_joins_or_renewals(
 
 async def test_per_address_connection_cap(tmp_path: Path, ek_ca: EkCa) -> None:
     async with serving(settings_for(tmp_path, ek_ca), ConnectionLimits(per_address=5, total=8)) as s:
+        assert s.site.connections is not None
         held = []
+
+        async def busy(source: str) -> None:  # in the middle of its headers: not idle, not evictable
+            reader, writer = await open_tls(s, source)
+            writer.write(b"GET /healthz HTTP/1.1\r\n")
+            await writer.drain()
+            held.append((reader, writer))
+
         for _ in range(5):
-            held.append(await open_tls(s))
+            await busy(ABUSER)
         with pytest.raises((ConnectionError, ssl.SSLError, OSError)):  # closed at accept
             await open_tls(s)
         assert counter(s, "nodegate_connections_refused_total", reason="address_limit") == 1
         async with http(s) as h, h.get(f"{base(s)}/healthz") as resp:  # another address is served
             assert resp.status == 200
         for _ in range(3):
-            held.append(await open_tls(s, GENUINE))
+            await busy(GENUINE)
+        while s.site.connections.idle_count() or s.site.connections.count() > 8:
+            await asyncio.sleep(0.01)  # every held connection has sent its first bytes (an event, polled)
         with pytest.raises((ConnectionError, ssl.SSLError, OSError)):
             await open_tls(s, GENUINE)
         assert counter(s, "nodegate_connections_refused_total", reason="total_limit") == 1
@@ -255,7 +267,8 @@ async def test_aborted_bodies_are_counted_apart_and_not_logged_as_errors(
     async with serving(settings_for(tmp_path, ek_ca)) as s:
         with caplog.at_level(logging.DEBUG, logger="nodegate"):
             for path in ("/v1/join/start", "/v1/join/finish", "/admission/validate"):
-                _reader, writer = await open_tls(s)
+                port = s.admission_port if path.startswith("/admission") else s.port
+                _reader, writer = await open_tls(s, port=port)
                 writer.write(
                     f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                     'Content-Length: 1000\r\n\r\n{"session'.encode()
@@ -294,7 +307,8 @@ async def test_encoded_bodies_get_415(
     'Please install Brotli'. No client of these endpoints compresses: any encoding is a 415."""
     async with serving(settings_for(tmp_path, ek_ca)) as s, http(s) as h:
         headers = {"Content-Type": "application/json", "Content-Encoding": encoding}
-        async with h.post(f"{base(s)}{path}", data=b'{"not": "compressed"}', headers=headers) as resp:
+        url = f"https://127.0.0.1:{s.admission_port if path.startswith('/admission') else s.port}{path}"
+        async with h.post(url, data=b'{"not": "compressed"}', headers=headers) as resp:
             out = await resp.json(content_type=None)
             assert resp.content_type == "application/problem+json"
     assert (resp.status, out["code"]) == (415, code), out

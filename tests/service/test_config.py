@@ -104,11 +104,12 @@ svid_ttl: 30m
 session_ttl: 90s
 kubernetes: {{kubeconfig: kube/config}}
 gate: {{taint_key: example.com/hold, stability_window: 1m}}
-admission: {{policy_files: [pol/a.yaml], rbac_files: [/abs/rbac.yaml]}}
+admission: {{listen: "127.0.0.1:9444", policy_files: [pol/a.yaml], rbac_files: [/abs/rbac.yaml]}}
 """,
     )
     assert s.trust_domain == "corp.example"
     assert host_port(s.listen) == ("127.0.0.1", 9443)
+    assert host_port(s.admission.listen) == ("127.0.0.1", 9444)
     assert s.tls.cert_file == conf / "tls/cert.pem"
     assert s.tls.key_file == Path("/abs/key.pem")
     assert s.state_dir == conf / "state"

@@ -85,6 +85,7 @@ def _config(tmp: Path, tpm: TpmInfo, port: int, **extra: Any) -> Served:
     doc = {
         "trust_domain": TD,
         "listen": f"127.0.0.1:{port}",
+        "admission": {"listen": "127.0.0.1:0"},
         "state_dir": "state",
         "ek_roots": ["ek-roots.pem"],
         "server_names": ["127.0.0.1", "localhost"],

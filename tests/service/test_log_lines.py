@@ -33,7 +33,7 @@ async def test_a_join_is_one_line_with_fields(
             status, out = await join(http, r.base, node)
             assert status == 200, out
             status, _ = await post(
-                http, f"{r.base}/admission/validate", review(no_reboot(SAMPLE), user="alice")
+                http, f"{r.admission_base}/admission/validate", review(no_reboot(SAMPLE), user="alice")
             )
             assert status == 200
     joined = [r for r in caplog.records if r.getMessage() == "node joined"]

@@ -241,7 +241,7 @@ async def test_webhook_takes_reviews_larger_than_the_join_limit(svc: Running) ->
             },
         },
     }
-    async with svc.http() as http, http.post(f"{svc.base}/admission/validate", json=review) as resp:
+    async with svc.http() as http, http.post(f"{svc.admission_base}/admission/validate", json=review) as resp:
         assert resp.status == 200
         out = await resp.json()
     assert out["response"]["uid"] == "u-1"

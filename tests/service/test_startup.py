@@ -120,6 +120,7 @@ def config_file(tmp: Path, settings: Settings) -> Path:
     doc = {
         "trust_domain": settings.trust_domain,
         "listen": settings.listen,
+        "admission": {"listen": settings.admission.listen},
         "state_dir": str(settings.state_dir),
         "ek_roots": [str(p) for p in settings.ek_roots],
         "server_names": list(settings.server_names),

@@ -40,7 +40,7 @@ async def test_verdicts_are_counted_by_result_and_rule(tmp_path: Path, ek_ca: Ek
         pkg["image"] = "docker.io/evil/" + pkg["image"].rsplit("/", 1)[-1]
     async with running(settings_for(tmp_path, ek_ca, admission=admission)) as r, r.http() as http:
         for body in (review(no_reboot(SAMPLE)), review(no_reboot(SAMPLE)), review(bad_registry)):
-            status, out = await post(http, f"{r.base}/admission/validate", body)
+            status, out = await post(http, f"{r.admission_base}/admission/validate", body)
             assert status == 200, out
         text = r.service.metrics.render().decode()
     assert _value(text, "allowed", "") == 2.0

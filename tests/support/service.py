@@ -21,6 +21,7 @@ from attest import svid
 from bootstrap.config import Settings, settings_from_obj
 from bootstrap.kube import Kube
 from bootstrap.service.app import Service, build_service, make_app, tls_context
+from bootstrap.service.compose import make_admission_app
 from tests.support.softnode import SoftNode
 from tests.support.softtpm import SoftTpm
 
@@ -72,6 +73,8 @@ def settings_for(tmp: Path, ek_ca: EkCa, **overrides: Any) -> Settings:
         "server_names": ["localhost", "127.0.0.1"],
     }
     doc.update(overrides)
+    # The webhooks' own listener on a free loopback port too (its default is 0.0.0.0:9443).
+    doc["admission"] = {"listen": "127.0.0.1:0", **doc.get("admission", {})}
     return settings_from_obj(doc)
 
 
@@ -80,6 +83,7 @@ class Running:
     service: Service
     base: str
     port: int
+    admission_base: str = ""  # the admission listener (admission.listen)
 
     def client_tls(self, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
         roots = svid.bundle_pem(self.service.cas.roots(dt.datetime.now(dt.UTC))).decode()
@@ -101,8 +105,13 @@ async def running(settings: Settings, *, kube: Kube | None = None) -> AsyncItera
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls_context(service))
     await site.start()
     port = runner.addresses[0][1]
+    webhooks = web.AppRunner(make_admission_app(service), access_log=None)
+    await webhooks.setup()
+    await web.TCPSite(webhooks, "127.0.0.1", 0, ssl_context=service.tls).start()
+    admission = f"https://127.0.0.1:{webhooks.addresses[0][1]}"
     try:
-        yield Running(service, f"https://127.0.0.1:{port}", port)
+        yield Running(service, f"https://127.0.0.1:{port}", port, admission)
     finally:
+        await webhooks.cleanup()
         await runner.cleanup()
         await service.close()

@@ -85,7 +85,7 @@ so a bad combination fails the whole render with one message.
 {{- fail (printf "config.%s is set by the chart; remove it (see values.yaml: store, containerPort, tls)" $key) -}}
 {{- end -}}
 {{- end -}}
-{{- range $section, $keys := dict "kubernetes" (list "kubeconfig" "namespace" "events_namespace") "gate" (list "lease_namespace") "admission" (list "owner") -}}
+{{- range $section, $keys := dict "kubernetes" (list "kubeconfig" "namespace" "events_namespace") "gate" (list "lease_namespace") "admission" (list "owner" "listen") -}}
 {{- $sub := get $cfg $section -}}
 {{- if and $sub (kindIs "map" $sub) -}}
 {{- range $key := $keys -}}
@@ -127,6 +127,7 @@ so a bad combination fails the whole render with one message.
 {{- $_ := set $cfg "gate" $gate -}}
 {{- $adm := get $cfg "admission" | default dict -}}
 {{- $_ := set $adm "owner" (include "nodegate.username" .) -}}
+{{- $_ := set $adm "listen" (printf "0.0.0.0:%d" (int .Values.admissionContainerPort)) -}}
 {{- $_ := set $cfg "admission" $adm -}}
 {{- if .Values.ekRoots.configMap -}}
 {{- $roots := get $cfg "ek_roots" | default list -}}
