@@ -79,7 +79,7 @@ def test_unknown_config_keys_are_refused(
 def test_known_keys_render(helm: str, tmp_path: Path) -> None:
     config = {
         "trust_domain": "a.org",
-        "admission": {"listen": "0.0.0.0:9443"},
+        "admission": {"max_inflight": 16},  # admission.listen is the chart's own
         "nodewright": {"inject_tolerations": True},
         "gate": {"stability_window": "1m", "enabled": True},
         "limits": {"join_rate": 20},
