@@ -52,7 +52,7 @@ class Nodes(KubeBase):
         out = await self._json_or_unavailable("list nodes", self._core.list_node(**kwargs))
         return list_items(out), list_version(out)
 
-    async def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent]:
+    async def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
         """Node events after ``resource_version`` until the server ends the stream. Raises
         WatchExpired on 410 Gone and KubeUnavailable on other failures."""
         async for event in watch_events("nodes", self._core.list_node, resource_version=resource_version):
