@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 from bootstrap.kube.core import MERGE_PATCH, KubeBase, list_items, list_version
-from bootstrap.kube.decode import ObjectDecoder
+from bootstrap.kube.decode import PLAIN, ObjectDecoder
 from bootstrap.kube.errors import NotFound
 from bootstrap.kube.watch import WatchEvent, watch_events
 
@@ -105,6 +105,7 @@ class CustomObjects(KubeBase):
             version,
             plural,
             resource_version=resource_version,
+            decoder=PLAIN,
         ):
             yield event
 

@@ -72,7 +72,7 @@ def decode_list(data: bytes, decoder: ObjectDecoder[T_co]) -> tuple[list[T_co], 
     except (msgspec.DecodeError, msgspec.ValidationError):
         whole = loads(data)
         if not isinstance(whole, dict):
-            raise ValueError("the response is not a JSON object") from None
+            raise ValueError("the response is not a JSON object") from None  # noqa: TRY004  (callers map ValueError)
         items = whole.get("items")
         meta = whole.get("metadata")
         objects = (
@@ -81,7 +81,7 @@ def decode_list(data: bytes, decoder: ObjectDecoder[T_co]) -> tuple[list[T_co], 
         return objects, str(meta.get("resourceVersion", "")) if isinstance(meta, dict) else ""
     out: list[T_co] = []
     for raw in answer.items or ():
-        if memoryview(raw)[:1] == b"{":  # a list item that is not an object is dropped
+        if bytes(memoryview(raw)[:1]) == b"{":  # a list item that is not an object is dropped
             out.append(decoder.from_json(raw))
     meta = answer.metadata or {}
     return out, str(meta.get("resourceVersion", ""))

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bootstrap.kube.core import MERGE_PATCH, KubeBase, list_items, list_version
+from bootstrap.kube.decode import PLAIN
 from bootstrap.kube.errors import NotFound
 from bootstrap.kube.watch import WatchEvent, watch_events
 
@@ -55,5 +56,7 @@ class Nodes(KubeBase):
     async def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
         """Node events after ``resource_version`` until the server ends the stream. Raises
         WatchExpired on 410 Gone and KubeUnavailable on other failures."""
-        async for event in watch_events("nodes", self._core.list_node, resource_version=resource_version):
+        async for event in watch_events(
+            "nodes", self._core.list_node, resource_version=resource_version, decoder=PLAIN
+        ):
             yield event

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 import aiohttp
 import msgspec
 
-from bootstrap.kube.decode import PLAIN, ObjectDecoder, loads
+from bootstrap.kube.decode import ObjectDecoder, loads
 from bootstrap.kube.errors import KubeUnavailable, WatchExpired
 
 WATCH_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last rv
@@ -60,7 +60,7 @@ async def watch_events(
     list_call: Any,
     *args: Any,
     resource_version: str,
-    decoder: ObjectDecoder[T] = PLAIN,  # type: ignore[assignment]  (T is dict for the default)
+    decoder: ObjectDecoder[T],
 ) -> AsyncIterator[WatchEvent[T]]:
     """Events of ``list_call(*args)`` after ``resource_version``, objects in ``decoder``'s form.
     Raises WatchExpired on 410 Gone and KubeUnavailable on other failures."""
@@ -113,14 +113,14 @@ def _event(what: str, line: bytes, decoder: ObjectDecoder[T]) -> WatchEvent[T] |
     except (msgspec.DecodeError, msgspec.ValidationError):
         whole = loads(line)  # ValueError when it is not JSON at all
         if not isinstance(whole, dict):
-            raise ValueError("a watch event that is not a JSON object") from None
+            raise ValueError("a watch event that is not a JSON object") from None  # noqa: TRY004
         kind, obj = str(whole.get("type", "")), whole.get("object")
         if kind == "ERROR":
             _raise_watch_error(what, obj)
         return WatchEvent(kind, decoder.from_mapping(obj)) if isinstance(obj, dict) else None
     if envelope.type == "ERROR":
         _raise_watch_error(what, loads(envelope.object) if len(envelope.object) else None)
-    if memoryview(envelope.object)[:1] != b"{":
+    if bytes(memoryview(envelope.object)[:1]) != b"{":
         return None
     return WatchEvent(envelope.type, decoder.from_json(envelope.object))
 

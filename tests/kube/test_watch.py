@@ -5,7 +5,9 @@ lines, and the caller's own decoder."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -103,21 +105,25 @@ def test_lines_that_msgspec_refuses_take_the_standard_way() -> None:
     # An escaped lone surrogate is JSON (the API server passes it through); msgspec refuses it.
     line = b'{"type":"ADDED","object":{"metadata":{"name":"a","annotations":{"x":"\\ud800"}}}}'
     event = watch_mod._event("t", line, PLAIN)
-    assert event is not None and event.object["metadata"]["annotations"]["x"] == "\ud800"
-    assert loads(b'{"a":NaN}') == {"a": loads(b'{"a":NaN}')["a"]}  # NaN: parsed, not refused
-    with pytest.raises(ValueError):
+    assert event is not None
+    assert event.object["metadata"]["annotations"]["x"] == "\ud800"
+    assert math.isnan(loads(b'{"a":NaN}')["a"])  # parsed as the standard library does, not refused
+    with pytest.raises(ValueError, match=r"\S"):
         watch_mod._event("t", b'{"type":"ADDED","object":{"metadata":', PLAIN)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a JSON object"):
         watch_mod._event("t", b"[1, 2]", PLAIN)
     # An event whose object is not an object carries nothing to apply.
     assert watch_mod._event("t", b'{"type":"ADDED","object":[1]}', PLAIN) is None
 
 
 def test_list_answers_decoded_once() -> None:
-    body = b'{"kind":"List","metadata":{"resourceVersion":"12"},"items":[{"metadata":{"name":"a"}},7,{"b":"\\ud800"}]}'
+    body = (
+        b'{"kind":"List","metadata":{"resourceVersion":"12"},'
+        b'"items":[{"metadata":{"name":"a"}},7,{"b":"\\ud800"}]}'
+    )
     assert decode_list(body, PLAIN) == ([{"metadata": {"name": "a"}}, {"b": "\ud800"}], "12")
     assert decode_list(b'{"items":null}', PLAIN) == ([], "")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a JSON object"):
         decode_list(b"[]", PLAIN)
 
 
@@ -140,7 +146,8 @@ async def test_the_callers_decoder(kmock: Any, kube: Kube) -> None:
     assert seen == ["a/json"]
     await kube.create_cluster_object(G, V, P, _object("b", ""))
     items, rv = await kube.list_cluster_objects_as(G, V, P, _Names())
-    assert items == ["b/json"] and rv
+    assert items == ["b/json"]
+    assert rv
 
 
 class _Reader:
@@ -162,7 +169,7 @@ class _Reader:
 def test_lines_survive_any_chunking(lines: list[bytes], cuts: list[int]) -> None:
     stream = b"".join(line + b"\n" for line in lines)
     points = sorted({c for c in cuts if c < len(stream)} | {0, len(stream)})
-    chunks = [stream[a:b] for a, b in zip(points, points[1:], strict=False)]
+    chunks = [stream[a:b] for a, b in itertools.pairwise(points)]
 
     async def read() -> list[bytes]:
         return [line async for line in watch_mod._lines(_Reader(chunks), "t")]  # type: ignore[arg-type]
