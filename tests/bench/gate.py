@@ -93,7 +93,7 @@ import time
 import tracemalloc
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from multiprocessing.connection import Connection
@@ -107,10 +107,11 @@ from kmock._internal import apps, enums, references, rendering
 from kubernetes_asyncio import client as kc
 
 from bootstrap.config import GateSettings
-from bootstrap.gate import Gate, GateReport, holds
+from bootstrap.gate import Gate, GateReport, crindex, holds
 from bootstrap.gate.cache import ATTESTATIONS
-from bootstrap.kube import Kube
-from tests.bench import common
+from bootstrap.kube import Kube, WatchEvent
+from bootstrap.kube.watch import watch_events
+from tests.bench import common, gate_burst, gate_event, gate_phases
 from tests.support.kshim import ShimEmulator
 
 SIZES = (1_000, 2_500, 5_000, 10_000)
@@ -122,7 +123,7 @@ QUICK_REACTIONS = 50
 WARMUP_REACTIONS = 10
 WARMUP_NODES = 200  # a first cluster, not reported: the first requests of a process are slow
 TRACE_FRAMES = 8  # enough to reach bootstrap/ from json and aiohttp allocations
-PENDING_SHARE = 0.10
+PENDING_SHARE = 0.125  # 1,250 of 10,000: 210 for the reactions, 1,000 for the burst
 POOLS = 8
 ZONES = 3
 CR_COUNT = 20
@@ -716,6 +717,21 @@ class TrackedKube(Kube):
         self.read.add(name)
         return await super().get_node(name)
 
+    # The gate's own decoder object, so that gate_phases counts its decodes and not the agent's.
+    async def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
+        async for event in watch_events(
+            "nodes", self._core.list_node, resource_version=resource_version, decoder=gate_phases.GATE_PLAIN
+        ):
+            yield event
+
+    async def watch_cluster_objects(
+        self, group: str, version: str, plural: str, resource_version: str
+    ) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
+        async for event in self.watch_cluster_objects_as(
+            group, version, plural, resource_version, gate_phases.GATE_PLAIN
+        ):
+            yield event
+
 
 def _api(url: str, agent: str) -> kc.ApiClient:
     api = kc.ApiClient(configuration=kc.Configuration(host=url.rstrip("/")))
@@ -889,7 +905,7 @@ class NodeWatch:
 
     def __init__(self, kube: Kube, nodes: int) -> None:
         self._kube = kube
-        self._armed: tuple[str, Want, asyncio.Future[int]] | None = None
+        self._armed: dict[str, tuple[Want, asyncio.Future[int]]] = {}
         self._nodes = nodes
         self.events = 0
         self.replayed = asyncio.Event()  # kmock starts a watch with every stored object as ADDED
@@ -897,7 +913,7 @@ class NodeWatch:
 
     def arm(self, node: str, want: Want = released) -> asyncio.Future[int]:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._armed = (node, want, future)
+        self._armed[node] = (want, future)
         return future
 
     async def _run(self) -> None:
@@ -906,18 +922,16 @@ class NodeWatch:
                 self.events += 1
                 if self.events >= self._nodes:
                     self.replayed.set()
-                armed = self._armed
-                if armed is None or armed[2].done():
-                    continue
                 obj = event.object
-                if (obj.get("metadata") or {}).get("name") != armed[0]:
+                armed = self._armed.get((obj.get("metadata") or {}).get("name", ""))
+                if armed is None or armed[1].done():
                     continue
                 taints = (obj.get("spec") or {}).get("taints") or []
                 hold = next(
                     (t.get("value") for t in taints if isinstance(t, dict) and t.get("key") == KEY), None
                 )
-                if armed[1](hold):
-                    armed[2].set_result(time.perf_counter_ns())
+                if armed[0](hold):
+                    armed[1].set_result(time.perf_counter_ns())
 
     async def close(self) -> None:
         self.task.cancel()
@@ -974,6 +988,10 @@ class ReactionResult:
     reboot_cpu_s: float = 0.0
     calls: dict[str, int] = field(default_factory=dict)
     checks: list[str] = field(default_factory=list)
+    phases: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)  # per part of the run
+    burst: gate_burst.BurstResult | None = None
+    burst_calls: dict[str, int] = field(default_factory=dict)
+    relist: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def _round_trip(agent: Kube, i: int) -> int:
@@ -1083,6 +1101,34 @@ async def _reboots(
     result.reboot_cpu_s = time.process_time() - cpu
 
 
+async def _relists(
+    gate: Gate, kube: TrackedKube, agent: Kube, probe: str, double: Double
+) -> list[dict[str, Any]]:
+    """What a 410 Gone costs: each source listed again as Cache.inform does after one (the caches
+    replaced, every node queued and decided again on its watched copy), until the gate is idle.
+    Nothing is to be written: the cluster did not change."""
+    out = []
+    for key, src in gate._cache.sources.items():
+        writes = gate.writes
+        double.calls()
+        cpu, started = time.process_time(), time.perf_counter()
+        await gate._cache.relist(src)
+        listed = time.perf_counter() - started
+        await _settle(gate, kube, agent, probe, writes)
+        out.append(
+            {
+                "source": key,
+                "objects": len(src.objects or {}),
+                "list_s": listed,
+                "idle_s": time.perf_counter() - started,
+                "cpu_s": time.process_time() - cpu,
+                "writes": gate.writes - writes,
+                "calls": double.calls()["gate"],
+            }
+        )
+    return out
+
+
 async def measure_reaction(double: Double, n: int, pending: list[Pending], samples: int) -> ReactionResult:
     warmup = min(WARMUP_REACTIONS, max(1, samples // 5))
     todo = pending[: warmup + samples]
@@ -1101,6 +1147,8 @@ async def measure_reaction(double: Double, n: int, pending: list[Pending], sampl
             result.checks.append(f"the agent's watch did not list {n} nodes within {WAIT:.0f} s")
             return result
         gate = make_gate(kube)
+        phases = gate_phases.Phases()
+        undo = phases.install(gate, (crindex.DECODER,))
         started = time.perf_counter()
         task = asyncio.create_task(gate.run(), name="bench-gate")
         try:
@@ -1114,17 +1162,29 @@ async def measure_reaction(double: Double, n: int, pending: list[Pending], sampl
             await _settle(gate, kube, agent, probe, gate.writes)
             result.converge_s = time.perf_counter() - started
             result.converge_calls = double.calls()["gate"]
+            phases.take()
             await _react(gate, kube, agent, watch, todo, warmup, result, Others(double))
             result.calls = double.calls()["gate"]
+            result.phases["reaction"] = phases.take()
             stuck = {p.node for p in pending}
             rebooting = [f"gpu-{i:05d}" for i in range(n) if f"gpu-{i:05d}" not in stuck][: warmup + samples]
             await _reboots(gate, kube, agent, watch, rebooting, warmup, result)
             result.reboot_calls = double.calls()["gate"]
+            result.phases["reboot"] = phases.take()
+            burst = pending[warmup + samples :][: gate_burst.BURST_NODES]
+            crs = {c.name: c for c in gate._cache.package_crs()}
+            result.burst = await gate_burst.run(gate, agent, watch, gate_burst.walkers(burst, crs))
+            await _settle(gate, kube, agent, probe, gate.writes)
+            result.burst_calls = double.calls()["gate"]
+            result.phases["burst"] = phases.take()
+            result.relist = await _relists(gate, kube, agent, probe, double)
+            result.phases["relist"] = phases.take()
             if task.done():
                 result.checks.append(f"Gate.run() ended: {task.exception()!r}")
         except RuntimeError as exc:  # the gate never converged or never went idle
             result.checks.append(str(exc))
         finally:
+            undo()
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -1245,8 +1305,57 @@ def summarise(
         }
         for name in ("first", "steady")
     ]
+    event = config.get("event") or {}
+    burst = reaction.burst
+    burst_out: dict[str, Any] = {}
+    if burst is not None:
+        lag = _ms(burst.lag_ns)
+        released = max(burst.released, 1)
+        writes = sum(
+            v
+            for k, v in reaction.burst_calls.items()
+            if k.split()[0] in ("create", "patch", "update", "delete")
+        )
+        burst_out = {
+            "nodes": burst.nodes,
+            "released": burst.released,
+            "seconds": round(burst.seconds, 2),
+            "ticks": burst.ticks,
+            "operator_writes": burst.operator_writes,
+            "lag": lag,
+            "gate_calls": reaction.burst_calls,
+            "gate_writes_per_release": writes / released,
+            "cpu_ms_per_node": burst.cpu_s * 1000 / max(burst.nodes, 1),
+        }
+        errors += burst.checks
+
+    def target(metric: str, value: float | None, op: str, threshold: float, unit: str) -> dict[str, Any]:
+        met = value is not None and (value <= threshold if op == "<=" else value >= threshold)
+        return {"metric": metric, "value": value, "op": op, "threshold": threshold, "unit": unit, "met": met}
+
+    if event:
+        targets.append(target("CPU per MiB of package CR watch event, decode included",
+                              event.get("ms_per_mib"),
+                              "<=", gate_event.TARGET_MS_PER_MIB, " ms"))  # fmt: skip
+    targets.append(target(f"package completion -> release at {reaction.nodes:,}, median vs round trip",
+                          reaction_out["vs_roundtrip_median"], "<=", 5.0, "x"))  # fmt: skip
+    targets.append(target(f"package completion -> release at {reaction.nodes:,}, p99 vs round-trip median",
+                          reaction_out["vs_roundtrip_p99"], "<=", 15.0, "x"))  # fmt: skip
+    if burst_out:
+        targets.append(target(f"burst of {burst_out['nodes']:,} nodes: released",
+                              float(burst_out["released"]),
+                              ">=", float(burst_out["nodes"]), ""))  # fmt: skip
+        targets.append(
+            target("burst: seconds for all to walk and be released", burst_out["seconds"], "<=", 60.0, " s")
+        )
+        targets.append(target("burst: lag (last status write -> release) p99", burst_out["lag"]["p99_ms"],
+                              "<=", 1000.0, " ms"))  # fmt: skip
     return {
         "benchmark": "gate",
+        "event": event,
+        "burst": burst_out,
+        "relist": reaction.relist,
+        "phases": reaction.phases,
         "environment": _environment(config),
         "config": config,
         "resync": rows,
@@ -1383,11 +1492,61 @@ def render(results: dict[str, Any]) -> str:
     if results["errors"]:
         lines += ["", "ERRORS (the numbers of this run are suspect)"]
         lines += [f"  {e}" for e in results["errors"]]
+    lines += _render_new(results)
     lines += ["", "targets (reported, not asserted)"]
     for t in results["targets"]:
         verdict = "PASS" if t["met"] else "MISS"
-        lines.append(f"  {verdict}  {t['metric']}: {t['value']:.2f}x {t['op']} {t['threshold']:.2f}x")
+        unit = t.get("unit", "x")
+        lines.append(
+            f"  {verdict}  {t['metric']}: {_num(t['value'], '.2f')}{unit} {t['op']} "
+            f"{t['threshold']:.2f}{unit}"
+        )
     return "\n".join(lines)
+
+
+def _render_new(results: dict[str, Any]) -> list[str]:
+    """The event cost, the per-phase split, the burst and the re-lists."""
+    lines: list[str] = []
+    if results.get("event"):
+        lines += ["", *gate_event.render(results["event"])]
+    phases = results.get("phases") or {}
+    r, b = results["reaction"], results["reboot"]
+    per = {"reaction": r["samples"] + r["warmup"], "reboot": b["samples"] + b["warmup"]}
+    burst = results.get("burst") or {}
+    if burst:
+        per["burst"] = burst["nodes"]
+    if phases:
+        lines += ["", "where the gate's time goes (gate_phases: its own steps, no profiler)"]
+        for label, what in (
+            ("reaction", "reaction"),
+            ("reboot", "reboot and attestation"),
+            ("burst", "node walked"),
+        ):
+            if label in phases and label in per:
+                lines.append(gate_phases.render(label, phases[label], per[label], what))
+    if burst:
+        lag = burst["lag"]
+        lines += [
+            "",
+            f"burst: {burst['nodes']:,} held nodes walk apply, config (, interrupt, post-interrupt), each "
+            f"in_progress then complete, in waves; {burst['operator_writes']:,} operator writes in "
+            f"{burst['ticks']} ticks",
+            f"  {burst['released']:,} released in {burst['seconds']} s; lag (last status write -> release) "
+            f"median {_num(lag['median_ms'], '.1f')} ms, p99 {_num(lag['p99_ms'], '.1f')} ms, "
+            f"max {_num(lag['max_ms'], '.1f')} ms",
+            f"  the gate's writes per release {burst['gate_writes_per_release']:.2f} (a held node's status "
+            f"follows each step); its calls: {_calls(burst['gate_calls'])}; this process's CPU "
+            f"{burst['cpu_ms_per_node']:.1f} ms per node (the operator's writes included)",
+        ]
+    for row in results.get("relist") or []:
+        if not lines or not lines[-1].startswith("  relist"):
+            lines += ["", "re-list after 410 Gone (Cache.relist, then every node decided again until idle)"]
+        lines.append(
+            f"  relist {row['source']:<22} {row['objects']:>6,} objects: listed in {row['list_s']:.2f} s, "
+            f"idle after {row['idle_s']:.2f} s, this process's CPU {row['cpu_s']:.2f} s, "
+            f"writes {row['writes']}"
+        )
+    return lines
 
 
 # ------------------------------------------------------------------------------------------
@@ -1404,6 +1563,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"steady-state passes per size (default {ROUNDS})",
     )
     p.add_argument("--quick", action="store_true", help="a smoke run: 1,000 and 2,000 nodes, 50 reactions")
+    p.add_argument(
+        "--nodes",
+        type=common.positive,
+        action="append",
+        help="cluster sizes to run instead of the default ones (repeatable; the last is the reaction's)",
+    )
     return p
 
 
@@ -1423,10 +1588,17 @@ async def _measure(
     return results, memory, reaction
 
 
-def run(rounds: int = ROUNDS, quick: bool = False) -> dict[str, Any]:
+def run(rounds: int = ROUNDS, quick: bool = False, nodes: Sequence[int] | None = None) -> dict[str, Any]:
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
-    sizes = QUICK_SIZES if quick else SIZES
+    sizes = tuple(nodes) if nodes else QUICK_SIZES if quick else SIZES
+    # First, alone in this process: the CPU of one package-CR event at the largest size.
+    event = gate_event.measure(
+        build_cluster(sizes[-1], datetime.now(UTC)),
+        SETTINGS,
+        gate_event.QUICK_EVENT_SAMPLES if quick else gate_event.EVENT_SAMPLES,
+    )
+    gc.collect()
     rounds = min(rounds, QUICK_ROUNDS) if quick else rounds
     samples = QUICK_REACTIONS if quick else REACTIONS
     double_cpus, gate_cpus = common.split_cpus()  # the double gets the first CPU
@@ -1473,13 +1645,14 @@ def run(rounds: int = ROUNDS, quick: bool = False) -> dict[str, Any]:
         "loadavg_before": round(load_before[0], 2),
         "loadavg_after": round(os.getloadavg()[0], 2),
         "profile_dir": str(profile_dir) if profile_dir else None,
+        "event": event,
     }
     return summarise(sized, memory, reaction, config)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    results = run(rounds=args.rounds, quick=args.quick)
+    results = run(rounds=args.rounds, quick=args.quick, nodes=args.nodes)
     print(json.dumps(results, separators=(",", ":")) if args.json else render(results), flush=True)
     return 1 if results["errors"] else 0
 

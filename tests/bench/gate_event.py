@@ -57,7 +57,9 @@ def measure(cluster: Any, settings: Any, samples: int) -> dict[str, Any]:
     cr = copy.deepcopy(cluster.crs[max(range(len(sizes)), key=sizes.__getitem__)])
     group = cr["apiVersion"].split("/", 1)[0]
     parsed = holds.parse_cr(cr)
-    gate = Gate(cast(Kube, None), settings, events_namespace="nodegate", now=lambda: datetime.now(UTC), identity="b")
+    gate = Gate(
+        cast(Kube, None), settings, events_namespace="nodegate", now=lambda: datetime.now(UTC), identity="b"
+    )
     cache = gate._cache
     named: list[str] = []
     cache._changed = named.append  # type: ignore[method-assign]  (the queue is not running here)
@@ -79,7 +81,12 @@ def measure(cluster: Any, settings: Any, samples: int) -> dict[str, Any]:
     selected = [n for n in cr["status"]["nodeState"] if n in nodes]
     key = next(iter(parsed.packages.values()))
     pkg_key = f"{key.name}|{key.version}"
-    walk = [("apply", "in_progress"), ("apply", "complete"), ("config", "in_progress"), ("config", "complete")]
+    walk = [
+        ("apply", "in_progress"),
+        ("apply", "complete"),
+        ("config", "in_progress"),
+        ("config", "complete"),
+    ]
     phases: dict[str, list[int]] = {"decode": [], "index": [], "decision": [], "total": [], "old": []}
     decided: list[int] = []
     old_before = holds.parse_cr(cr)
@@ -87,7 +94,9 @@ def measure(cluster: Any, settings: Any, samples: int) -> dict[str, Any]:
     for i in range(samples):
         node = selected[(i * 7919) % len(selected)]
         stage, state = walk[i % len(walk)]
-        entry = cr["status"]["nodeState"][node].setdefault(pkg_key, {"name": key.name, "version": key.version})
+        entry = cr["status"]["nodeState"][node].setdefault(
+            pkg_key, {"name": key.name, "version": key.version}
+        )
         entry["stage"], entry["state"] = stage, state
         rv += 1
         cr["metadata"]["resourceVersion"] = str(rv)
