@@ -23,7 +23,6 @@ from typing import Any
 
 from bootstrap.gate import Gate, holds
 from bootstrap.gate.nodewright import index_reports
-from bootstrap.kube import Kube
 
 BURST_NODES = 1_000
 WAVES = 10
@@ -40,6 +39,10 @@ STEPS = (
     ("post-interrupt", "complete"),
 )
 LAST_WITHOUT_INTERRUPT = 3  # config complete
+
+
+def released(hold: str | None) -> bool:
+    return hold is None
 
 
 @dataclass
@@ -88,19 +91,10 @@ def walkers(pending: list[Any], crs: dict[str, holds.PackageCr]) -> list[Walker]
     return out
 
 
-async def _bounded(coros: list[Any]) -> None:
-    gate = asyncio.Semaphore(IN_FLIGHT)
-
-    async def one(coro: Any) -> None:
-        async with gate:
-            await coro
-
-    await asyncio.gather(*(one(c) for c in coros))
-
-
-async def run(gate: Gate, agent: Kube, watch: Any, todo: list[Walker]) -> BurstResult:
+async def run(gate: Gate, agent: Any, watch: Any, todo: list[Walker]) -> BurstResult:
+    """``agent``: tests/bench/gate_load.Load (the operator's writes are sent from its process)."""
     result = BurstResult(nodes=len(todo))
-    seen = {w.node: watch.arm(w.node) for w in todo}
+    seen = {w.node: watch.arm(w.node, released) for w in todo}
     wave = max(1, len(todo) // WAVES)
     started, cpu = time.perf_counter(), time.process_time()
     active: list[Walker] = []
@@ -112,11 +106,9 @@ async def run(gate: Gate, agent: Kube, watch: Any, todo: list[Walker]) -> BurstR
         for w in moving:
             w.step += 1
         result.ticks += 1
-        await _bounded(
-            [
-                agent.patch_node(w.node, {"metadata": {"annotations": {w.annotation: json.dumps(w.state())}}})
-                for w in moving
-            ]
+        await agent.patch_nodes(
+            [(w.node, {"metadata": {"annotations": {w.annotation: json.dumps(w.state())}}}) for w in moving],
+            IN_FLIGHT,
         )
         by_cr: dict[tuple[str, str, str, str], list[Walker]] = defaultdict(list)
         for w in moving:
@@ -127,11 +119,10 @@ async def run(gate: Gate, agent: Kube, watch: Any, todo: list[Walker]) -> BurstR
                 "nodeState": {w.node: w.state() for w in ws},
                 "nodeStatus": {w.node: "complete" if w.step == w.last else "in_progress" for w in ws},
             }
-            sent = time.perf_counter_ns()
+            sent = await agent.patch_cluster_object_sent(*where, {"status": body}, status=True)
             for w in ws:
                 if w.step == w.last:
                     w.sent_last_ns = sent
-            await agent.patch_cluster_object(*where, {"status": body}, status=True)
 
         await asyncio.gather(*(status(k, v) for k, v in by_cr.items()))
         result.operator_writes += len(moving) + len(by_cr)
