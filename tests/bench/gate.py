@@ -970,7 +970,7 @@ class NodeWatch:
 
 def _idle(gate: Gate, kube: TrackedKube) -> bool:
     # Private peek (bench only): nothing queued and no call in flight means the worker waits.
-    return kube.inflight == 0 and gate._queue.empty()
+    return kube.inflight == 0 and gate._queue.idle()
 
 
 async def _until(check: Callable[[], bool], kube: TrackedKube, what: str, limit: float = WAIT) -> None:
