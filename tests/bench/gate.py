@@ -1295,6 +1295,9 @@ def summarise(
         "warmup": reaction.reactions - len(reaction.samples_ns),
         **react,
         "from_ack": _ms(reaction.from_ack_ns),
+        "from_ack_vs_roundtrip_median": None
+        if not reaction.from_ack_ns or not base["median_ms"]
+        else statistics.median(reaction.from_ack_ns) / 1e6 / base["median_ms"],
         "baseline": base,
         "vs_roundtrip_median": None
         if react["median_ms"] is None or not base["median_ms"]
@@ -1513,7 +1516,8 @@ def render(results: dict[str, Any]) -> str:
         f"  baseline      median {_num(r['baseline']['median_ms'], '.2f')} ms  p99 "
         f"{_num(r['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
         f"  reaction / round trip: median {_num(r['vs_roundtrip_median'], '.2f')}x, p99 "
-        f"{_num(r['vs_roundtrip_p99'], '.2f')}x the baseline median",
+        f"{_num(r['vs_roundtrip_p99'], '.2f')}x the baseline median; from the status write's answer "
+        f"(the API's work before its answer left out) median {_num(r['from_ack_vs_roundtrip_median'], '.2f')}x",
         f"  the gate's calls: {r['calls_per_reaction']:.2f} per reaction ({_calls(r['calls'])}); this "
         f"process's CPU (the gate's alone) {r['cpu_ms_per_reaction']:.1f} ms per reaction (two events, one a "
         f"whole CR); the load's process {r['load_cpu_ms_per_reaction']:.1f} ms",
