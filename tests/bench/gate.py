@@ -1517,7 +1517,8 @@ def render(results: dict[str, Any]) -> str:
         f"{_num(r['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
         f"  reaction / round trip: median {_num(r['vs_roundtrip_median'], '.2f')}x, p99 "
         f"{_num(r['vs_roundtrip_p99'], '.2f')}x the baseline median; from the status write's answer "
-        f"(the API's work before its answer left out) median {_num(r['from_ack_vs_roundtrip_median'], '.2f')}x",
+        f"(the API's work before its answer left out) median "
+        f"{_num(r['from_ack_vs_roundtrip_median'], '.2f')}x",
         f"  the gate's calls: {r['calls_per_reaction']:.2f} per reaction ({_calls(r['calls'])}); this "
         f"process's CPU (the gate's alone) {r['cpu_ms_per_reaction']:.1f} ms per reaction (two events, one a "
         f"whole CR); the load's process {r['load_cpu_ms_per_reaction']:.1f} ms",
