@@ -137,8 +137,8 @@ async def run(gate: Gate, agent: Any, watch: Any, todo: list[Walker]) -> BurstRe
     if result.released < len(todo):
         late = [w.node for w in todo if not seen[w.node].done() or seen[w.node].cancelled()]
         result.checks.append(
-            f"burst: {len(todo) - result.released} nodes not released within {WAIT:.0f} s after the last write "
-            f"(e.g. {late[:3]})"
+            f"burst: {len(todo) - result.released} nodes not released within {WAIT:.0f} s after the "
+            f"last write (e.g. {late[:3]})"
         )
     result.seconds = time.perf_counter() - started
     result.cpu_s = time.process_time() - cpu
