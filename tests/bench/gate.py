@@ -78,6 +78,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import functools
 import gc
 import hashlib
 import itertools
@@ -91,6 +92,7 @@ import statistics
 import sys
 import time
 import tracemalloc
+import types
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -103,6 +105,7 @@ from typing import Any
 import aiohttp.web
 import attrs
 import kmock
+import msgspec
 from kmock._internal import apps, dicts, enums, references, rendering
 from kubernetes_asyncio import client as kc
 
@@ -570,9 +573,26 @@ def _split(resource: str) -> tuple[str, str, str]:
     return ("", parts[0], parts[1]) if len(parts) == 2 else (parts[0], parts[1], parts[2])
 
 
+def _fast_json() -> None:
+    """In the double's process only: kmock renders answers and watch events with msgspec instead of
+    the json module (~10x faster on a 1 MiB CR: ~8 ms per encode, twice per status write, was most
+    of the double's time per write). The same documents, compact as the API server writes them;
+    anything msgspec cannot encode goes the old way."""
+
+    def dumps(obj: Any, **kwargs: Any) -> str:
+        try:
+            return msgspec.json.encode(obj).decode()
+        except TypeError:
+            return json.dumps(obj, **kwargs)
+
+    rendering.json = types.SimpleNamespace(dumps=dumps)  # type: ignore[attr-defined]
+    aiohttp.web.json_response = functools.partial(aiohttp.web.json_response, dumps=dumps)  # type: ignore[assignment]
+
+
 def _double_main(conn: Connection, cpus: list[int], profile: str | None) -> None:
     if cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(cpus))
+    _fast_json()
     if profile is None:
         asyncio.run(_serve_double(conn))
         return
