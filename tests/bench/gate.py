@@ -4,13 +4,19 @@ What is measured, all in one run:
 
 Double   the API is kmock with tests/support/kshim.py's ShimEmulator (resourceVersions, 409s, merge patches,
          watches), run in a child process pinned to CPU 0 so that the gate's own CPU time can be
-         read apart; the gate and this process run on the other CPU(s). Two changes make kmock usable
-         at 10,000 objects, both in ``_BenchDouble`` and neither changing an answer: requests for a
+         read apart; the gate and this process run on the other CPU(s). Four changes make kmock usable
+         at 10,000 objects, all in the double's process and none changing an answer: requests for a
          resource go straight to the emulator's handlers instead of through kmock's reaction
-         matching (~10 ms a request whatever the cluster size), and a named object is found by
-         key instead of by scanning every stored object (~20 ms a request at 10,000 nodes). It
+         matching (~10 ms a request whatever the cluster size), a named object is found by key
+         instead of by scanning every stored object (~20 ms a request at 10,000 nodes), a merge
+         patch shares what it leaves alone with the stored version instead of deep-copying it, and
+         JSON is rendered by msgspec (a 1 MiB CR's status write cost ~35 ms of json.dumps). It
          also counts requests as they arrive (by client, verb and resource) instead of keeping
          them, and keeps each object's latest version only.
+Load     the agent's and the operator's writes, the baseline round trips and the node watch that
+         sees the verdicts run in a third process (gate_load.py, on the double's CPU), so that this
+         process's CPU in the reaction phases is the gate's alone; times are the load process's
+         CLOCK_MONOTONIC (send before the request, seen when its watch decoded the event).
 Cluster  N nodes over 8 pools and 3 zones, 20 package CRs (10 NodeWright, 10 Skyhook; selectors by
          pool, pool In (...), zone plus Exists, NotIn and In; 1-4 packages each, fewer where they
          select more nodes, some with an interrupt), so a node is selected by ~6 CRs and carries
@@ -48,6 +54,13 @@ Reboot   then, S times on released nodes: the kubelet's new boot id (a Node stat
          the watch sees the hold ``unattested``; the join service's attestation of that boot
          (NodeAttestation status bootID, resetCount, attestedAt) until it sees the release; each
          against the same kind of round trip measured between the samples.
+Burst    then 1,000 further pending nodes walk the operator's states at once (gate_burst.py): the
+         lag from the status write carrying a node's last state to its release, the writes per
+         release, and every CR's index in the gate equal to a full index of the stored CR.
+Relist   then each source listed again as after a 410 Gone, until the gate is idle (no writes).
+Event    first, alone in this process: the CPU of one ~1 MiB CR watch event (gate_event.py).
+Phases   the gate's CPU per phase (watch decode, index, decision) and its write steps, counted by
+         wrappers around its own steps (gate_phases.py), per reaction, reboot and burst node.
 
 How to read the output:
   ms/node         wall time of a pass / N; gate CPU = this process's CPU time / N, double CPU the
