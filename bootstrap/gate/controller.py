@@ -206,17 +206,8 @@ class Gate:
                 read = await self._kube.get_node(name)
             except NotFound:  # deleted since the copy was taken
                 read = await self._kube.get_node(name)
-        # The Node's condition and the NodeAttestation's status are separate objects: written at
-        # once (a release, four writes, then takes three round trips); both are awaited before
-        # the node is let go, so no write of this node outlives its turn in the queue.
-        results = await asyncio.gather(
-            self._writer.condition(node, decision),
-            self._writer.attestation(name, decision),
-            return_exceptions=True,
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        await self._writer.condition(node, decision)
+        await self._writer.attestation(name, decision)
         return decision
 
     # -- passes --------------------------------------------------------------------------------
