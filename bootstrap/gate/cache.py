@@ -4,22 +4,24 @@ Each source is listed, then watched from the list's resourceVersion; 410 or a br
 re-lists (the old cache stays in force until the new list replaces it), and so does every
 ``resync``. A package API group that is not served counts as empty and is looked for again each
 resync. Every cached copy is slim: a Node keeps only what holds.decide reads; a package CR is kept
-parsed, its ``status.nodeState`` (thousands of nodes, megabytes) indexed per node once per update
-(nodewright.index_reports) and the object itself dropped. Every change names the nodes whose
-decision it can change to ``changed``: for a CR whose spec is unchanged, only the nodes whose
-report in its status changed; a re-list names them all.
+parsed, its ``status.nodeState`` (thousands of nodes, megabytes) indexed per node (crindex: each
+event decoded once, only the nodes whose report's JSON changed decoded again) and the object
+itself dropped. Every change names the nodes whose decision it can change to ``changed``: for a
+CR whose spec is unchanged, only the nodes whose report in its status changed; a re-list names
+them all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from bootstrap.config import GateSettings
-from bootstrap.gate import holds
+from bootstrap.gate import crindex, holds
 from bootstrap.gate.backoff import failure_delay
 from bootstrap.gate.fields import dict_at, list_at, name_of
 from bootstrap.kube import Kube, KubeUnavailable, NotServed, WatchEvent, WatchExpired
@@ -113,6 +115,7 @@ class Cache:
             **{group: Source(group, optional=True) for group in PACKAGE_RESOURCES},
         }
         self._parsed: dict[tuple[str, str], holds.PackageCr] = {}
+        self._reports: dict[tuple[str, str], crindex.Reports] = {}  # what each CR's index was built from
         self._not_served_logged: set[str] = set()
 
     # -- reading -------------------------------------------------------------------------------
@@ -169,17 +172,19 @@ class Cache:
 
     # -- lists and watches ---------------------------------------------------------------------
 
-    async def _list(self, src: Source) -> tuple[list[dict[str, Any]], str]:
+    async def _list(self, src: Source) -> tuple[list[Any], str]:
         if src.key == NODES:
             return await self._kube.list_nodes()
-        group, version, plural = ATTESTATIONS if src.key == ATTESTATION_SOURCE else PACKAGE_RESOURCES[src.key]
-        return await self._kube.list_cluster_objects(group, version, plural)
+        if src.key == ATTESTATION_SOURCE:
+            return await self._kube.list_cluster_objects(*ATTESTATIONS)
+        return await self._kube.list_cluster_objects_as(*PACKAGE_RESOURCES[src.key], crindex.DECODER)
 
-    def _watch(self, src: Source) -> AsyncIterator[WatchEvent]:
+    def _watch(self, src: Source) -> AsyncIterator[WatchEvent[Any]]:
         if src.key == NODES:
             return self._kube.watch_nodes(src.rv)
-        group, version, plural = ATTESTATIONS if src.key == ATTESTATION_SOURCE else PACKAGE_RESOURCES[src.key]
-        return self._kube.watch_cluster_objects(group, version, plural, src.rv)
+        if src.key == ATTESTATION_SOURCE:
+            return self._kube.watch_cluster_objects(*ATTESTATIONS, src.rv)
+        return self._kube.watch_cluster_objects_as(*PACKAGE_RESOURCES[src.key], src.rv, crindex.DECODER)
 
     async def load(self) -> list[str]:
         """List every source once; the errors of those that failed (their caches are kept)."""
@@ -217,54 +222,76 @@ class Cache:
             self._store(src, obj)
         for name in set(before) - set(src.objects):
             self._parsed.pop((src.key, name), None)
+            self._reports.pop((src.key, name), None)
         src.rv, src.synced, src.relist = rv, True, False
         for name in self.names():
             self._changed(name)
 
-    def _store(self, src: Source, obj: dict[str, Any]) -> None:
-        name = name_of(obj)
-        if not name or src.objects is None:
-            return
+    def _store(self, src: Source, obj: Any) -> set[str]:
+        """Cache one object; for a package CR, the nodes whose report in it changed."""
         if not src.optional:
-            src.objects[name] = slim_node(obj) if src.key == NODES else obj
-            return
-        src.objects[name] = slim_cr(src.key, obj)
+            name = name_of(obj)
+            if name and src.objects is not None:
+                src.objects[name] = slim_node(obj) if src.key == NODES else obj
+            return set()
+        # A CR comes decoded by crindex.DECODER from the API; as a plain dict from elsewhere.
+        doc = obj if isinstance(obj, crindex.CrDoc) else crindex.DECODER.from_mapping(obj)
+        name = name_of(doc.obj)
+        if not name or src.objects is None:
+            return set()
+        key = (src.key, name)
+        src.objects[name] = slim_cr(src.key, doc.obj)
         # Lists do not always repeat apiVersion/kind on items; parse_cr checks them.
-        obj.setdefault("apiVersion", f"{src.key}/v1alpha1")
-        obj.setdefault("kind", holds.GROUPS[src.key])
+        light = {"apiVersion": f"{src.key}/v1alpha1", "kind": holds.GROUPS[src.key], **doc.obj}
         try:
-            self._parsed[(src.key, name)] = holds.parse_cr(obj)
+            parsed = holds.parse_cr(light)  # without status.nodeState: the index below reads it
         except holds.CrInvalid as exc:
             log.warning("%s/%s cannot be read (%s): the nodes it may select stay held", src.key, name, exc)
-            self._parsed[(src.key, name)] = _invalid_cr(src.key, obj, str(exc))
+            self._parsed[key] = _invalid_cr(src.key, light, str(exc))
+            self._reports.pop(key, None)
+            return set()
+        keys = [f"{p.name}|{p.version}" for p in parsed.packages.values()]
+        reports, changed = crindex.update(self._reports.get(key), doc.states, doc.statuses, keys)
+        self._reports[key] = reports
+        self._parsed[key] = dataclasses.replace(parsed, reports=reports.by_node)
+        return changed
 
-    def apply_event(self, src: Source, event: WatchEvent) -> None:
+    def apply_event(self, src: Source, event: WatchEvent[Any]) -> None:
         """One watch event into the cache; the nodes it can change are named to ``changed``."""
-        rv = str(dict_at(event.object, "metadata").get("resourceVersion", ""))
+        obj = event.object.obj if isinstance(event.object, crindex.CrDoc) else event.object
+        rv = str(dict_at(obj, "metadata").get("resourceVersion", ""))
         if event.type != "BOOKMARK" and src.objects is not None:
-            name = name_of(event.object)
+            name = name_of(obj)
             before = self._parsed.get((src.key, name)) if src.optional else None
+            changed: set[str] = set()
             if event.type == "DELETED":
                 src.objects.pop(name, None)
                 self._parsed.pop((src.key, name), None)
+                self._reports.pop((src.key, name), None)
             elif event.type in ("ADDED", "MODIFIED"):
-                self._store(src, event.object)
+                changed = self._store(src, event.object)
             after = self._parsed.get((src.key, name)) if src.optional else None
-            for node in self._affected(src, name, before, after):
+            for node in self._affected(src, name, before, after, changed):
                 self._changed(node)
         if rv:
             src.rv = rv
 
     def _affected(
-        self, src: Source, name: str, before: holds.PackageCr | None, after: holds.PackageCr | None
+        self,
+        src: Source,
+        name: str,
+        before: holds.PackageCr | None,
+        after: holds.PackageCr | None,
+        changed: set[str],
     ) -> set[str]:
-        """The nodes whose decision a change of one object can change."""
+        """The nodes whose decision a change of one object can change (``changed``: the nodes
+        whose report in a CR changed)."""
         if not src.optional:
             return {name}
         if before is not None and after is not None and before == after:
             # Only the operator's status changed (the usual event): the nodes whose report did.
-            old, new, nodes = before.reports, after.reports, self.nodes()
-            return {n for n in old.keys() | new.keys() if old.get(n) != new.get(n) and n in nodes}
+            nodes = self.nodes()
+            return {n for n in changed if n in nodes}
         affected: set[str] = set()
         for cr in (before, after):
             if cr is not None:

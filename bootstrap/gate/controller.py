@@ -124,7 +124,7 @@ class Gate:
         """List every source once; the errors of those that failed (their caches are kept)."""
         return await self._cache.load()
 
-    def _apply_event(self, src: Source, event: WatchEvent) -> None:
+    def _apply_event(self, src: Source, event: WatchEvent[Any]) -> None:
         self._cache.apply_event(src, event)
 
     def _enqueue_all(self) -> None:

@@ -140,9 +140,16 @@ class Lease:
         except KubeUnavailable as exc:
             log.warning("lease %s/%s not renewed: %s", ns, name, exc)
             return self.is_leader()  # keeps writing until the renew deadline passes
+        # Whether writing had stopped by now: not only before this call (a new leader), also
+        # during it (a renewal that answered after the deadline). Nodes dropped or left half
+        # written meanwhile (NotLeader) are decided again: every node is queued.
+        lapsed = not self.is_leader()
         self._until = now + self._settings.lease_duration * 2 / 3
         if not was:
             log.info("acquired the lease %s/%s as %s", ns, name, self._identity)
+        elif lapsed:
+            log.warning("lease %s/%s renewed after its deadline: writes resume", ns, name)
+        if lapsed:
             self._acquired()
         return True
 

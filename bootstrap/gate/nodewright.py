@@ -149,7 +149,9 @@ def index_reports(status: Mapping[str, Any], packages: Sequence[PackageSpec]) ->
         if not isinstance(value, Mapping):
             return MALFORMED
         raw = (value.get("stage"), value.get("state"))
-        found = entries_seen.get(raw) if all(isinstance(x, str | None) for x in raw) else None
+        if not all(isinstance(x, str | None) for x in raw):  # a list is unhashable: not shared
+            return (_word(raw[0]), _word(raw[1]))
+        found = entries_seen.get(raw)
         if found is None:
             found = entries_seen.setdefault(raw, (_word(raw[0]), _word(raw[1])))
         return found

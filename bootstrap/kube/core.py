@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import aiohttp
 from kubernetes_asyncio import client as kc
@@ -19,6 +19,7 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from bootstrap.config import KubernetesSettings
 from bootstrap.kube.configuration import load_configuration, read_ca_bundle
+from bootstrap.kube.decode import ObjectDecoder, decode_list, loads
 from bootstrap.kube.errors import Conflict, KubeUnavailable, NotFound, NotServed
 
 DEFAULT_TIMEOUT = 5.0
@@ -26,6 +27,7 @@ DEFAULT_TIMEOUT = 5.0
 # the read-modify-write callers rely on, and custom resources accept no strategic merge patch.
 MERGE_PATCH = "application/merge-patch+json"
 _ERROR_BODY_LIMIT = 4096
+T = TypeVar("T")
 
 
 class KubeBase:
@@ -105,20 +107,35 @@ class KubeBase:
         except NotFound as exc:
             raise NotServed(str(exc)) from None
 
+    async def _list_as(self, what: str, call: Any, decoder: ObjectDecoder[T]) -> tuple[list[T], str]:
+        """A list call whose items are decoded once, in ``decoder``'s form (404: NotServed)."""
+        try:
+            body: bytes = await self._call(what, self._body(call))
+            return decode_list(body, decoder)
+        except NotFound as exc:
+            raise NotServed(str(exc)) from None
+        except ValueError as exc:
+            raise KubeUnavailable(f"{what}: {type(exc).__name__}: {exc}"[:300]) from None
+
     @staticmethod
-    async def _raw(call: Any) -> dict[str, Any]:
-        """Read a response as plain JSON: the generated models reject what they do not expect,
-        and a surprising answer must become "unavailable", not an exception."""
+    async def _body(call: Any) -> bytes:
+        """A response's body; a status other than 2xx raises ApiException for _call to map."""
         resp = await call
         try:
-            body = await resp.read()
+            body: bytes = await resp.read()
             if not 200 <= resp.status < 300:
                 exc = ApiException(status=resp.status, reason=resp.reason)
                 exc.body = body[:_ERROR_BODY_LIMIT]
                 raise exc
-            data = json.loads(body)
         finally:
             resp.release()
+        return body
+
+    @staticmethod
+    async def _raw(call: Any) -> dict[str, Any]:
+        """Read a response as plain JSON: the generated models reject what they do not expect,
+        and a surprising answer must become "unavailable", not an exception."""
+        data = loads(await KubeBase._body(call))
         if not isinstance(data, dict):
             raise ValueError("the response is not a JSON object")  # noqa: TRY004  (_call maps ValueError)
         return data

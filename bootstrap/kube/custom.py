@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 from bootstrap.kube.core import MERGE_PATCH, KubeBase, list_items, list_version
+from bootstrap.kube.decode import PLAIN, ObjectDecoder
 from bootstrap.kube.errors import NotFound
 from bootstrap.kube.watch import WatchEvent, watch_events
+
+T = TypeVar("T")
 
 
 class CustomObjects(KubeBase):
@@ -23,6 +26,14 @@ class CustomObjects(KubeBase):
             f"list {plural}", self._custom.list_cluster_custom_object(group, version, plural, **kwargs)
         )
         return list_items(out), list_version(out)
+
+    async def list_cluster_objects_as(
+        self, group: str, version: str, plural: str, decoder: ObjectDecoder[T]
+    ) -> tuple[list[T], str]:
+        """``list_cluster_objects`` with each object decoded once, in ``decoder``'s form (for
+        objects too large to decode whole when a part is all the caller reads)."""
+        call = self._custom.list_cluster_custom_object(group, version, plural, _preload_content=False)
+        return await self._list_as(f"list {plural}", call, decoder)
 
     async def get_cluster_object(
         self, group: str, version: str, plural: str, name: str
@@ -84,7 +95,7 @@ class CustomObjects(KubeBase):
 
     async def watch_cluster_objects(
         self, group: str, version: str, plural: str, resource_version: str
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
         """Events after ``resource_version`` until the server ends the stream. Raises WatchExpired
         on 410 Gone and KubeUnavailable on other failures."""
         async for event in watch_events(
@@ -94,5 +105,21 @@ class CustomObjects(KubeBase):
             version,
             plural,
             resource_version=resource_version,
+            decoder=PLAIN,
+        ):
+            yield event
+
+    async def watch_cluster_objects_as(
+        self, group: str, version: str, plural: str, resource_version: str, decoder: ObjectDecoder[T]
+    ) -> AsyncIterator[WatchEvent[T]]:
+        """``watch_cluster_objects`` with each object decoded once, in ``decoder``'s form."""
+        async for event in watch_events(
+            plural,
+            self._custom.list_cluster_custom_object,
+            group,
+            version,
+            plural,
+            resource_version=resource_version,
+            decoder=decoder,
         ):
             yield event

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from bootstrap.kube.core import MERGE_PATCH, KubeBase, list_items, list_version
+from bootstrap.kube.decode import PLAIN
 from bootstrap.kube.errors import NotFound
 from bootstrap.kube.watch import WatchEvent, watch_events
 
@@ -54,10 +55,14 @@ class Nodes(KubeBase):
 
     async def watch_nodes(
         self, resource_version: str, label_selector: str | None = None
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
         """Node events after ``resource_version`` until the server ends the stream. Raises
         WatchExpired on 410 Gone and KubeUnavailable on other failures."""
         async for event in watch_events(
-            "nodes", self._core.list_node, resource_version=resource_version, label_selector=label_selector
+            "nodes",
+            self._core.list_node,
+            resource_version=resource_version,
+            decoder=PLAIN,
+            label_selector=label_selector,
         ):
             yield event

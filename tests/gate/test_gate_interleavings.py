@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bootstrap.config import GateSettings
-from bootstrap.gate import Gate
+from bootstrap.gate import Gate, crindex
 from bootstrap.kube import Conflict, Kube, NotFound, WatchEvent
 
 KEY = "nodegate.io/hold"
@@ -55,7 +55,7 @@ class World:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     attestations: dict[str, dict[str, Any]] = field(default_factory=dict)
     crs: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> object
-    pending: list[tuple[str, WatchEvent]] = field(default_factory=list)  # (source, event)
+    pending: list[tuple[str, WatchEvent[Any]]] = field(default_factory=list)  # (source, event)
     other_taints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     ever_attested: set[str] = field(default_factory=set)
     interfere: set[str] = field(default_factory=set)  # next gate patch of these nodes meets a 409
@@ -70,7 +70,11 @@ class World:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
 
     def emit(self, source: str, kind: str, obj: dict[str, Any]) -> None:
-        self.pending.append((source, WatchEvent(kind, copy.deepcopy(obj))))
+        # A package CR as the real watch hands it: its JSON through the gate's decoder.
+        decoded = (
+            crindex.DECODER.from_json(json.dumps(obj).encode()) if source in PLURALS else copy.deepcopy(obj)
+        )
+        self.pending.append((source, WatchEvent(kind, decoded)))
 
     def put_node(self, name: str, obj: dict[str, Any], kind: str = "MODIFIED") -> None:
         self.bump(obj)
@@ -89,6 +93,12 @@ class World:
             return [copy.deepcopy(a) for a in self.attestations.values()], str(self.rv)
         items = [copy.deepcopy(c) for n, c in self.crs.items() if CRS[n] == group]
         return items, str(self.rv)
+
+    async def list_cluster_objects_as(
+        self, group: str, version: str, plural: str, decoder: Any
+    ) -> tuple[list[Any], str]:
+        items, rv = await self.list_cluster_objects(group, version, plural)
+        return [decoder.from_json(json.dumps(i).encode()) for i in items], rv
 
     async def get_node(self, name: str) -> dict[str, Any] | None:
         node = self.nodes.get(name)
