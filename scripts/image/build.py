@@ -190,6 +190,7 @@ def install_nodegate(rootfs: Path, wheels: Path, wheel: Path) -> None:
     shutil.copy2(wheel, stage)
     (pip_whl,) = stage.glob("pip-*.whl")
     chroot = ["chroot", str(rootfs), "/usr/bin/env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
+    chroot.append("PYTHONDONTWRITEBYTECODE=1")  # only compileall below writes bytecode
     run(*chroot, "/usr/bin/python3", "-m", "venv", "--without-pip", VENV)
     run(
         *chroot,
@@ -206,7 +207,7 @@ def install_nodegate(rootfs: Path, wheels: Path, wheel: Path) -> None:
     run(
         *chroot,
         f"{VENV}/bin/python3",
-        *("-m", "compileall", "-q", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash"),
+        *("-m", "compileall", "-f", "-q", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash"),
         "/usr/lib/python3.11",
         VENV,
     )
