@@ -1,5 +1,6 @@
-"""The image is built once per test session (about a minute once the dependency wheels are
-cached in build/image-test; the first build on a machine also compiles tpm2-pytss)."""
+"""The image is built at most once per test session, and not at all when the last build in
+build/image-test has the same inputs (runtime.INPUTS). A build takes 1-3 minutes on this kind of
+machine (2 cores); the first one on a machine also compiles tpm2-pytss's wheel."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.image.runtime import Built, Podman, build, require_root_and_tools, start_podman
+from tests.image.runtime import Built, Podman, build_once, require_root_and_tools, start_podman
 
 
 @pytest.fixture(scope="session")
 def built_image() -> Built:
     require_root_and_tools("mmdebstrap")
-    return build()
+    return build_once()
 
 
 @pytest.fixture(scope="session")

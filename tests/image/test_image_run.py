@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives import serialization
 from bootstrap.demo.cluster import register_resources
 from bootstrap.demo.emulator import ShimEmulator, cluster_signer
 from tests.image.pod import Pod, find, render
-from tests.image.runtime import Built, Podman
+from tests.image.runtime import ROOT, Built, Podman
 from tests.support.certs import loopback_tls
 from tests.support.swtpms import TpmInfo
 
@@ -63,6 +63,12 @@ async def kube_api(folder: Path) -> AsyncIterator[tuple[ShimEmulator, int, Path]
     async with emu, kmock.Server(emu, server_cls=tls_server(ctx)) as server:
         register_resources(emu)
         emu.resources["v1/secrets"] = kmock.ResourceInfo(kind="Secret", namespaced=True)
+        for crd_file in sorted((ROOT / "charts" / "nodegate" / "crds").glob("*.yaml")):
+            crd = yaml.safe_load(crd_file.read_text())["spec"]
+            for version in crd["versions"]:
+                path = f"{crd['group']}/{version['name']}/{crd['names']['plural']}"
+                namespaced = crd["scope"] == "Namespaced"
+                emu.resources[path] = kmock.ResourceInfo(kind=crd["names"]["kind"], namespaced=namespaced)
         yield emu, int(server.url.port or 0), cert
 
 
@@ -146,7 +152,7 @@ async def test_the_image_runs_as_the_charts_pod_and_a_swtpm_machine_joins(
     async with kube_api(tmp_path) as (emu, api_port, api_ca):
         pod = Pod(docs, tmp_path, NAMESPACE, ("127.0.0.1", api_port), {"ek-roots": {"roots.pem": ek_roots}})
         sa = pod.service_account()
-        (sa / "token").write_text("emulated-service-account-token\n")
+        (sa / "token").write_text("emulated-service-account-token")  # projected tokens end without a newline
         (sa / "ca.crt").write_bytes(api_ca.read_bytes())
         (sa / "namespace").write_text(NAMESPACE)
         ca_secret = find(docs, "Secret", "-ca")
@@ -188,7 +194,10 @@ async def test_the_image_runs_as_the_charts_pod_and_a_swtpm_machine_joins(
             jout, jerr = await asyncio.wait_for(join.communicate(), START_TIMEOUT)
             assert join.returncode == 0, jerr.decode()[-2000:]
             assert (out_dir / "svid.pem").is_file()
-            assert ("v1/nodes", None, "gpu-node-1") in emu.objects
+            # ... and the server in the container pre-created its Node, held, in the cluster.
+            node = emu.objects["v1/nodes", None, "gpu-node-1"].raw
+            taints = {t["key"] for t in node["spec"].get("taints", [])}
+            assert config["gate"]["taint_key"] in taints
         finally:
             if serve.returncode is None:
                 podman.call("stop", "-t", "5", "nodegate-serve", timeout=60)
