@@ -70,6 +70,9 @@ DPKG_EXCLUDES = [
     "path-exclude=/usr/share/lintian/*",
     # glibc's iconv modules: Python's codecs do not use them.
     "path-exclude=/usr/lib/x86_64-linux-gnu/gconv/*",
+    # udev's hardware database (libtss2 pulls in udev through tpm-udev): no udev runs in a
+    # container, and without these sources udev's postinst compiles a near-empty hwdb.bin.
+    "path-exclude=/lib/udev/hwdb.d/*",  # bookworm's udev ships /lib paths (merged by symlink)
 ]
 # Same as the Dockerfile (PATH first: python3 on PATH is the venv's, for the chart's ca-init).
 ENV = [
@@ -270,9 +273,9 @@ def build(out: Path, python: str) -> dict[str, object]:
     shutil.rmtree(out / "oci", ignore_errors=True)
     manifest = oci.write_layout(rootfs, out, cfg, info["version"], name, sbom=doc)
     t3 = time.monotonic()
-    size = sum(
-        p.lstat().st_size for p in rootfs.rglob("*") if p.is_file() and not p.is_symlink()
-    )
+    files = (p.lstat() for p in rootfs.rglob("*") if p.is_file() and not p.is_symlink())
+    inodes = {(st.st_dev, st.st_ino): st.st_size for st in files}
+    size = sum(inodes.values())  # hard links once, as in the layer
     layer = json.loads(oci.Blobs(out / "oci").path(manifest).read_bytes())["layers"][0]
     result: dict[str, object] = {
         "name": name,
