@@ -44,7 +44,12 @@ import sbom  # noqa: E402
 REPO = HERE.parents[1]
 SUITE = "bookworm"
 VENV = "/opt/nodegate"
+# What the Dockerfile copies into its build stage: the wheel's sources (README.md is its
+# long description, so it is in the image too).
+WHEEL_SOURCES = ("attest", "admission", "bootstrap", "pyproject.toml", "README.md")
+STAGE = "/tmp/wheels"  # noqa: S108  (inside the chroot, which nothing else uses during the build)
 SBOM_PATH = "usr/share/doc/nodegate/sbom.spdx.json"
+DESCRIPTION = "TPM-attested node bootstrap, hold gate and package admission"
 IMAGE_NAME = "ghcr.io/nodegate/nodegate"
 # What the Dockerfile's runtime stage installs besides python3: the libtss2 libraries tpm2-pytss
 # loads (for the node commands) and the CA certificates.
@@ -116,7 +121,16 @@ def git(*args: str) -> str:
 def inputs() -> dict[str, str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     revision = git("rev-parse", "HEAD")
-    if git("status", "--porcelain", "--untracked-files=no", "--", "attest", "admission", "bootstrap", "pyproject.toml"):
+    if git(
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        "attest",
+        "admission",
+        "bootstrap",
+        "pyproject.toml",
+    ):
         revision += "-dirty"
     epoch = os.environ.get("SOURCE_DATE_EPOCH") or git("log", "-1", "--format=%ct")
     return {"version": project["version"], "revision": revision, "epoch": str(int(epoch))}
@@ -125,7 +139,9 @@ def inputs() -> dict[str, str]:
 def dependency_wheels(python: str, out: Path) -> Path:
     """The pinned dependencies as wheels (and pip's own, to run it in the chroot); cached by key."""
     pins = (HERE / "requirements.txt").read_bytes()
-    tag = run(python, "-c", "import sys,sysconfig;print(sys.version,sysconfig.get_platform())", capture_output=True)
+    tag = run(
+        python, "-c", "import sys,sysconfig;print(sys.version,sysconfig.get_platform())", capture_output=True
+    )
     key = hashlib.sha256(pins + tag.stdout.encode()).hexdigest()[:16]
     cache = out / f"wheels-{key}"
     if (cache / ".done").exists():
@@ -135,7 +151,9 @@ def dependency_wheels(python: str, out: Path) -> Path:
     cache.mkdir(parents=True)
     log("dependency wheels: downloading and building (tpm2-pytss compiles against libtss2-dev)")
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    run(python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", cache, "-r", HERE / "requirements.txt", env=env)
+    run(
+        python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", cache, "-r", HERE / "requirements.txt", env=env
+    )
     run(python, "-m", "pip", "download", "-q", "--no-deps", "-d", cache, "pip==" + pip_version(), env=env)
     for old in out.glob("wheels-*"):
         if old != cache:
@@ -155,7 +173,7 @@ def nodegate_wheel(python: str, epoch: str, out: Path) -> Path:
     """Built from the tracked files only, in a copy (so no stale build/ or egg-info leaks in)."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    files = git("ls-files", "-z", "--", "attest", "admission", "bootstrap", "pyproject.toml", "README.md")
+    files = git("ls-files", "-z", "--", *WHEEL_SOURCES)
     with tempfile.TemporaryDirectory(prefix="nodegate-src-") as tmp:
         for rel in filter(None, files.split("\0")):
             dst = Path(tmp) / rel
@@ -188,20 +206,27 @@ def debian_rootfs(rootfs: Path, epoch: str) -> None:
 
 
 def install_nodegate(rootfs: Path, wheels: Path, wheel: Path) -> None:
-    stage = rootfs / "tmp" / "wheels"
+    stage = rootfs / STAGE.lstrip("/")
     shutil.copytree(wheels, stage)
     shutil.copy2(wheel, stage)
     (pip_whl,) = stage.glob("pip-*.whl")
-    chroot = ["chroot", str(rootfs), "/usr/bin/env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
+    chroot = [
+        "chroot",
+        str(rootfs),
+        "/usr/bin/env",
+        "-i",
+        "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG=C.UTF-8",
+    ]
     chroot.append("PYTHONDONTWRITEBYTECODE=1")  # only compileall below writes bytecode
     run(*chroot, "/usr/bin/python3", "-m", "venv", "--without-pip", VENV)
     run(
         *chroot,
         f"{VENV}/bin/python3",
-        f"/tmp/wheels/{pip_whl.name}/pip",
-        *("install", "-q", "--no-index", "--find-links", "/tmp/wheels", "--no-compile", "--no-cache-dir"),
+        f"{STAGE}/{pip_whl.name}/pip",
+        *("install", "-q", "--no-index", "--find-links", STAGE, "--no-compile", "--no-cache-dir"),
         *("--disable-pip-version-check", "--root-user-action=ignore", "--no-warn-script-location"),
-        f"/tmp/wheels/{wheel.name}",
+        f"{STAGE}/{wheel.name}",
     )
     # Every .py file gets an unchecked-hash .pyc (stdlib and venv alike): no timestamps inside, and
     # no attempt to rewrite them on a read-only root. Debian's timestamp .pyc files go first.
@@ -251,7 +276,7 @@ def build(out: Path, python: str) -> dict[str, object]:
     log("packing the OCI layout and the docker archive")
     labels = {
         "org.opencontainers.image.title": "nodegate",
-        "org.opencontainers.image.description": "TPM-attested node bootstrap, hold gate and package admission",
+        "org.opencontainers.image.description": DESCRIPTION,
         "org.opencontainers.image.licenses": "Apache-2.0",
         "org.opencontainers.image.version": info["version"],
         "org.opencontainers.image.revision": info["revision"],
@@ -267,7 +292,7 @@ def build(out: Path, python: str) -> dict[str, object]:
         labels=labels,
         history=[
             f"mmdebstrap --variant=essential {SUITE} --include={','.join(DEBS)}",
-            f"python3 -m venv {VENV}; pip install nodegate=={info['version']} (scripts/image/requirements.txt)",
+            f"python3 -m venv {VENV}; pip install nodegate=={info['version']} (scripts/image/requirements.txt)",  # noqa: E501
         ],
     )
     shutil.rmtree(out / "oci", ignore_errors=True)

@@ -182,7 +182,9 @@ def write_layout(
         # The SBOM as an OCI 1.1 artifact that refers to the image (`subject`), for registries
         # and tools that look for referrers; the same document is also inside the image.
         empty = blobs.put(b"{}", MEDIA_EMPTY)
-        sbom_blob = blobs.put(sbom, MEDIA_SPDX, annotations={"org.opencontainers.image.title": "sbom.spdx.json"})
+        sbom_blob = blobs.put(
+            sbom, MEDIA_SPDX, annotations={"org.opencontainers.image.title": "sbom.spdx.json"}
+        )
         subject = {k: manifest[k] for k in ("mediaType", "digest", "size")}
         artifact = {
             "schemaVersion": 2,
@@ -205,7 +207,9 @@ def write_layout(
             "Layers": [f"blobs/sha256/{layer['digest'].removeprefix('sha256:')}"],
         }
     ]
-    _archive(layout, out / f"{name.rsplit('/', 1)[-1].replace(':', '-')}.tar", _json(docker_manifest), cfg.created)
+    _archive(
+        layout, out / f"{name.rsplit('/', 1)[-1].replace(':', '-')}.tar", _json(docker_manifest), cfg.created
+    )
     return manifest
 
 

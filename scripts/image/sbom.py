@@ -54,10 +54,7 @@ def spdx(rootfs: Path, site_packages: Path, image_name: str, created: str) -> di
     pys = python_packages(site_packages)
     packages: list[dict[str, Any]] = []
     for d in debs:
-        purl = (
-            f"pkg:deb/debian/{quote(d['name'])}@{quote(d['version'])}"
-            f"?arch={d['arch']}&distro=debian-12"
-        )
+        purl = f"pkg:deb/debian/{quote(d['name'])}@{quote(d['version'])}?arch={d['arch']}&distro=debian-12"
         packages.append(
             {
                 "SPDXID": "SPDXRef-deb-" + _REF_SAFE.sub("-", f"{d['name']}-{d['version']}"),
@@ -71,7 +68,11 @@ def spdx(rootfs: Path, site_packages: Path, image_name: str, created: str) -> di
                 "filesAnalyzed": False,
                 "sourceInfo": f"Debian source package {d['source']}",
                 "externalRefs": [
-                    {"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl", "referenceLocator": purl}
+                    {
+                        "referenceCategory": "PACKAGE-MANAGER",
+                        "referenceType": "purl",
+                        "referenceLocator": purl,
+                    }
                 ],
             }
         )
@@ -88,7 +89,11 @@ def spdx(rootfs: Path, site_packages: Path, image_name: str, created: str) -> di
                 "copyrightText": "NOASSERTION",
                 "filesAnalyzed": False,
                 "externalRefs": [
-                    {"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl", "referenceLocator": purl}
+                    {
+                        "referenceCategory": "PACKAGE-MANAGER",
+                        "referenceType": "purl",
+                        "referenceLocator": purl,
+                    }
                 ],
             }
         )

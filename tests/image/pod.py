@@ -106,7 +106,10 @@ class Pod:
                 env[item["name"]] = item["value"]
             else:
                 path = item["valueFrom"]["fieldRef"]["fieldPath"]
-                env[item["name"]] = {"metadata.namespace": self.namespace, "metadata.name": f"{container}-pod"}[path]
+                env[item["name"]] = {
+                    "metadata.namespace": self.namespace,
+                    "metadata.name": f"{container}-pod",
+                }[path]
         for key, value in env.items():
             args += ["--env", f"{key}={value}"]
         volumes = {v["name"]: v for v in spec["volumes"]}

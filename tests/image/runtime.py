@@ -126,7 +126,8 @@ def build(out: Path = OUT) -> Built:
     if proc.returncode != 0:
         pytest.fail(f"image build failed ({proc.returncode}): {proc.stderr[-3000:]}", pytrace=False)
     info = json.loads(proc.stdout)
-    print(f"\nimage: {info['name']} {info['digest']} {info['uncompressed_bytes'] / 1e6:.1f} MB {info['seconds']}")
+    size = info["uncompressed_bytes"] / 1e6
+    print(f"\nimage: {info['name']} {info['digest']} {size:.1f} MB {info['seconds']}")
     return Built(out, info)
 
 

@@ -7,8 +7,9 @@ import json
 import re
 import shlex
 import subprocess
+import tarfile
 
-from tests.image.runtime import ROOT, Built, build, require_root_and_tools
+from tests.image.runtime import ROOT, Built, build, input_key, require_root_and_tools
 
 DOCKERFILE = ROOT / "Dockerfile"
 
@@ -17,8 +18,8 @@ def final_stage() -> list[tuple[str, str]]:
     """The Dockerfile's last stage as (INSTRUCTION, arguments), continuation lines joined."""
     text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
     stages: list[list[tuple[str, str]]] = []
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if not line or line.startswith("#"):
             continue
         word, _, rest = line.partition(" ")
@@ -56,6 +57,8 @@ def dockerfile_intent() -> dict[str, object]:
 
 
 def test_the_same_inputs_give_the_same_image_digest(built_image: Built) -> None:
+    stamp = (built_image.out / "inputs.sha256").read_text()
+    assert input_key() == stamp, "the image's inputs changed during this session: run again"
     first_archive = hashlib.sha256(built_image.archive.read_bytes()).hexdigest()
     again = build(built_image.out)
     assert again.digest == built_image.digest
@@ -151,14 +154,15 @@ def test_skopeo_reads_the_layout(built_image: Built) -> None:
 
 
 def test_docker_archive_names_the_charts_default_image(built_image: Built) -> None:
-    import tarfile  # noqa: PLC0415
-
     with tarfile.open(built_image.archive) as tar:
         member = tar.extractfile("manifest.json")
         assert member is not None
         (entry,) = json.loads(member.read())
     values = (ROOT / "charts/nodegate/values.yaml").read_text()
     repository = re.search(r"^  repository: (\S+)", values, re.M)
-    app_version = re.search(r'^appVersion: "?([^"\n]+)"?', (ROOT / "charts/nodegate/Chart.yaml").read_text(), re.M)
-    assert repository and app_version
+    app_version = re.search(
+        r'^appVersion: "?([^"\n]+)"?', (ROOT / "charts/nodegate/Chart.yaml").read_text(), re.M
+    )
+    assert repository
+    assert app_version
     assert entry["RepoTags"] == [f"{repository.group(1)}:{app_version.group(1)}"]

@@ -98,7 +98,9 @@ def move_other_listeners(docs: list[dict[str, Any]], config: dict[str, Any]) -> 
         find(docs, "ConfigMap")["data"]["config.yaml"] = yaml.safe_dump(config)
 
 
-async def podman_run(podman: Podman, name: str, image: str, pod: Pod, container: str) -> asyncio.subprocess.Process:
+async def podman_run(
+    podman: Podman, name: str, image: str, pod: Pod, container: str
+) -> asyncio.subprocess.Process:
     before, after = pod.command(container)
     argv = podman.argv(*podman.run_args(name), *pod.podman_args(container), *before, image, *after)
     return await asyncio.create_subprocess_exec(
@@ -146,9 +148,7 @@ async def test_the_image_runs_as_the_charts_pod_and_a_swtpm_machine_joins(
     port = free_port()
     docs, config = chart_with_listeners(port)
     move_other_listeners(docs, config)
-    ek_roots = b"".join(
-        c.public_bytes(serialization.Encoding.PEM) for c in (swtpm.root, swtpm.intermediate)
-    )
+    ek_roots = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (swtpm.root, swtpm.intermediate))
     async with kube_api(tmp_path) as (emu, api_port, api_ca):
         pod = Pod(docs, tmp_path, NAMESPACE, ("127.0.0.1", api_port), {"ek-roots": {"roots.pem": ek_roots}})
         sa = pod.service_account()
@@ -163,7 +163,9 @@ async def test_the_image_runs_as_the_charts_pod_and_a_swtpm_machine_joins(
 
         # 1. the init container, as the chart runs it (python3 from the image, the chart's script).
         init = await podman_run(podman, "nodegate-ca-init", built_image.name, pod, "ca-init")
-        kubelet = asyncio.ensure_future(play_kubelet(emu, ca_secret["metadata"]["name"], ca_dir, FS_GROUP, init))
+        kubelet = asyncio.ensure_future(
+            play_kubelet(emu, ca_secret["metadata"]["name"], ca_dir, FS_GROUP, init)
+        )
         out, err = await asyncio.wait_for(init.communicate(), START_TIMEOUT)
         await kubelet
         assert init.returncode == 0, err.decode()[-2000:]
@@ -191,7 +193,7 @@ async def test_the_image_runs_as_the_charts_pod_and_a_swtpm_machine_joins(
                 "--node-name", "gpu-node-1", "--tcti", swtpm.tcti, "--attempts", "2", "--out", str(out_dir),
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
-            jout, jerr = await asyncio.wait_for(join.communicate(), START_TIMEOUT)
+            _, jerr = await asyncio.wait_for(join.communicate(), START_TIMEOUT)
             assert join.returncode == 0, jerr.decode()[-2000:]
             assert (out_dir / "svid.pem").is_file()
             # ... and the server in the container pre-created its Node, held, in the cluster.
