@@ -1,6 +1,8 @@
 # The image the Helm chart runs (charts/nodegate: `nodegate serve`, and python3 for its ca-init
-# container). Not built by CI here (no container runtime on the build machines); build it with
-#   docker build -t ghcr.io/nodegate/nodegate:0.1.0 .
+# container), for builders with a registry; build it with
+#   docker build --build-arg REVISION=$(git rev-parse HEAD) -t ghcr.io/nodegate/nodegate:0.1.0 .
+# `make image` builds the same layout from Debian's packages alone, reproducibly (scripts/image/,
+# docs/operations.md); that is the image CI builds and starts (tests/image/).
 # Two stages: tpm2-pytss builds against libtss2-dev in the first, the second carries only the
 # runtime libraries. The service needs no TPM (it verifies; nodes run `nodegate join`), but the
 # package imports tpm2-pytss for the node commands, so libtss2 is present.
@@ -20,6 +22,13 @@ RUN python -m venv /opt/nodegate \
  && /opt/nodegate/bin/pip install --no-cache-dir .
 
 FROM python:3.11-slim-bookworm
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="nodegate" \
+      org.opencontainers.image.description="TPM-attested node bootstrap, hold gate and package admission" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}"
 RUN apt-get update -qq \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       libtss2-esys-3.0.2-0 libtss2-mu0 libtss2-sys1 libtss2-tctildr0 libtss2-tcti-device0 \

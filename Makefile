@@ -6,6 +6,8 @@
 #   make bench  benchmarks in tests/bench/
 #   make demo   local demo on the embedded defaults
 #   make lint   ruff + mypy --strict + import contracts (lint-imports, pyproject.toml)
+#   make image  the chart's image from Debian packages, no registry (scripts/image/build.py; root)
+#   make image-deps  mmdebstrap, podman, skopeo: what `make image` and tests/image need
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -14,7 +16,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
           python3-venv python3-dev openssl ca-certificates
 
-.PHONY: deps venv helm test bench demo lint clean
+.PHONY: deps venv helm test bench demo lint clean image image-deps
 
 $(VENV)/.deps-done:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -67,6 +69,19 @@ lint: $(VENV)/.venv-done
 	$(VENV)/bin/ruff format --check attest admission bootstrap tests
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The image: build/image/oci (OCI layout) and build/image/nodegate-<version>.tar (docker load,
+# kind load image-archive, k3s ctr images import); docs/operations.md, "The image".
+IMAGE_DEBS := mmdebstrap podman crun skopeo
+
+image-deps:
+	@if ! dpkg -s $(IMAGE_DEBS) >/dev/null 2>&1; then \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(IMAGE_DEBS); \
+	fi
+
+image: $(VENV)/.venv-done image-deps
+	$(SUDO) $(PYTHON) scripts/image/build.py --python $(PY)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
