@@ -46,7 +46,7 @@ $(VENV)/bin/helm: $(VENV)/.venv-done scripts/get-helm.sh
 
 helm: $(VENV)/bin/helm
 
-test: $(VENV)/.venv-done $(VENV)/bin/helm
+test: $(VENV)/.venv-done $(VENV)/bin/helm image-deps
 	$(PY) -m pytest -q
 
 # keylime's measured-boot parser (the eventlog benchmark's baseline) loads libefivar.
