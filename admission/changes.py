@@ -29,6 +29,45 @@ def gates(obj: Mapping[str, Any] | None) -> tuple[Any, ...]:
     return () if found == (None,) * len(GATES) else found
 
 
+# NodeWright's mirror controller stamps the NodeWright it copies from a Skyhook with this claim;
+# the gate then judges the NodeWright instead of the Skyhook (bootstrap/gate/mirror.py).
+MIRRORED_FROM = "nodewright.nvidia.com/mirrored-from"
+
+
+def mirror_claim(obj: Mapping[str, Any] | None) -> object:
+    """A NodeWright's ``mirrored-from`` annotation, as given (None: none; a Skyhook's is not read)."""
+    if not isinstance(obj, Mapping) or group_of(obj) != "nodewright.nvidia.com":
+        return None
+    meta = obj.get("metadata")
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return ann.get(MIRRORED_FROM) if isinstance(ann, Mapping) else None
+
+
+def claims_mirror(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    """Whether the request adds or changes a ``mirrored-from`` claim. The claim stands the named
+    Skyhook down in the gate, so it needs the rights of both CRs: the gate honours it only for a
+    NodeWright of the Skyhook's name and spec, whose pools and reboots are the NodeWright's own, so
+    the NodeWright is judged as if new (every limit, ``deploy``, and ``reboot`` for every reboot
+    package). Removing a claim only makes the gate judge more: no rights needed."""
+    claim = mirror_claim(new)
+    return claim is not None and claim != mirror_claim(old)
+
+
+def stray_claim(obj: Mapping[str, Any]) -> str | None:
+    """A warning for a ``mirrored-from`` claim that names another object than the NodeWright
+    itself: upstream's mirror never writes one (it backs off from such a target), and the gate
+    ignores it."""
+    claim = mirror_claim(obj)
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if claim is None or claim == name:
+        return None
+    return (
+        f"{MIRRORED_FROM}: {str(claim)[:253]!r} is not this NodeWright's name; NodeWright's mirror "
+        "names the Skyhook it copied, which has the same name. nodegate's gate ignores this claim"
+    )
+
+
 def group_of(obj: Mapping[str, Any]) -> str:
     return str(obj.get("apiVersion", "")).split("/", 1)[0]
 
@@ -61,14 +100,22 @@ def spec_changed(old: PackageCR | CrView, new: PackageCR | CrView) -> bool:
     return not same_spec(a.raw_spec, b.raw_spec, b.group)
 
 
+def same_selector(a: CrView, b: CrView) -> bool:
+    """Whether two CRs select the same nodes by the same words (labels as a map, expressions in
+    order: a reordering counts as a change, which only asks for more rights)."""
+    return dict(a.match_labels) == dict(b.match_labels) and a.match_expressions == b.match_expressions
+
+
 def new_reboots(old: PackageCR | CrView | None, new: PackageCR | CrView) -> list[str]:
     """Packages whose reboot interrupt this change would fire: packages with a reboot interrupt
     that are new, or differ in anything the operator reads from before (a version bump re-runs
-    and reboots)."""
+    and reboots); after a change of ``nodeSelectors`` every one of them, since the CR now reboots
+    nodes it did not select before (moving a CR to another pool needs ``reboot`` there)."""
     view = as_view(new)
     if not view.reboot:
         return []
-    before = {} if old is None else as_view(old).by_key
+    prior_view = None if old is None else as_view(old)
+    before = {} if prior_view is None or not same_selector(prior_view, view) else prior_view.by_key
     out = []
     for pkg in view.packages:
         if pkg.reboot:

@@ -5,15 +5,18 @@ authorizer that cannot answer, is a denial that says so.
 The decision for a NodeWright / Skyhook CREATE or UPDATE:
 1. an UPDATE whose spec is the same to the operator (:mod:`admission.godecode`) and whose
    pause/disable annotations did not change is allowed, whoever sends it, before anything is
-   read or checked: the operator's own finalizer UPDATE and status churn need no rights;
+   read or checked: the operator's own finalizer UPDATE and status churn need no rights; adding
+   or changing a NodeWright's ``mirrored-from`` claim is not such an UPDATE (it is judged as if
+   the CR were new, :func:`admission.changes.claims_mirror`);
 2. the CR parses and passes every structural rule (what NodeWright's own webhook refuses without
    looking at the cluster), and on UPDATE NodeWright's uninstall rules; then nodegate's
    toleration rules (:mod:`admission.guards`);
 3. a change of pause/disable alone needs ``deploy`` on a policy whose pool contains the CR;
 4. otherwise, among the PackagePolicies whose pool contains the CR's selector (name order), the
    first for which the requester holds ``deploy`` on ``packagepolicies/<name>`` (group
-   nodegate.io), plus ``reboot`` when the change fires a reboot interrupt, and whose limits all
-   hold, admits it;
+   nodegate.io), plus ``reboot`` when the change fires a reboot interrupt (every reboot package
+   once ``nodeSelectors`` changed: the CR then reboots nodes it did not select), and whose limits
+   all hold, admits it;
 5. otherwise the denial lists, per candidate policy, the missing verb or the violated limits.
 DELETE and CONNECT are allowed (NodeWright's finalizer keeps a CR until its uninstalls ran).
 
@@ -157,7 +160,7 @@ class Decider:
             hold_taint_key=self.hold_taint_key,
         )
         if found:
-            return _deny("Node refused by nodegate", found, "node-hold-taint")
+            return _deny("Node refused by nodegate", found, found[0].rule)
         return Decision(True)
 
     def _deployment_policy(self, req: Request) -> Decision:
@@ -173,12 +176,15 @@ class Decider:
         obj, old_obj = req.object, req.old_object
         if req.operation not in ("CREATE", "UPDATE") or obj is None:
             return Decision(True)  # DELETE, CONNECT: not judged
+        claim = False  # an UPDATE that adds or changes a mirrored-from claim (judged as if new)
         if req.operation != "UPDATE" or old_obj is None:
             same_spec = same_gates = False
         else:
             same_spec, same_gates = changes.unchanged(old_obj, obj)
-            if same_spec and same_gates:
+            claim = changes.claims_mirror(old_obj, obj)
+            if same_spec and same_gates and not claim:
                 return Decision(True, audit={"decision": "allow", "reason": "spec unchanged"})
+            same_spec = same_spec and not claim
         cr = read_package_cr(obj)
         if isinstance(cr, list):
             return _deny("package CR refused by nodegate: malformed", cr, "schema")
@@ -205,7 +211,7 @@ class Decider:
         try:
             if same_spec:  # pause/disable alone: the spec, which the limits judge, is as admitted
                 return await self._toggle(req, cr, compiled)
-            decision = await self._authorize(req, cr, old, compiled)
+            decision = await self._authorize(req, cr, None if claim else old, compiled)
         except AuthorizerUnavailable as exc:
             return _deny(
                 f"authorization is unavailable ({exc}); nodegate denies until it answers (fail closed)"
@@ -213,6 +219,9 @@ class Decider:
         if decision.allowed:
             # Early: without the hold tolerations NodeWright never reaches a held node.
             decision.warnings[:0] = [*update_warnings, *hold_warnings(obj, self.hold_taint_key)]
+        stray = changes.stray_claim(obj) if claim or req.operation == "CREATE" else None
+        if decision.allowed and stray is not None:
+            decision.warnings.append(stray)
         return decision
 
     async def _toggle(self, req: Request, cr: CrView, compiled: tuple[_Candidate, ...]) -> Decision:

@@ -12,11 +12,11 @@ from functools import lru_cache
 from typing import NamedTuple
 
 MAX_REFERENCE = 512
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")  # used with fullmatch, as every pattern here
+_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _HOST = re.compile(
-    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$"
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
 )
 DEFAULT_REGISTRY = "docker.io"
 
@@ -45,7 +45,7 @@ def parse_image(ref: str) -> ImageRef:
     if not isinstance(ref, str) or not ref or len(ref) > MAX_REFERENCE or ref != ref.strip():
         raise ImageError("image reference must be a non-empty string without spaces")
     rest, _, digest = ref.partition("@")
-    if digest and not DIGEST_RE.match(digest):
+    if digest and not DIGEST_RE.fullmatch(digest):
         raise ImageError(f"digest {digest!r} is not sha256:<64 hex>")
     parts = rest.split("/")
     first = parts[0]
@@ -59,7 +59,7 @@ def parse_image(ref: str) -> ImageRef:
     last = path_parts[-1]
     if ":" in last:
         last, tag = last.split(":", 1)
-        if not _TAG.match(tag):
+        if not _TAG.fullmatch(tag):
             raise ImageError(f"tag {tag!r} is not a valid tag")
         path_parts = [*path_parts[:-1], last]
     host, _, port_text = host_port.partition(":")
@@ -68,10 +68,10 @@ def parse_image(ref: str) -> ImageRef:
         if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
             raise ImageError(f"registry port {port_text!r} is not a port")
         port = int(port_text)
-    if not _HOST.match(host):
+    if not _HOST.fullmatch(host):
         raise ImageError(f"registry host {host!r} is not a host name")
     for component in path_parts:
-        if not _COMPONENT.match(component):
+        if not _COMPONENT.fullmatch(component):
             raise ImageError(f"repository component {component!r} is not valid")
     return ImageRef(host.lower(), port, tuple(path_parts), tag, digest or None)
 

@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
-_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 MAX_NAME = 63
 MAX_PREFIX = 253
 
@@ -35,13 +35,13 @@ def key_problem(key: str) -> str | None:
         prefix = parts[0]
         if not prefix:
             return "the prefix part of a label key must not be empty"
-        if len(prefix) > MAX_PREFIX or not _SUBDOMAIN.match(prefix):
+        if len(prefix) > MAX_PREFIX or not _SUBDOMAIN.fullmatch(prefix):
             return f"the prefix part {prefix!r} is not a DNS-1123 subdomain (lower case, digits, '-', '.')"
     if not name:
         return "the name part of a label key must not be empty"
     if len(name) > MAX_NAME:
         return f"the name part of a label key must be at most {MAX_NAME} characters"
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         return (
             "the name part of a label key must consist of alphanumerics, '-', '_' or '.', and start "
             "and end with an alphanumeric"
@@ -54,7 +54,7 @@ def value_problem(value: str) -> str | None:
     """Why ``value`` is not a label value, or None (the empty value is one)."""
     if len(value) > MAX_NAME:
         return f"a label value must be at most {MAX_NAME} characters"
-    if not _VALUE.match(value):
+    if not _VALUE.fullmatch(value):
         return (
             "a label value must be empty or consist of alphanumerics, '-', '_' or '.', and start and "
             "end with an alphanumeric"

@@ -16,6 +16,15 @@ NODE_USER_PREFIX = "system:node:"
 PACKAGE_STATE_PREFIXES = ("skyhook.nvidia.com/nodeState_", "nodewright.nvidia.com/nodeState_")
 
 
+_PACKAGE_STATE = Violation(
+    "node-package-state",
+    "metadata.annotations",
+    "a node may not set or change NodeWright's package state annotations (nodeState_*) "
+    "with its own credentials",
+    "only the NodeWright operator reports package state",
+)
+
+
 def _package_state(node: Mapping[str, Any] | None) -> dict[str, Any]:
     meta = node.get("metadata") if isinstance(node, Mapping) else None
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
@@ -46,20 +55,26 @@ def node_violations(
     hold_taint_key: str = HOLD_TAINT_KEY,
 ) -> list[Violation]:
     """A Node is created only with the hold taint; only ``owner`` (nodegate's service account)
-    may remove or change it. Adding it, or keeping it, is always fine."""
+    may remove or change it. Adding it, or keeping it, is always fine. A node's own credentials
+    (``system:node:*``) may not set or change NodeWright's ``nodeState_*`` annotations, on CREATE
+    or UPDATE, whether through ``nodes`` or ``nodes/status`` (the API server keeps metadata
+    changes made through the status subresource, and the review of either is judged alike)."""
+    found: list[Violation] = []
     if operation == "CREATE":
         held = _hold_taints(new, hold_taint_key)
         if not any(t.get("effect") in ("NoSchedule", "NoExecute") for t in held):
-            return [
+            found.append(
                 Violation(
                     "node-hold-taint",
                     "spec.taints",
                     f"a Node must be created with the {hold_taint_key} taint",
                     "let nodegate pre-create the Node at join, or register with the taint",
                 )
-            ]
-    elif operation == "UPDATE":
-        found: list[Violation] = []
+            )
+        if username.startswith(NODE_USER_PREFIX) and _package_state(new):
+            found.append(_PACKAGE_STATE)
+        return found
+    if operation == "UPDATE":
         before, after = _hold_taints(old, hold_taint_key), _hold_taints(new, hold_taint_key)
         if before and before != after and username != owner:
             found.append(
@@ -71,14 +86,6 @@ def node_violations(
                 )
             )
         if username.startswith(NODE_USER_PREFIX) and _package_state(old) != _package_state(new):
-            found.append(
-                Violation(
-                    "node-package-state",
-                    "metadata.annotations",
-                    "a node may not change NodeWright's package state annotations (nodeState_*) "
-                    "with its own credentials",
-                    "only the NodeWright operator reports package state",
-                )
-            )
+            found.append(_PACKAGE_STATE)
         return found
     return []

@@ -30,10 +30,13 @@ InterruptType = Literal["noop", "service", "restartAllServices", "reboot"]
 INTERRUPT_TYPES: tuple[InterruptType, ...] = ("noop", "service", "restartAllServices", "reboot")
 
 # Optional DNS-subdomain prefix and "/", then a name segment (Kubernetes label key syntax).
-_LABEL_KEY = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+# Anchored at the true end: fullmatch in Python, \A...\z for pydantic's Rust regex.
+_LABEL_KEY_BODY = (
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 )
+_LABEL_KEY = rf"\A{_LABEL_KEY_BODY}\z"
+_LABEL_KEY_RE = re.compile(_LABEL_KEY_BODY)
 
 
 class _Model(BaseModel):
@@ -62,7 +65,7 @@ class LabelSelector(_Model):
     @classmethod
     def _keys(cls, value: dict[str, str]) -> dict[str, str]:
         for key in value:
-            if not re.match(_LABEL_KEY, key) or len(key) > 317:
+            if not _LABEL_KEY_RE.fullmatch(key) or len(key) > 317:
                 raise ValueError(f"invalid label key {key!r}")
         return value
 

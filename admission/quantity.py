@@ -7,7 +7,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 
 _QUANTITY = re.compile(
-    r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+    r"([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
 )
 _SUFFIX = {
     "": Decimal(1),
@@ -38,7 +38,7 @@ def parse_quantity(value: object) -> Decimal:
 
 @lru_cache(maxsize=1024)
 def _parse(text: str) -> Decimal:
-    m = _QUANTITY.match(text) if len(text) <= 64 else None
+    m = _QUANTITY.fullmatch(text) if len(text) <= 64 else None
     if m is None:
         raise ValueError(f"{text!r} is not a quantity")
     number, suffix = m.group(1), m.group(2) or ""

@@ -18,10 +18,10 @@ _IDENT = r"[0-9A-Za-z-]+"
 _PRE_IDENT = r"(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)"
 # Go's semver: vMAJOR[.MINOR[.PATCH[-PRERELEASE][+BUILD]]]
 _GO = re.compile(
-    rf"^v{_NUM}(?:\.{_NUM}(?:\.{_NUM}(?:-({_PRE_IDENT}(?:\.{_PRE_IDENT})*))?(?:\+({_IDENT}(?:\.{_IDENT})*))?)?)?$"
+    rf"v{_NUM}(?:\.{_NUM}(?:\.{_NUM}(?:-({_PRE_IDENT}(?:\.{_PRE_IDENT})*))?(?:\+({_IDENT}(?:\.{_IDENT})*))?)?)?"
 )
 _STRICT = re.compile(
-    rf"^{_NUM}\.{_NUM}\.{_NUM}(?:-{_PRE_IDENT}(?:\.{_PRE_IDENT})*)?(?:\+{_IDENT}(?:\.{_IDENT})*)?$"
+    rf"{_NUM}\.{_NUM}\.{_NUM}(?:-{_PRE_IDENT}(?:\.{_PRE_IDENT})*)?(?:\+{_IDENT}(?:\.{_IDENT})*)?"
 )
 
 # (major, minor, patch, prerelease identifiers or None)
@@ -33,7 +33,7 @@ def parse_version(version: str) -> Parsed | None:
     """The version as NodeWright reads it, or None when it refuses it."""
     if not version:
         return None
-    m = _GO.match(version if version.startswith("v") else "v" + version)
+    m = _GO.fullmatch(version if version.startswith("v") else "v" + version)
     if m is None:
         return None
     major, minor, patch, pre, _build = m.groups()
@@ -46,7 +46,7 @@ def upstream_valid(version: str) -> bool:
 
 @lru_cache(maxsize=4096)
 def strict_semver(version: str) -> bool:
-    return _STRICT.match(version) is not None
+    return _STRICT.fullmatch(version) is not None
 
 
 def compare(a: str, b: str) -> int | None:

@@ -39,7 +39,7 @@ class PolicyError(ValueError):
 class PcrClass(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, max_length=128, pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]*\z")
     mode: Literal["enforce", "warn"] = "enforce"
     golden: dict[str, dict[int, tuple[str, ...]]]
 

@@ -51,6 +51,14 @@ class NodeRecordDamaged(AttestationError):
     code = "node_record_damaged"
 
 
+class BootIdRequired(AttestationError):
+    """A boot id is recorded for this node and the join, renewal or attestation carries none. The
+    gate holds a rebooted node until a quote from its new boot arrives; an attestation without a
+    boot id would clear the recorded one and with it that hold (issue 21), so it is refused."""
+
+    code = "boot_id_required"
+
+
 class SessionUnknown(AttestationError):
     """The session token does not open with any session key (forged, corrupted or foreign)."""
 
@@ -122,6 +130,7 @@ JOIN_FAILURES: tuple[type[AttestationError], ...] = (
     NodeNotEnrolled,
     NodeRevoked,
     NodeRecordDamaged,
+    BootIdRequired,
     SessionUnknown,
     SessionExpired,
     SessionReused,
@@ -130,6 +139,7 @@ JOIN_FAILURES: tuple[type[AttestationError], ...] = (
 STATUS_BY_CODE: dict[str, int] = {
     "malformed_request": 400,
     "event_log_invalid": 400,
+    "boot_id_required": 400,
     "payload_too_large": 413,
     "rate_limited": 429,
     "node_name_conflict": 409,

@@ -12,7 +12,7 @@ from admission.checks.ranks import PACKAGE_NAME, SEMVER, Found
 from admission.versions import upstream_valid
 from admission.violations import Violation
 
-_NAME_RE = re.compile(r"^[a-z][-a-z0-9]{0,41}[a-z]$")
+_NAME_RE = re.compile(r"[a-z][-a-z0-9]{0,41}[a-z]")
 
 
 def identity_rules(path: str, key: str, name: str | None, version: str | None, found: Found) -> None:
@@ -58,4 +58,4 @@ def identity_rules(path: str, key: str, name: str | None, version: str | None, f
 
 @lru_cache(maxsize=4096)  # CRs repeat the same few names
 def valid_name(key: str) -> bool:
-    return _NAME_RE.match(key) is not None
+    return _NAME_RE.fullmatch(key) is not None

@@ -87,4 +87,4 @@ def image_rules(path: str, image: str | None, sha: str | None, found: Found) -> 
 
 @lru_cache(maxsize=4096)  # CRs repeat the same few digests
 def valid_digest(digest: str) -> bool:
-    return DIGEST_RE.match(digest) is not None
+    return DIGEST_RE.fullmatch(digest) is not None

@@ -61,7 +61,7 @@ def _digests(values: tuple[str, ...], what: str) -> tuple[str, ...]:
 class MeasuredBootClass(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(min_length=1, max_length=128, pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]*\z")
     mode: Literal["enforce", "warn"] = "enforce"
     secure_boot: Literal["required", "optional"] | None = None  # None: the policy's default
     authorities: tuple[str, ...] | None = Field(default=None, max_length=_MAX_LIST)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from bootstrap.gate.mirror import superseded
 from bootstrap.gate.nodewright import (
     GROUPS,
     PREFIXES,
@@ -214,19 +215,21 @@ def decide(
         hold_key=taint_key,
     )
 
-    mirrored = {cr.mirrored_from for cr in crs if cr.mirrored_from}
+    skipped, claimed = superseded(crs)
     rows: list[PackageStatus] = []
     waiting: list[str] = []
     failed = False
     for cr in crs:
-        if cr.group == "skyhook.nvidia.com" and cr.name in mirrored:
-            continue  # its NodeWright mirror is judged instead
+        if cr.group == "skyhook.nvidia.com" and cr.name in skipped:
+            continue  # its NodeWright mirror (same name, same spec) is judged instead
         if not selector_matches(cr.selector, view.labels):
             continue
         r, w, f = judge(cr, view)
         rows += r
         waiting += w
         failed = failed or f
+        if w and cr.group == "skyhook.nvidia.com" and cr.name in claimed:
+            waiting.append(claimed[cr.name])
     all_done = not waiting
     since = (complete_since or now) if all_done else None
     requeue: list[datetime] = []

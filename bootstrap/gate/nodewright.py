@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from admission.holdtolerations import PACKAGE_HOLD_VALUES, missing_hold_tolerations
+from bootstrap.gate.mirror import mirror_claim, spec_key
 
 GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"}
 PREFIXES = ("nodewright.nvidia.com", "skyhook.nvidia.com")  # node annotations: the new one first
@@ -73,10 +74,13 @@ class PackageCr:
     paused: bool
     disabled: bool
     config_updates: Mapping[str, tuple[str, ...]]
+    # A NodeWright's claim to mirror the Skyhook of its own name, when it has the shape upstream's
+    # mirror writes (mirror.py decides whether it is honoured: same spec).
     mirrored_from: str | None
     tolerations: tuple[Toleration, ...] = ()
     runtime_required: bool = False
     conditions: tuple[tuple[str, str], ...] = ()  # (type, message) of those True in _CONDITIONS
+    spec: Any = None  # the spec as the operator holds it (mirror.spec_key); compared
     # Per node, indexed once per CR update. Not part of equality: two parses that differ only here
     # change only the nodes whose report changed (the cache compares reports node by node).
     reports: Mapping[str, NodeReport] = field(default_factory=dict, compare=False)
@@ -219,7 +223,6 @@ def parse_cr(obj: Mapping[str, Any]) -> PackageCr:
         if isinstance(updates_raw, Mapping)
         else {}
     )
-    mirrored = annotations.get("nodewright.nvidia.com/mirrored-from")
     return PackageCr(
         group=group,
         name=name,
@@ -228,11 +231,12 @@ def parse_cr(obj: Mapping[str, Any]) -> PackageCr:
         paused=_flag(annotations, "pause"),
         disabled=_flag(annotations, "disable"),
         config_updates=updates,
-        mirrored_from=mirrored if isinstance(mirrored, str) and group == "nodewright.nvidia.com" else None,
+        mirrored_from=mirror_claim(group, name, annotations),
         tolerations=_tolerations(spec.get("additionalTolerations")),
         runtime_required=spec.get("runtimeRequired") is True,
         conditions=_conditions(status),
         reports=index_reports(status, list(packages.values())),
+        spec=spec_key(spec, group),
     )
 
 

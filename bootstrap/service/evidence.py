@@ -14,6 +14,7 @@ from attest.errors import BootNotReset, MeasuredBootViolation
 from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from bootstrap.config import Settings
+from bootstrap.problems import BootIdRequired
 from bootstrap.protocol import QuoteEvidence
 from bootstrap.service.sessions import Session
 
@@ -82,7 +83,14 @@ def check_boot(
     counters: tpm.Counters,
 ) -> None:
     """A new boot id must come with a TPM reset (resetCount grows at every platform reset), and
-    a reset with an unchanged boot id: either way the boot id is lying or the quote is stale."""
+    a reset with an unchanged boot id: either way the boot id is lying or the quote is stale.
+    Once a boot id is recorded, every later attestation carries one (``boot_id_required``):
+    without it the record would lose the boot the gate compares the Node's with."""
+    if previous_boot_id is not None and boot_id is None:
+        raise BootIdRequired(
+            "this node's last attestation recorded its boot id; send the kernel's boot id "
+            "(/proc/sys/kernel/random/boot_id) with every join, renewal and attestation"
+        )
     if previous_boot_id is None or boot_id is None or previous is None:
         return
     reset = counters.reset_count > previous.reset_count

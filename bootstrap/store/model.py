@@ -19,6 +19,7 @@ from typing import Final, Protocol
 
 from attest.tpm import Counters
 from bootstrap.names import is_node_name
+from bootstrap.problems import BootIdRequired
 
 __all__ = [
     "ACTIONS",
@@ -311,6 +312,10 @@ def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -
     admin clears it); a renewal adds its serial to the history, a join starts a new one, so the
     SVIDs of earlier joins can no longer renew (docs/protocol.md)."""
     kept = existing.svid_serials if existing is not None and action == "renew" else ()
+    if existing is not None and existing.boot_id is not None and att.boot_id is None:
+        # Whatever the caller checked: a recorded boot id is never dropped (the gate's reboot
+        # hold compares the Node's boot with it), in every backend.
+        raise BootIdRequired(f"{att.node_name} has a recorded boot id; this attestation carries none")
     return NodeRecord(
         node_name=att.node_name,
         ek_sha256=att.ek_sha256,

@@ -487,21 +487,22 @@ async def test_both_api_groups_and_both_prefixes(kmock: Any, kube: Kube, gate: G
     await joined(kube, "w2", hold("packages-pending"))
     await add_cr(kube, "nodewright.nvidia.com", "net", {"ofed": "24.1"})
     await add_cr(kube, "skyhook.nvidia.com", "drivers", {"gpu-driver": "550.1"})
-    # A Skyhook superseded by its NodeWright mirror is not judged (its state may never be written again).
+    # A Skyhook superseded by its NodeWright mirror is not judged (its state may never be written
+    # again): the mirror has its name, its spec and upstream's two stamps (gate/mirror.py).
     await add_cr(kube, "skyhook.nvidia.com", "old", {"legacy": "1"})
     await add_cr(
         kube,
         "nodewright.nvidia.com",
         "old",
-        {"legacy": "2"},
-        **{"nodewright.nvidia.com/mirrored-from": "old"},
+        {"legacy": "1"},
+        **{"nodewright.nvidia.com/mirrored-from": "old", "nodewright.nvidia.com/mirrored-generation": "1"},
     )
     for node in ("w1", "w2"):
         await operator_writes(
             kube, node, "net", {"ofed": ("24.1", "config", "complete")}, "nodewright.nvidia.com"
         )
         await operator_writes(
-            kube, node, "old", {"legacy": ("2", "config", "complete")}, "nodewright.nvidia.com"
+            kube, node, "old", {"legacy": ("1", "config", "complete")}, "nodewright.nvidia.com"
         )
     await operator_writes(kube, "w1", "drivers", {"gpu-driver": ("550.1", "config", "complete")})
     await gate.reconcile_all()

@@ -144,7 +144,9 @@ async def test_a_boot_id_the_quote_was_not_made_over_is_refused(plain: Running, 
     assert (status, out["code"]) == (403, "nonce_mismatch")
 
 
-async def _renew(r: Running, node: SoftNode, out: dict[str, Any], tmp: Path, boot_id: str) -> tuple[int, Any]:
+async def _renew(
+    r: Running, node: SoftNode, out: dict[str, Any], tmp: Path, boot_id: str | None
+) -> tuple[int, Any]:
     cert, key = tmp / f"{node.name}.pem", tmp / f"{node.name}.key"
     cert.write_text(out["svid"])
     key.write_bytes(

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from attest.errors import CounterRegressed
 from attest.tpm import Counters
 from bootstrap.kube import Kube
-from bootstrap.problems import NodeNameConflict, NodeRecordDamaged, NodeRevoked, SessionReused
+from bootstrap.problems import BootIdRequired, NodeNameConflict, NodeRecordDamaged, NodeRevoked, SessionReused
 from bootstrap.store import MAX_SERIALS, Attestation, NodeRecord, Store
 from bootstrap.store.kube import ATTEMPTS, CLAIM_STALE, KubeStore
 from bootstrap.store.model import MAX_ANCHORS
@@ -204,6 +204,30 @@ async def test_boot_id_and_measured_boot_class_round_trip(backend: Backend) -> N
     again = await backend.open()
     assert await again.get("gpu-1") == renewed
     assert await again.list_nodes() == [renewed]
+
+
+async def test_a_recorded_boot_id_is_never_dropped(backend: Backend) -> None:
+    """Issue 21, finding 5: a renewal without a boot id cleared the recorded one (and the gate's
+    reboot hold with it). Whatever check the caller passes, the store refuses such a commit with
+    boot_id_required and keeps the record as it was; a record without a boot id (an agent that
+    never sent one) stays renewable without one."""
+    store = await backend.open()
+    boot = "0f3c1b9e-7a2d-4c55-9e61-2d0b8f7a1c34"
+    first = await commit(store, replace(make_att(), boot_id=boot), "s1")
+    for n, action in enumerate(("renew", "join"), start=2):
+        later = make_att(serial=f"0{n}", at=T0 + timedelta(minutes=n))
+        with pytest.raises(BootIdRequired) as err:
+            await commit(store, later, f"s{n}", action)
+        assert err.value.code == "boot_id_required"
+        assert await store.get("gpu-1") == first
+    other = await commit(store, make_att("gpu-2", EK_B), "s9")
+    renewed = await commit(
+        store, make_att("gpu-2", EK_B, serial="0a", at=T0 + timedelta(minutes=1)), "s10", "renew"
+    )
+    assert (other.boot_id, renewed.boot_id) == (None, None)
+    await store.close()
+    again = await backend.open()
+    assert await again.get("gpu-1") == first
 
 
 async def test_has_nodes(store: Store) -> None:
@@ -606,6 +630,8 @@ class Model:
             if self.claims.get(att.ek_sha256, att.node_name) != att.node_name:
                 return NodeNameConflict
             self.claims[att.ek_sha256] = att.node_name
+        if old is not None and old.boot_id is not None and att.boot_id is None:
+            return BootIdRequired  # a recorded boot id is never dropped
         # a renewal adds to the serial history; a join starts a new one (it supersedes older SVIDs)
         history = old.svid_serials if old is not None and action == "renew" else ()
         serials = (*history, att.svid_serial)[-MAX_SERIALS:]
