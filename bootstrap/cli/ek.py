@@ -112,7 +112,7 @@ def check_json(cert: Path, code: int, verdict: str, lines: list[str]) -> dict[st
     """``-o json``: the verdict as fields (``code``: the machine code of a refusal), and the
     text report's lines."""
     refused = re.search(r"\[([a-z_]+)\]", verdict) if code != EXIT_TRUSTED else None
-    how = re.search(r"\((.+)\)$", verdict) if code == EXIT_TRUSTED else None
+    how = re.search(r"\((.+)\)\Z", verdict) if code == EXIT_TRUSTED else None
     return {
         "certificate": str(cert),
         "trusted": code == EXIT_TRUSTED,

@@ -26,7 +26,7 @@ from admission.labels import key_problem, value_problem
 from admission.policy import LabelSelectorRequirement, PackagePolicy
 from admission.quantity import parse_quantity
 from admission.versions import parse_version, strict_semver
-from attest.measuredboot import MeasuredBootClass
+from attest.measuredboot.policy import MeasuredBootClass
 from attest.pcr import PcrClass
 
 ROOT = Path(__file__).resolve().parents[2]
