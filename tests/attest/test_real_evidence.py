@@ -318,5 +318,12 @@ def test_the_real_windows_event_log_replays_to_its_sha1_pcrs() -> None:
 def test_the_fixture_manifest_is_valid_json_with_known_kinds() -> None:
     doc = json.loads(realtpm.MANIFEST.read_text())
     assert doc["format"] == "nodegate-fixtures/1"
-    kinds = {"ek-certificate", "ak-certificate", "attestation", "ek-public", "not-an-event-log"}
+    kinds = {
+        "ek-certificate",
+        "ak-certificate",
+        "attestation",
+        "ek-public",
+        "not-an-event-log",
+        "ek-service-answer",
+    }
     assert {e["kind"] for e in doc["entries"]} == kinds
