@@ -68,6 +68,7 @@ EXPECTED = {
     "ek/infineon-ek-ecc-mfr-ca022.der": ("CN=Infineon OPTIGA(TM) ECC Root CA,", (), 3),
     "ek/infineon-ek-rsa-mfr-ca007.der": ("CN=Infineon OPTIGA(TM) RSA Root CA,", (), 3),
     "ek/nuvoton-ek-rsa-root1110.der": ("C=TW+CN=Nuvoton TPM Root CA 1110+", ("unsorted-set",), 2),
+    "ek/nuvoton-ek-rsa-root2110.der": ("C=TW+CN=Nuvoton TPM Root CA 2110+", ("unsorted-set",), 2),
     "ek/nuvoton-ek-rsa-root2111.der": ("C=TW+CN=Nuvoton TPM Root CA 2111+", ("unsorted-set",), 2),
 }
 
@@ -101,16 +102,18 @@ def test_real_ek_certificates_verify_against_the_shipped_store(name: str, store:
     assert store.listed[ident.links[-1].sha256].role == "root"
 
 
-# Nuvoton's root generations (docs/ek-roots.md): the older roots 0100, 1013, 1014, 1110, 1111 and
-# 2010-2012 (NTC EK Root CA 01/02 for TPM 1.2) and the newer 2110-2112 each sign EK certificates
-# directly; a fleet mixes both, so the store must hold both and each must vouch only for its own.
+# Nuvoton's two root series (docs/ek-roots.md): the "old" roots 0100, 1013, 1014, 1110, 1111 and
+# 2010-2012 (NTC EK Root CA 01/02 for TPM 1.2) and the "new" 2110-2112 (ECC P-256 roots, also used
+# for NPCT6xx parts since 2017). Each signs EK certificates directly; a fleet mixes both, so the
+# store must hold both series and each root must vouch only for its own certificates.
 NUVOTON_GENERATIONS = {
-    "older": {"0100", "1013", "1014", "1110", "1111", "2010", "2011", "2012"},
-    "newer": {"2110", "2111", "2112"},
+    "old": {"0100", "1013", "1014", "1110", "1111", "2010", "2011", "2012"},
+    "new": {"2110", "2111", "2112"},
 }
 NUVOTON = {
-    "ek/nuvoton-ek-rsa-root1110.der": ("1110", "older"),  # NPCT6xx, 2018
-    "ek/nuvoton-ek-rsa-root2111.der": ("2111", "newer"),  # NPCT75x, 2019
+    "ek/nuvoton-ek-rsa-root1110.der": ("1110", "old"),  # NPCT6xx, 2018
+    "ek/nuvoton-ek-rsa-root2110.der": ("2110", "new"),  # NPCT6xx, 2017
+    "ek/nuvoton-ek-rsa-root2111.der": ("2111", "new"),  # NPCT75x, 2019
 }
 
 
