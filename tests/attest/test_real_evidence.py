@@ -103,9 +103,9 @@ def test_real_ek_certificates_verify_against_the_shipped_store(name: str, store:
 
 
 # Nuvoton's two root series (docs/ek-roots.md): the "old" roots 0100, 1013, 1014, 1110, 1111 and
-# 2010-2012 (NTC EK Root CA 01/02 for TPM 1.2) and the "new" 2110-2112 (ECC P-256 roots, also used
-# for NPCT6xx parts since 2017). Each signs EK certificates directly; a fleet mixes both, so the
-# store must hold both series and each root must vouch only for its own certificates.
+# 2010-2012 (NTC EK Root CA 01/02 for TPM 1.2) and the "new" 2110-2112. The roots in use sign EK
+# certificates directly (ECDSA P-256); a fleet mixes both series, so the store must hold both and
+# each root must vouch only for its own certificates.
 NUVOTON_GENERATIONS = {
     "old": {"0100", "1013", "1014", "1110", "1111", "2010", "2011", "2012"},
     "new": {"2110", "2111", "2112"},
