@@ -54,19 +54,32 @@ def test_every_fixture_is_listed_with_provenance() -> None:
         assert entry["fetched"]
 
 
-# Root each genuine EK certificate chains to in the shipped store, and the tolerated quirks it needs.
+# Root each genuine EK certificate chains to in the shipped store, the tolerated quirks it needs, and
+# the length of the path built (EK certificate, intermediates, root): Nuvoton signs EK certificates
+# straight from a root, the others through one or two intermediates.
 EXPECTED = {
-    "ek/google-ek-rsa-ekak-ca.pem": ("CN=EK/AK CA Root", ()),
-    "ek/google-ek-ecc-ekak-ca.pem": ("CN=EK/AK CA Root", ()),
-    "ek/google-ek-rsa-cloud-host.pem": ("CN=tpm_ek_v1_cloud_host_root-signer", ()),
-    "ek/google-ek-ecc-cloud-host.pem": ("CN=tpm_ek_v1_cloud_host_root-signer", ()),
-    "ek/stmicro-ek-rsa.der": ("CN=GlobalSign Trusted Platform Module Root CA", ("nv-padding",)),
-    "ek/stmicro-ek-ecc.der": ("CN=GlobalSign Trusted Platform Module ECC Root CA", ()),
+    "ek/google-ek-rsa-ekak-ca.pem": ("CN=EK/AK CA Root", (), 3),
+    "ek/google-ek-ecc-ekak-ca.pem": ("CN=EK/AK CA Root", (), 3),
+    "ek/google-ek-rsa-cloud-host.pem": ("CN=tpm_ek_v1_cloud_host_root-signer", (), 3),
+    "ek/google-ek-ecc-cloud-host.pem": ("CN=tpm_ek_v1_cloud_host_root-signer", (), 3),
+    "ek/stmicro-ek-rsa.der": ("CN=GlobalSign Trusted Platform Module Root CA", ("nv-padding",), 4),
+    "ek/stmicro-ek-ecc.der": ("CN=GlobalSign Trusted Platform Module ECC Root CA", (), 4),
+    "ek/infineon-ek-rsa-mfr-ca022.der": ("CN=Infineon OPTIGA(TM) RSA Root CA,", (), 3),
+    "ek/infineon-ek-ecc-mfr-ca022.der": ("CN=Infineon OPTIGA(TM) ECC Root CA,", (), 3),
+    "ek/infineon-ek-rsa-mfr-ca007.der": ("CN=Infineon OPTIGA(TM) RSA Root CA,", (), 3),
+    "ek/nuvoton-ek-rsa-root1110.der": ("C=TW+CN=Nuvoton TPM Root CA 1110+", ("unsorted-set",), 2),
+    "ek/nuvoton-ek-rsa-root2110.der": ("C=TW+CN=Nuvoton TPM Root CA 2110+", ("unsorted-set",), 2),
+    "ek/nuvoton-ek-rsa-root2111.der": ("C=TW+CN=Nuvoton TPM Root CA 2111+", ("unsorted-set",), 2),
 }
 
 
 def test_the_expectations_cover_every_ek_fixture() -> None:
     assert set(EXPECTED) == set(realtpm.named("ek-certificate"))
+
+
+def test_every_discrete_tpm_vendor_has_a_real_ek_fixture() -> None:
+    vendors = {realtpm.manifest()[name]["vendor"] for name in EXPECTED}
+    assert vendors == {"google", "stmicro", "infineon", "nuvoton"}
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -80,11 +93,52 @@ def test_real_ek_certificates_verify_against_the_shipped_store(name: str, store:
         intermediates=store.intermediates,
         now=realtpm.valid_at(cert),
     )
-    root, quirks = EXPECTED[name]
+    root, quirks, path = EXPECTED[name]
     assert ident.trusted_by.startswith("chain:" + root)
     assert ident.quirks == quirks
-    assert len(ident.links) >= 3  # EK certificate, intermediate(s), root: a real path was built
-    assert all(store.listed[link.sha256].vendor in {"google", "stmicro"} for link in ident.links[1:])
+    assert len(ident.links) == path  # a real path was built, through the vendor's own CAs
+    vendor = realtpm.manifest()[name]["vendor"]
+    assert all(store.listed[link.sha256].vendor == vendor for link in ident.links[1:])
+    assert store.listed[ident.links[-1].sha256].role == "root"
+
+
+# Nuvoton's two root series (docs/ek-roots.md): the "old" roots 0100, 1013, 1014, 1110, 1111 and
+# 2010-2012 (NTC EK Root CA 01/02 for TPM 1.2) and the "new" 2110-2112. The roots in use sign EK
+# certificates directly (ECDSA P-256); a fleet mixes both series, so the store must hold both and
+# each root must vouch only for its own certificates.
+NUVOTON_GENERATIONS = {
+    "old": {"0100", "1013", "1014", "1110", "1111", "2010", "2011", "2012"},
+    "new": {"2110", "2111", "2112"},
+}
+NUVOTON = {
+    "ek/nuvoton-ek-rsa-root1110.der": ("1110", "old"),  # NPCT6xx, 2018
+    "ek/nuvoton-ek-rsa-root2110.der": ("2110", "new"),  # NPCT6xx, 2017
+    "ek/nuvoton-ek-rsa-root2111.der": ("2111", "new"),  # NPCT75x, 2019
+}
+
+
+def test_the_nuvoton_fixtures_cover_both_root_generations() -> None:
+    assert set(NUVOTON) == set(realtpm.named("ek-certificate", "nuvoton"))
+    assert {generation for _, generation in NUVOTON.values()} == set(NUVOTON_GENERATIONS)
+    assert all(number in NUVOTON_GENERATIONS[generation] for number, generation in NUVOTON.values())
+
+
+@pytest.mark.parametrize("name", sorted(NUVOTON))
+def test_each_nuvoton_ek_verifies_under_its_own_root_and_no_other(name: str, store: ekroots.Roots) -> None:
+    number, _ = NUVOTON[name]
+    der = realtpm.certificate_bytes(name)
+    cert = certparse.read_certificate(der)
+    ek_public = realtpm.ek_public_for(cert.key)
+    at = realtpm.valid_at(cert)
+    ident = tpm.verify_ek(ek_public, der, roots=store.anchors, intermediates=store.intermediates, now=at)
+    anchor = store.listed[ident.links[-1].sha256]
+    assert (anchor.vendor, anchor.role) == ("nuvoton", "root")
+    assert f"CN=Nuvoton TPM Root CA {number}+" in anchor.subject
+    others = tuple(c for c in store.anchors if c.sha256 != ident.links[-1].sha256)
+    assert any("Nuvoton TPM Root CA" in store.listed[c.sha256].subject for c in others)
+    with pytest.raises(EkUntrusted) as caught:
+        tpm.verify_ek(ek_public, der, roots=others, intermediates=store.intermediates, now=at)
+    assert caught.value.code == "ek_untrusted"
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -267,5 +321,12 @@ def test_the_real_windows_event_log_replays_to_its_sha1_pcrs() -> None:
 def test_the_fixture_manifest_is_valid_json_with_known_kinds() -> None:
     doc = json.loads(realtpm.MANIFEST.read_text())
     assert doc["format"] == "nodegate-fixtures/1"
-    kinds = {"ek-certificate", "ak-certificate", "attestation", "ek-public", "not-an-event-log", "event-log"}
+    kinds = {
+        "ek-certificate",
+        "ak-certificate",
+        "attestation",
+        "ek-public",
+        "not-an-event-log",
+        "ek-service-answer",
+    }
     assert {e["kind"] for e in doc["entries"]} == kinds

@@ -13,8 +13,8 @@ from attest import eventlog
 from bootstrap import cli
 from tests.support import realtpm
 
-UBUNTU = "eventlogs/gce-ubuntu-2104-no-dbx.bin"
-RHEL = "eventlogs/gce-rhel8-uefi.bin"
+UBUNTU = "gce-ubuntu-2104-no-dbx.bin"  # tests/fixtures/eventlogs
+RHEL = "gce-rhel8-uefi.bin"
 
 
 def _write(tmp: Path, name: str, data: bytes) -> Path:
@@ -50,8 +50,8 @@ def _damaged_cmdline(raw: bytes) -> tuple[bytes, int]:
 def test_learned_from_two_distributions_accepts_both(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ubuntu = _write(tmp_path, "ubuntu.bin", realtpm.data(UBUNTU))
-    rhel = _write(tmp_path, "rhel.bin", realtpm.data(RHEL))
+    ubuntu = _write(tmp_path, "ubuntu.bin", realtpm.firmware_log(UBUNTU))
+    rhel = _write(tmp_path, "rhel.bin", realtpm.firmware_log(RHEL))
     code, out, err = _learn(tmp_path, capsys, ubuntu, rhel)
     assert (code, err) == (0, "")
     policy = _write(tmp_path, "policy.yaml", out.encode())
@@ -64,7 +64,7 @@ def test_learned_from_two_distributions_accepts_both(
 def test_learn_refuses_to_write_a_class_that_refuses_its_own_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    raw = realtpm.data(UBUNTU)
+    raw = realtpm.firmware_log(UBUNTU)
     damaged, number = _damaged_cmdline(raw)
     good = _write(tmp_path, "good.bin", raw)
     bad = _write(tmp_path, "bad.bin", damaged)
@@ -83,10 +83,10 @@ def test_learn_refuses_to_write_a_class_that_refuses_its_own_input(
 def test_check_refuses_another_distribution_naming_the_event(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ubuntu = _write(tmp_path, "ubuntu.bin", realtpm.data(UBUNTU))
+    ubuntu = _write(tmp_path, "ubuntu.bin", realtpm.firmware_log(UBUNTU))
     code, out, _ = _learn(tmp_path, capsys, ubuntu)
     policy = _write(tmp_path, "policy.yaml", out.encode())
-    rhel = _write(tmp_path, "rhel.bin", realtpm.data(RHEL))
+    rhel = _write(tmp_path, "rhel.bin", realtpm.firmware_log(RHEL))
     code, out, _ = _run(["eventlog", "check", "--policy", str(policy), "--event-log", str(rhel)], capsys)
     assert code == 1
     lines = out.splitlines()
@@ -134,7 +134,7 @@ def test_check_with_quoted_pcrs_replays_first(tmp_path: Path, capsys: pytest.Cap
 def test_check_usage_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], policy: str, pcrs: str | None, needle: str
 ) -> None:
-    log = _write(tmp_path, "log.bin", realtpm.data(UBUNTU))
+    log = _write(tmp_path, "log.bin", realtpm.firmware_log(UBUNTU))
     args = [
         "eventlog",
         "check",
@@ -164,7 +164,7 @@ def test_check_names_a_file_that_is_not_an_event_log(
 def test_learned_lists_carry_a_comment_saying_what_and_how_many(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rhel = _write(tmp_path, "rhel.bin", realtpm.data(RHEL))
+    rhel = _write(tmp_path, "rhel.bin", realtpm.firmware_log(RHEL))
     code, out, _ = _learn(tmp_path, capsys, rhel)
     assert code == 0
     cls = yaml.safe_load(out)["measured_boot"]["classes"][0]

@@ -13,6 +13,7 @@ from pathlib import Path
 import setuptools
 
 from bootstrap.service.ekroots import STORE_ENV
+from tests.support import realtpm
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -89,8 +90,8 @@ for name in realtpm.named("ek-certificate"):
 
 
 def test_a_wheel_ships_the_vendor_store_and_verifies_real_eks_with_vendors_alone(tmp_path: Path) -> None:
-    """`pip install nodegate` (a wheel, not this checkout) trusts real Google and STMicro EKs with
-    `ek_roots: [vendors]` and nothing else configured: the store is package data."""
+    """`pip install nodegate` (a wheel, not this checkout) trusts real Google, STMicro, Infineon and
+    Nuvoton EKs with `ek_roots: [vendors]` and nothing else configured: the store is package data."""
     out = tmp_path / "wheel"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
@@ -122,4 +123,8 @@ def test_a_wheel_ships_the_vendor_store_and_verifies_real_eks_with_vendors_alone
     trusted = dict(line.split(" ", 1) for line in probe.stdout.splitlines())
     assert trusted["ek/stmicro-ek-rsa.der"] == "chain:CN=GlobalSign Trusted Platform Module Root CA"
     assert trusted["ek/google-ek-rsa-ekak-ca.pem"] == "chain:CN=EK/AK CA Root"
-    assert len(trusted) == 6
+    assert trusted["ek/infineon-ek-ecc-mfr-ca022.der"] == "chain:CN=Infineon OPTIGA(TM) ECC Root CA"
+    nuvoton = "chain:C=TW+CN=Nuvoton TPM Root CA {}+O=Nuvoton Technology Corporation"
+    assert trusted["ek/nuvoton-ek-rsa-root1110.der"] == nuvoton.format(1110)
+    assert trusted["ek/nuvoton-ek-rsa-root2111.der"] == nuvoton.format(2111)
+    assert len(trusted) == len(realtpm.named("ek-certificate")) == 12

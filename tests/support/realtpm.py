@@ -26,6 +26,8 @@ from tests.support import fakes
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tpm"
 MANIFEST = FIXTURES / "manifest.json"
+# Firmware event logs have one home, with their own manifest (tests/attest/test_reallogs.py).
+FIRMWARE_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "eventlogs"
 _MAX_MESSAGE = 1 << 20
 _EK_SYM = b"\x00\x06\x00\x80\x00\x43"  # AES-128-CFB, as the TCG EK templates have it
 
@@ -42,6 +44,16 @@ def data(name: str) -> bytes:
     raw = (FIXTURES / name).read_bytes()
     want = manifest()[name]["sha256"]
     if hashlib.sha256(raw).hexdigest() != want:
+        raise AssertionError(f"{name} differs from its manifest entry")
+    return raw
+
+
+def firmware_log(name: str) -> bytes:
+    """A real firmware event log from tests/fixtures/eventlogs, refused unless it is the file its
+    MANIFEST.json records."""
+    entries = {e["file"]: e for e in json.loads((FIRMWARE_LOGS / "MANIFEST.json").read_text())["logs"]}
+    raw = (FIRMWARE_LOGS / name).read_bytes()
+    if hashlib.sha256(raw).hexdigest() != entries[name]["sha256"]:
         raise AssertionError(f"{name} differs from its manifest entry")
     return raw
 
