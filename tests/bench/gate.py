@@ -49,7 +49,11 @@ Reaction at the largest N, after the resync: ``Gate.run()`` (leader election on:
          sample the gate is let finish the release (taint, Event, condition, NodeAttestation
          status) and go idle (no call in flight, nothing queued), so every sample starts from an
          idle gate. The baseline is measured between the samples (the gate idle): the agent's
-         merge patch plus GET of a node-sized object nobody watches.
+         merge patch plus GET of a node-sized object nobody watches; and the status write's own
+         baseline: the operator's same merge patch through /status to a copy of the same CR (same
+         size, same ~1 MiB answer) under a resource nobody watches. The load reads each answer of
+         the operator's CR writes whole but does not decode it and sends the parent only its size
+         (a real operator decodes it on its own machine, not on the API server's or the gate's CPU).
 Reboot   then, S times on released nodes: the kubelet's new boot id (a Node status patch) until
          the watch sees the hold ``unattested``; the join service's attestation of that boot
          (NodeAttestation status bootID, resetCount, attestedAt) until it sees the release; each
@@ -74,7 +78,8 @@ How to read the output:
   reaction        median, p99 (nearest rank) and max over the counted samples; "from the patch's
                   answer" starts the clock when the agent's patch is answered instead
   x round trip    reaction / the baseline's median: how many bare patch + GET round trips a
-                  release costs end to end
+                  release costs end to end; "x status write": reaction / the status write's own
+                  bare round trip (the like-for-like ratio: the same request without the gate)
   calls/reaction  the gate's API calls in the reaction phase / reactions (its GET of the node,
                   the four writes of a release, the GETs the watch events of those writes cause,
                   lease renewals)
