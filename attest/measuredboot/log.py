@@ -65,12 +65,12 @@ class EventLog:
             new = hasher(bank)
             size = new(b"").digest_size
             pcrs: dict[int, bytes] = {}
-            for ev in self.events:
-                digest = ev.digests.get(bank)
-                if digest is None or ev.type == EV_NO_ACTION:
+            get = pcrs.get
+            for _, pcr, etype, digests, _ in self.events:  # unpacked: cheaper than attributes
+                digest = digests.get(bank)
+                if digest is None or etype == EV_NO_ACTION:
                     continue
-                pcr = ev.pcr
-                current = pcrs.get(pcr)
+                current = get(pcr)
                 if current is None:
                     current = self.reset_value(pcr, size)
                 pcrs[pcr] = new(current + digest).digest()
