@@ -22,6 +22,8 @@ CERT_SHA256: Final = uuid.UUID("c1c41626-504c-4092-aca9-41f936934328")
 
 _SHA256_ENTRY: Final = struct.Struct("16x32s")  # EFI_SIGNATURE_DATA: owner GUID (skipped), digest
 _first: Final = operator.itemgetter(0)
+_SIZES: Final = struct.Struct("<QQ")
+_new: Final = tuple.__new__  # a named tuple without its Python-level constructor (one per event)
 
 MAX_NAME_CHARS: Final = 1024
 MAX_SIGNATURES: Final = 65536
@@ -65,7 +67,7 @@ def variable(data: bytes, *, value_to_end: bool = False) -> Variable:
     if len(data) < 32:
         raise ValueError("UEFI_VARIABLE_DATA is shorter than its header")
     guid = data[:16]
-    name_chars, value_len = struct.unpack_from("<QQ", data, 16)
+    name_chars, value_len = _SIZES.unpack_from(data, 16)
     if name_chars > MAX_NAME_CHARS:
         raise ValueError(f"variable name of {name_chars} characters")
     end = 32 + 2 * name_chars + value_len
@@ -78,7 +80,7 @@ def variable(data: bytes, *, value_to_end: bool = False) -> Variable:
         name = raw_name.decode("utf-16-le")
     except UnicodeDecodeError:
         raise ValueError("variable name is not UTF-16") from None
-    return Variable(guid, name.rstrip("\x00"), data[32 + 2 * name_chars :])
+    return _new(Variable, (guid, name.rstrip("\x00"), data[32 + 2 * name_chars :]))
 
 
 def signature_lists(value: bytes) -> list[Signature]:
