@@ -17,7 +17,10 @@ in every bank, SM3-256 included.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
+import operator
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -42,6 +45,8 @@ from attest.measuredboot.tcglog import (
 
 HCRTM_DATA = b"HCRTM"  # PFP: the event data of EV_EFI_HCRTM_EVENT is exactly this string
 HCRTM_LOCALITY = 4
+_TYPE = operator.itemgetter(2)  # Event.type
+_IS_NO_ACTION = functools.partial(operator.eq, EV_NO_ACTION)
 
 __all__ = ["MAX_EVENTS", "MAX_LOG_BYTES", "Event", "EventLog", "SpecId", "parse", "verify_replay"]
 
@@ -116,10 +121,12 @@ def parse(data: bytes) -> EventLog:
     else:  # SHA-1 records throughout (a TPM 1.2-era "Spec ID Event00/02" log, or none at all)
         rest, _ = sha1_records(data, pos, 1, MAX_EVENTS - 1)
     events = [first, *rest]
+    # Each event's type once, in C: the StartupLocality and H-CRTM checks below only need the
+    # few EV_NO_ACTION events and, when there is one, the H-CRTM event.
+    types = list(map(_TYPE, events))
+    skip = 1 if spec else 0
     locality = None
-    for ev in events[1:] if spec else events:
-        if ev.type != EV_NO_ACTION:
-            continue
+    for ev in itertools.compress(events[skip:], map(_IS_NO_ACTION, types[skip:])):
         found = startup_locality(ev)
         if found is not None:
             if locality is not None:
@@ -131,7 +138,8 @@ def parse(data: bytes) -> EventLog:
     else:
         banks, unknown = ("sha1",), ()
     banks = tuple(b for b in banks if _available(b))
-    return EventLog(tuple(events), banks, spec, locality, unknown, _hcrtm(events, locality))
+    hcrtm = _hcrtm(events, locality) if EV_EFI_HCRTM_EVENT in types else False
+    return EventLog(tuple(events), banks, spec, locality, unknown, hcrtm)
 
 
 def _hcrtm(events: list[Event], locality: int | None) -> bool:

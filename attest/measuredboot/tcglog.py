@@ -199,7 +199,7 @@ def _pcr(value: int, event_type: int, number: int) -> int:
 # A named tuple's own constructor is a Python function; tuple.__new__ builds the same record
 # without it (thousands of records per log).
 _new_event = tuple.__new__
-_HEAD = struct.Struct("<II")
+_SHA1_HEAD = struct.Struct("<II20xI")  # PCR, type, (the SHA-1 digest), data size
 _AGILE_HEAD = struct.Struct("<III")
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -233,11 +233,18 @@ def sha1_records(data: bytes, pos: int, first: int, limit: int) -> tuple[list[Ev
             raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
         if pos + 28 > end:
             raise _short(number, "header", pos)
-        raw_pcr, etype = _HEAD.unpack_from(data, pos)
-        pcr = _pcr(raw_pcr, etype, number)
-        digest = data[pos + 8 : pos + 28]
-        body, pos = _event_data(data, pos + 28, number)
-        out.append(_new_event(Event, (number, pcr, etype, {"sha1": digest}, body)))
+        if pos + 32 > end:
+            raise _short(number, "data size", pos + 28)
+        pcr, etype, size = _SHA1_HEAD.unpack_from(data, pos)
+        if pcr > MAX_PCR:
+            _pcr(pcr, etype, number)  # raises unless an EV_NO_ACTION
+        at = pos + 32
+        if size > end - at:
+            raise EventLogInvalid(f"event {number} claims {size} bytes of data; {end - at} are left")
+        out.append(
+            _new_event(Event, (number, pcr, etype, {"sha1": data[pos + 8 : pos + 28]}, data[at : at + size]))
+        )
+        pos = at + size
         number += 1
     return out, pos
 
