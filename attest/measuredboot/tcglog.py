@@ -161,34 +161,6 @@ def hashlib_name(bank: str) -> str:
     raise EventLogInvalid(f"bank {bank} cannot be replayed")
 
 
-class Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int, what: str) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise EventLogInvalid(f"event log ends inside {what} at offset {self.pos}")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def u8(self, what: str) -> int:
-        return self.take(1, what)[0]
-
-    def u16(self, what: str) -> int:
-        return int(struct.unpack("<H", self.take(2, what))[0])
-
-    def u32(self, what: str) -> int:
-        return int(struct.unpack("<I", self.take(4, what))[0])
-
-    @property
-    def left(self) -> int:
-        return len(self.data) - self.pos
-
-
 def _pcr(value: int, event_type: int, number: int) -> int:
     # EV_NO_ACTION records are never extended; firmware files some under PCR 0xFFFFFFFF.
     if value > MAX_PCR and event_type != EV_NO_ACTION:
@@ -201,6 +173,8 @@ def _pcr(value: int, event_type: int, number: int) -> int:
 _new_event = tuple.__new__
 _SHA1_HEAD = struct.Struct("<II20xI")  # PCR, type, (the SHA-1 digest), data size
 _AGILE_HEAD = struct.Struct("<III")
+_SPEC_HEAD = struct.Struct("<IBBBBI")  # after the signature: class, minor, major, errata, uintn, count
+_ALG_SIZE = struct.Struct("<HH")
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 
@@ -278,6 +252,13 @@ def _agile_digests(
     return digests, pos
 
 
+@functools.lru_cache(maxsize=16)
+def _record_struct(sizes: tuple[int, ...]) -> struct.Struct:
+    """A crypto-agile record with every bank: header, (algorithm, digest) pairs, data size.
+    Cached like ``struct``'s own format cache: a log's bank sizes recur across logs."""
+    return struct.Struct("<III" + "".join(f"H{size}s" for size in sizes) + "I")
+
+
 def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[int, int]) -> list[Event]:
     """TCG_PCR_EVENT2 records from ``pos`` to the end of ``data``; ``sizes`` maps each bank the
     Spec ID event lists to its digest size."""
@@ -288,7 +269,7 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
     banks = len(sizes)
     # Nearly every event carries every bank in the Spec ID's order: one precompiled struct reads
     # its header, every (algorithm, digest) pair and the data size at once.
-    whole = struct.Struct("<III" + "".join(f"H{size}s" for size in sizes.values()) + "I")
+    whole = _record_struct(tuple(sizes.values()))
     expected = tuple(sizes)
     bank_names = tuple(names.get(alg, "") for alg in sizes)
     fast = len(names) == banks
@@ -333,16 +314,19 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
 
 
 def spec_id(data: bytes) -> SpecId:
-    r = Reader(data)
-    r.take(16, "the Spec ID signature")
-    platform_class = r.u32("the Spec ID platform class")
-    minor, major, errata, uintn = r.u8("spec"), r.u8("spec"), r.u8("spec"), r.u8("spec")
-    count = r.u32("the Spec ID algorithm count")
+    """The Spec ID Event03 structure (PFP 10.4.5.1): read with precompiled structs (it opens every
+    crypto-agile log), each part bounds-checked, no trailing bytes."""
+    end = len(data)
+    if end < 28:
+        raise EventLogInvalid(f"event log ends inside the Spec ID header at offset {end}")
+    platform_class, minor, major, errata, uintn, count = _SPEC_HEAD.unpack_from(data, 16)
     if not 1 <= count <= MAX_BANKS:
         raise EventLogInvalid(f"the Spec ID event lists {count} algorithms (1 to {MAX_BANKS})")
+    pos = 28 + 4 * count
+    if pos > end:
+        raise EventLogInvalid(f"event log ends inside the Spec ID algorithm list at offset {end}")
     algs: list[tuple[int, int]] = []
-    for _ in range(count):
-        alg, size = r.u16("an algorithm id"), r.u16("a digest size")
+    for alg, size in _ALG_SIZE.iter_unpack(data[28:pos]):
         if any(a == alg for a, _ in algs):
             raise EventLogInvalid(f"the Spec ID event lists algorithm 0x{alg:04x} twice")
         known = DIGEST_SIZES.get(alg)
@@ -351,10 +335,14 @@ def spec_id(data: bytes) -> SpecId:
         if not 1 <= size <= 64:
             raise EventLogInvalid(f"the Spec ID event gives algorithm 0x{alg:04x} a {size}-byte digest")
         algs.append((alg, size))
-    vendor = r.take(r.u8("the vendor info size"), "the vendor info")
-    if r.left:
-        raise EventLogInvalid(f"the Spec ID event has {r.left} trailing bytes")
-    return SpecId(platform_class, (major, minor, errata), uintn, tuple(algs), vendor)
+    if pos >= end:
+        raise EventLogInvalid(f"event log ends inside the vendor info size at offset {pos}")
+    vendor_end = pos + 1 + data[pos]
+    if vendor_end > end:
+        raise EventLogInvalid(f"event log ends inside the vendor info at offset {pos + 1}")
+    if vendor_end < end:
+        raise EventLogInvalid(f"the Spec ID event has {end - vendor_end} trailing bytes")
+    return SpecId(platform_class, (major, minor, errata), uintn, tuple(algs), data[pos + 1 : vendor_end])
 
 
 def startup_locality(ev: Event) -> int | None:
