@@ -274,16 +274,19 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
     bank_names = tuple(names.get(alg, "") for alg in sizes)
     fast = len(names) == banks
     n0, n1, n2 = (*bank_names, "", "", "")[:3]
-    append = out.append
+    # The loop's names bound locally (it runs once per event): no attribute lookups inside.
+    append, unpack, new_event, max_pcr = out.append, whole.unpack_from, _new_event, MAX_PCR
+    head = whole.size if fast else end + 1  # without the fast path, every record goes below
+    stop = first + limit  # number - first is len(out)
     while pos < end:
-        if pos + whole.size <= end and fast:
-            fields = whole.unpack_from(data, pos)
-            if fields[2] == banks and fields[3:-1:2] == expected and fields[0] <= MAX_PCR:
+        if pos + head <= end:
+            fields = unpack(data, pos)
+            if fields[2] == banks and fields[3:-1:2] == expected and fields[0] <= max_pcr:
                 size = fields[-1]
-                at = pos + whole.size
+                at = pos + head
                 if size > end - at:
                     raise EventLogInvalid(f"event {number} claims {size} bytes of data; {end - at} are left")
-                if len(out) >= limit:
+                if number >= stop:
                     raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
                 # A dict display is several times cheaper than dict(zip(...)) for a few banks.
                 if banks == 1:
@@ -294,7 +297,7 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
                     digests = {n0: fields[4], n1: fields[6], n2: fields[8]}
                 else:
                     digests = dict(zip(bank_names, fields[4:-1:2], strict=True))
-                append(_new_event(Event, (number, fields[0], fields[1], digests, data[at : at + size])))
+                append(new_event(Event, (number, fields[0], fields[1], digests, data[at : at + size])))
                 pos = at + size
                 number += 1
                 continue
