@@ -254,11 +254,12 @@ Hasher = Callable[[bytes], Any]  # a hashlib constructor: one per bank, looked u
 def interpret(ev: Event, bank: str, h: Hasher | None = None) -> Typed:
     """The meaning of ``ev`` as vouched for in ``bank``, or why it has none (``h``: the bank's
     hashlib constructor, when the caller already has it)."""
-    digest = ev.digests.get(bank)
+    # Event fields by index (number, pcr, type, digests, data): cheaper than attributes here.
+    digest = ev[3].get(bank)
     if digest is None:
         return _no(ev, f"no {bank} digest, so the quoted bank does not vouch for it")
-    etype = ev.type
-    if etype == EV_IPL and ev.pcr == GRUB_STRING_PCR:  # most judged events: grub's, straight on
+    etype = ev[2]
+    if etype == EV_IPL and ev[1] == GRUB_STRING_PCR:  # most judged events: grub's, straight on
         return _grub_or_loader(ev, hasher(bank) if h is None else h, digest)
     handler = _HANDLERS.get(etype)
     if handler is None:
@@ -370,7 +371,7 @@ def _ipl(ev: Event, h: Hasher, digest: bytes) -> Typed:
 
 
 def _grub_or_loader(ev: Event, h: Hasher, digest: bytes) -> Typed:
-    data = ev.data
+    data = ev[4]
     last = len(data) - 1
     if last > 0 and data.find(b"\x00") == last:
         space = data.find(b" ")
