@@ -237,10 +237,14 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
         out += _problems(facts, "authorities", c.name)
         allowed = set(c.authorities)
         by_digest = c.allows_authority_digests
+        subjects: dict[bytes, str | None] = {}  # firmware and shim log some certificates twice
         for a in facts.authorities:
             if by_digest and f"sha256:{a.sha256}" in allowed:
                 continue
-            subject = a.subject
+            cert = a.certificate
+            if cert not in subjects:
+                subjects[cert] = a.subject
+            subject = subjects[cert]
             if subject is None or subject not in allowed:
                 who = subject or f"sha256:{a.sha256}"
                 out.append(
