@@ -184,8 +184,11 @@ def verify_replay(log: EventLog, quoted: Mapping[str, Mapping[int, bytes]]) -> d
         if bank not in replayed:
             raise EventLogMismatch(f"the event log has no {bank} digests; the quote covers {bank}")
         size = len(next(iter(values.values())))
+        ours = replayed[bank]
         for index in sorted(values):
-            got = replayed[bank].get(index, log.reset_value(index, size))
+            got = ours.get(index)
+            if got is None:  # no event extends it: still at its reset value
+                got = log.reset_value(index, size)
             if got != values[index]:
                 last = _last_event(log, bank, index)
                 after = f" (last event extending it: {last.where()})" if last else " (no event extends it)"
