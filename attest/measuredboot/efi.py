@@ -6,8 +6,11 @@ anything that does not fit; callers turn that into "this event's data cannot be 
 
 from __future__ import annotations
 
+import itertools
+import operator
 import struct
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
@@ -16,6 +19,11 @@ IMAGE_SECURITY_DATABASE: Final = uuid.UUID("d719b2cb-3d3a-4596-a3bc-dad00e67656f
 SHIM_LOCK: Final = uuid.UUID("605dab50-e046-4300-abb6-3dd810dd8b23")
 CERT_X509: Final = uuid.UUID("a5c059a1-94e4-4aa7-87b5-ab155c2bf072")
 CERT_SHA256: Final = uuid.UUID("c1c41626-504c-4092-aca9-41f936934328")
+
+_SHA256_ENTRY: Final = struct.Struct("16x32s")  # EFI_SIGNATURE_DATA: owner GUID (skipped), digest
+_first: Final = operator.itemgetter(0)
+_SIZES: Final = struct.Struct("<QQ")
+_new: Final = tuple.__new__  # a named tuple without its Python-level constructor (one per event)
 
 MAX_NAME_CHARS: Final = 1024
 MAX_SIGNATURES: Final = 65536
@@ -59,7 +67,7 @@ def variable(data: bytes, *, value_to_end: bool = False) -> Variable:
     if len(data) < 32:
         raise ValueError("UEFI_VARIABLE_DATA is shorter than its header")
     guid = data[:16]
-    name_chars, value_len = struct.unpack_from("<QQ", data, 16)
+    name_chars, value_len = _SIZES.unpack_from(data, 16)
     if name_chars > MAX_NAME_CHARS:
         raise ValueError(f"variable name of {name_chars} characters")
     end = 32 + 2 * name_chars + value_len
@@ -72,7 +80,7 @@ def variable(data: bytes, *, value_to_end: bool = False) -> Variable:
         name = raw_name.decode("utf-16-le")
     except UnicodeDecodeError:
         raise ValueError("variable name is not UTF-16") from None
-    return Variable(guid, name.rstrip("\x00"), data[32 + 2 * name_chars :])
+    return _new(Variable, (guid, name.rstrip("\x00"), data[32 + 2 * name_chars :]))
 
 
 def signature_lists(value: bytes) -> list[Signature]:
@@ -103,9 +111,10 @@ def signature_lists(value: bytes) -> list[Signature]:
 def sha256_entries(value: bytes) -> frozenset[bytes]:
     """The 32-byte image digests of the EFI_CERT_SHA256 lists in ``value`` (a dbx), without
     building a record per signature; the lists are checked as :func:`signature_lists` does."""
-    out: set[bytes] = set()
+    found: list[Iterator[bytes]] = []
     pos = 0
     sha256 = CERT_SHA256.bytes_le
+    view = memoryview(value)
     while pos < len(value):
         if len(value) - pos < 28:
             raise ValueError("EFI_SIGNATURE_LIST shorter than its header")
@@ -119,9 +128,10 @@ def sha256_entries(value: bytes) -> frozenset[bytes]:
             raise ValueError("EFI_SIGNATURE_LIST size is not a whole number of signatures")
         if value[pos : pos + 16] == sha256 and sig_size == 48:
             start = pos + 28 + header_size
-            out.update(value[at + 16 : at + 48] for at in range(start, start + body, 48))
+            # iter_unpack walks the entries in C (a dbx holds hundreds); body is a multiple of 48.
+            found.append(map(_first, _SHA256_ENTRY.iter_unpack(view[start : start + body])))
         pos += list_size
-    return frozenset(out)
+    return frozenset(itertools.chain.from_iterable(found))
 
 
 def der_length(data: bytes) -> int | None:

@@ -181,6 +181,7 @@ class GrubText(NamedTuple):
     role: str  # command, kernel, module
     prefix: bytes  # which flavour of grub wrote it
     body: bytes  # the text after the prefix, without the NUL
+    word: bytes  # the first word of body (``linux``, ``set``...): the command, for commands
 
     @property
     def text(self) -> str:
@@ -189,12 +190,6 @@ class GrubText(NamedTuple):
     @property
     def command(self) -> str:
         return self.word.decode("utf-8", errors="replace")
-
-    @property
-    def word(self) -> bytes:
-        """The command's first word (``linux``, ``set``...)."""
-        space = self.body.find(b" ")
-        return self.body if space < 0 else self.body[:space]
 
 
 class LoaderCmdline(NamedTuple):
@@ -245,8 +240,12 @@ def _sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# Named tuples built without their Python-level constructor: one per judged event.
+_new: Final = tuple.__new__
+
+
 def _no(ev: Event, reason: str) -> Uninterpreted:
-    return Uninterpreted(ev, ev.pcr, reason)
+    return _new(Uninterpreted, (ev, ev[1], reason))
 
 
 Hasher = Callable[[bytes], Any]  # a hashlib constructor: one per bank, looked up once per log
@@ -255,10 +254,14 @@ Hasher = Callable[[bytes], Any]  # a hashlib constructor: one per bank, looked u
 def interpret(ev: Event, bank: str, h: Hasher | None = None) -> Typed:
     """The meaning of ``ev`` as vouched for in ``bank``, or why it has none (``h``: the bank's
     hashlib constructor, when the caller already has it)."""
-    digest = ev.digests.get(bank)
+    # Event fields by index (number, pcr, type, digests, data): cheaper than attributes here.
+    digest = ev[3].get(bank)
     if digest is None:
         return _no(ev, f"no {bank} digest, so the quoted bank does not vouch for it")
-    handler = _HANDLERS.get(ev.type)
+    etype = ev[2]
+    if etype == EV_IPL and ev[1] == GRUB_STRING_PCR:  # most judged events: grub's, straight on
+        return _grub_or_loader(ev, hasher(bank) if h is None else h, digest)
+    handler = _HANDLERS.get(etype)
     if handler is None:
         return _no(ev, "an event type the firmware profile does not define for this PCR")
     return handler(ev, hasher(bank) if h is None else h, digest)
@@ -273,9 +276,9 @@ def _separator(ev: Event, h: Hasher, digest: bytes) -> Typed:
         return _no(ev, "a separator outside PCRs 0-7")
     if ev.data not in (SEPARATOR_OK, SEPARATOR_ERROR):
         return _no(ev, "separator data is not 00000000 or FFFFFFFF")
-    if not _hash_is(h, ev.data, digest):
+    if h(ev.data).digest() != digest:
         return _no(ev, "separator data does not hash to its digest")
-    return Separator(ev, ev.data == SEPARATOR_ERROR)
+    return _new(Separator, (ev, ev.data == SEPARATOR_ERROR))
 
 
 def _action_in(table: dict[bytes, frozenset[int]]) -> Callable[[Event, Hasher, bytes], Typed]:
@@ -303,9 +306,9 @@ def _variable(ev: Event, h: Hasher, digest: bytes) -> Typed:
         return _no(ev, f"not a UEFI_VARIABLE_DATA: {exc}")
     if (var.guid_le, var.name) not in CONFIG_VARIABLES:
         return _no(ev, f"variable {var.name!r} ({var.guid}) is not one the profile measures into PCR 7")
-    if not _hash_is(h, ev.data, digest):
+    if h(ev.data).digest() != digest:
         return _no(ev, "variable data does not hash to its digest")
-    return Variable(ev, var)
+    return _new(Variable, (ev, var))
 
 
 def _authority(ev: Event, h: Hasher, digest: bytes) -> Typed:
@@ -368,7 +371,7 @@ def _ipl(ev: Event, h: Hasher, digest: bytes) -> Typed:
 
 
 def _grub_or_loader(ev: Event, h: Hasher, digest: bytes) -> Typed:
-    data = ev.data
+    data = ev[4]
     last = len(data) - 1
     if last > 0 and data.find(b"\x00") == last:
         space = data.find(b" ")
@@ -376,9 +379,12 @@ def _grub_or_loader(ev: Event, h: Hasher, digest: bytes) -> Typed:
         if found is None:
             return _no(ev, "not a grub measurement (unknown prefix)")
         prefix, role, with_nul = found
-        if not _hash_is(h, data[space + 1 : last + 1 if with_nul else last], digest):
+        if h(data[space + 1 : last + 1 if with_nul else last]).digest() != digest:
             return _no(ev, f"grub text does not hash to its digest as {prefix.decode().strip()} defines")
-        return GrubText(ev, role, prefix, data[space + 1 : last])
+        body = data[space + 1 : last]
+        cut = body.find(b" ")
+        word = body if cut < 0 else body[:cut]
+        return _new(GrubText, (ev, role, prefix, body, word))
     return _systemd_boot(ev, h, digest)
 
 

@@ -228,8 +228,8 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
     seen7 = False
     h = hasher(bank)
     for ev in events:
-        pcr = ev.pcr
-        if ev.type == EV_NO_ACTION:
+        pcr = ev[1]  # Event's pcr and type, by index: cheaper than attributes, every event
+        if ev[2] == EV_NO_ACTION:
             continue
         if pcrs is not None and pcr not in pcrs:
             uncovered.append(ev)
@@ -239,6 +239,13 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
         t = interpret(ev, bank, h)
         typed.append(t)
         kind = type(t)
+        # PCR 8 types as grub/systemd-boot text or not at all (events.py gives separators,
+        # actions, variables, authorities and applications other PCRs), so the rest is skipped.
+        if pcr == GRUB_STRING_PCR:
+            if kind is Uninterpreted:
+                uninterpreted.append(t)  # type: ignore[arg-type]
+            pcr8.append(t)
+            continue
         if kind is Uninterpreted:
             uninterpreted.append(t)  # type: ignore[arg-type]
             if pcr == SECURE_BOOT_PCR:
@@ -255,23 +262,8 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
         if pcr == SECURE_BOOT_PCR:
             seen7 = True
             pcr7.add(ev, t, uninterpreted)
-        elif pcr == GRUB_STRING_PCR:
-            pcr8.append(t)
     commands, cmdlines = _grub(pcr8, uninterpreted)
-    if pcr7.separator is None and (seen7 or (pcrs is not None and SECURE_BOOT_PCR in pcrs)):
-        uninterpreted.append(
-            Uninterpreted(None, SECURE_BOOT_PCR, "PCR 7 has no separator, so its configuration is not closed")
-        )
-        pcr7 = _Pcr7()
-    elif pcr7.separator is not None and not pcr7.seen >= REQUIRED_VARIABLES:
-        # The profile measures all five (empty ones too): one missing could be an event relabelled
-        # into another type, or one moved in from elsewhere under that name.
-        missing = ", ".join(v for v in REQUIRED_VARIABLES_ORDER if v not in pcr7.seen)
-        uninterpreted.append(
-            Uninterpreted(
-                None, SECURE_BOOT_PCR, f"PCR 7 lacks {missing}, which the firmware profile measures"
-            )
-        )
+    pcr7 = _closed(pcr7, seen7 or (pcrs is not None and SECURE_BOOT_PCR in pcrs), uninterpreted)
     return BootFacts(
         bank=bank,
         secure_boot=pcr7.secure_boot,
@@ -288,6 +280,26 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
         shim_state=tuple(shim),
         typed=tuple(typed),
     )
+
+
+def _closed(pcr7: _Pcr7, judged: bool, uninterpreted: list[Uninterpreted]) -> _Pcr7:
+    """PCR 7's configuration counts only when its separator closed it and all five required
+    variables are there (``judged``: PCR 7 is quoted or has events)."""
+    if pcr7.separator is None and judged:
+        uninterpreted.append(
+            Uninterpreted(None, SECURE_BOOT_PCR, "PCR 7 has no separator, so its configuration is not closed")
+        )
+        return _Pcr7()
+    if pcr7.separator is not None and not pcr7.seen >= REQUIRED_VARIABLES:
+        # The profile measures all five (empty ones too): one missing could be an event relabelled
+        # into another type, or one moved in from elsewhere under that name.
+        missing = ", ".join(v for v in REQUIRED_VARIABLES_ORDER if v not in pcr7.seen)
+        uninterpreted.append(
+            Uninterpreted(
+                None, SECURE_BOOT_PCR, f"PCR 7 lacks {missing}, which the firmware profile measures"
+            )
+        )
+    return pcr7
 
 
 def preferred_bank(banks: Sequence[str]) -> str | None:

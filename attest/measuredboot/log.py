@@ -17,7 +17,10 @@ in every bank, SM3-256 included.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
+import operator
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
@@ -42,6 +45,8 @@ from attest.measuredboot.tcglog import (
 
 HCRTM_DATA = b"HCRTM"  # PFP: the event data of EV_EFI_HCRTM_EVENT is exactly this string
 HCRTM_LOCALITY = 4
+_TYPE = operator.itemgetter(2)  # Event.type
+_IS_NO_ACTION = functools.partial(operator.eq, EV_NO_ACTION)
 
 __all__ = ["MAX_EVENTS", "MAX_LOG_BYTES", "Event", "EventLog", "SpecId", "parse", "verify_replay"]
 
@@ -65,12 +70,12 @@ class EventLog:
             new = hasher(bank)
             size = new(b"").digest_size
             pcrs: dict[int, bytes] = {}
-            for ev in self.events:
-                digest = ev.digests.get(bank)
-                if digest is None or ev.type == EV_NO_ACTION:
+            get = pcrs.get
+            for _, pcr, etype, digests, _ in self.events:  # unpacked: cheaper than attributes
+                digest = digests.get(bank)
+                if digest is None or etype == EV_NO_ACTION:
                     continue
-                pcr = ev.pcr
-                current = pcrs.get(pcr)
+                current = get(pcr)
                 if current is None:
                     current = self.reset_value(pcr, size)
                 pcrs[pcr] = new(current + digest).digest()
@@ -116,10 +121,12 @@ def parse(data: bytes) -> EventLog:
     else:  # SHA-1 records throughout (a TPM 1.2-era "Spec ID Event00/02" log, or none at all)
         rest, _ = sha1_records(data, pos, 1, MAX_EVENTS - 1)
     events = [first, *rest]
+    # Each event's type once, in C: the StartupLocality and H-CRTM checks below only need the
+    # few EV_NO_ACTION events and, when there is one, the H-CRTM event.
+    types = list(map(_TYPE, events))
+    skip = 1 if spec else 0
     locality = None
-    for ev in events[1:] if spec else events:
-        if ev.type != EV_NO_ACTION:
-            continue
+    for ev in itertools.compress(events[skip:], map(_IS_NO_ACTION, types[skip:])):
         found = startup_locality(ev)
         if found is not None:
             if locality is not None:
@@ -131,7 +138,8 @@ def parse(data: bytes) -> EventLog:
     else:
         banks, unknown = ("sha1",), ()
     banks = tuple(b for b in banks if _available(b))
-    return EventLog(tuple(events), banks, spec, locality, unknown, _hcrtm(events, locality))
+    hcrtm = _hcrtm(events, locality) if EV_EFI_HCRTM_EVENT in types else False
+    return EventLog(tuple(events), banks, spec, locality, unknown, hcrtm)
 
 
 def _hcrtm(events: list[Event], locality: int | None) -> bool:
@@ -157,6 +165,8 @@ def _hcrtm(events: list[Event], locality: int | None) -> bool:
 
 
 def _available(bank: str) -> bool:
+    if bank in ("sha1", "sha256", "sha384", "sha512"):  # hashlib guarantees these constructors
+        return True
     try:
         hashlib.new(hashlib_name(bank))
     except ValueError:
@@ -174,8 +184,11 @@ def verify_replay(log: EventLog, quoted: Mapping[str, Mapping[int, bytes]]) -> d
         if bank not in replayed:
             raise EventLogMismatch(f"the event log has no {bank} digests; the quote covers {bank}")
         size = len(next(iter(values.values())))
+        ours = replayed[bank]
         for index in sorted(values):
-            got = replayed[bank].get(index, log.reset_value(index, size))
+            got = ours.get(index)
+            if got is None:  # no event extends it: still at its reset value
+                got = log.reset_value(index, size)
             if got != values[index]:
                 last = _last_event(log, bank, index)
                 after = f" (last event extending it: {last.where()})" if last else " (no event extends it)"

@@ -161,34 +161,6 @@ def hashlib_name(bank: str) -> str:
     raise EventLogInvalid(f"bank {bank} cannot be replayed")
 
 
-class Reader:
-    __slots__ = ("data", "pos")
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int, what: str) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise EventLogInvalid(f"event log ends inside {what} at offset {self.pos}")
-        out = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def u8(self, what: str) -> int:
-        return self.take(1, what)[0]
-
-    def u16(self, what: str) -> int:
-        return int(struct.unpack("<H", self.take(2, what))[0])
-
-    def u32(self, what: str) -> int:
-        return int(struct.unpack("<I", self.take(4, what))[0])
-
-    @property
-    def left(self) -> int:
-        return len(self.data) - self.pos
-
-
 def _pcr(value: int, event_type: int, number: int) -> int:
     # EV_NO_ACTION records are never extended; firmware files some under PCR 0xFFFFFFFF.
     if value > MAX_PCR and event_type != EV_NO_ACTION:
@@ -199,8 +171,10 @@ def _pcr(value: int, event_type: int, number: int) -> int:
 # A named tuple's own constructor is a Python function; tuple.__new__ builds the same record
 # without it (thousands of records per log).
 _new_event = tuple.__new__
-_HEAD = struct.Struct("<II")
+_SHA1_HEAD = struct.Struct("<II20xI")  # PCR, type, (the SHA-1 digest), data size
 _AGILE_HEAD = struct.Struct("<III")
+_SPEC_HEAD = struct.Struct("<IBBBBI")  # after the signature: class, minor, major, errata, uintn, count
+_ALG_SIZE = struct.Struct("<HH")
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 
@@ -233,11 +207,18 @@ def sha1_records(data: bytes, pos: int, first: int, limit: int) -> tuple[list[Ev
             raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
         if pos + 28 > end:
             raise _short(number, "header", pos)
-        raw_pcr, etype = _HEAD.unpack_from(data, pos)
-        pcr = _pcr(raw_pcr, etype, number)
-        digest = data[pos + 8 : pos + 28]
-        body, pos = _event_data(data, pos + 28, number)
-        out.append(_new_event(Event, (number, pcr, etype, {"sha1": digest}, body)))
+        if pos + 32 > end:
+            raise _short(number, "data size", pos + 28)
+        pcr, etype, size = _SHA1_HEAD.unpack_from(data, pos)
+        if pcr > MAX_PCR:
+            _pcr(pcr, etype, number)  # raises unless an EV_NO_ACTION
+        at = pos + 32
+        if size > end - at:
+            raise EventLogInvalid(f"event {number} claims {size} bytes of data; {end - at} are left")
+        out.append(
+            _new_event(Event, (number, pcr, etype, {"sha1": data[pos + 8 : pos + 28]}, data[at : at + size]))
+        )
+        pos = at + size
         number += 1
     return out, pos
 
@@ -271,6 +252,13 @@ def _agile_digests(
     return digests, pos
 
 
+@functools.lru_cache(maxsize=16)
+def _record_struct(sizes: tuple[int, ...]) -> struct.Struct:
+    """A crypto-agile record with every bank: header, (algorithm, digest) pairs, data size.
+    Cached like ``struct``'s own format cache: a log's bank sizes recur across logs."""
+    return struct.Struct("<III" + "".join(f"H{size}s" for size in sizes) + "I")
+
+
 def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[int, int]) -> list[Event]:
     """TCG_PCR_EVENT2 records from ``pos`` to the end of ``data``; ``sizes`` maps each bank the
     Spec ID event lists to its digest size."""
@@ -281,23 +269,35 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
     banks = len(sizes)
     # Nearly every event carries every bank in the Spec ID's order: one precompiled struct reads
     # its header, every (algorithm, digest) pair and the data size at once.
-    whole = struct.Struct("<III" + "".join(f"H{size}s" for size in sizes.values()) + "I")
+    whole = _record_struct(tuple(sizes.values()))
     expected = tuple(sizes)
     bank_names = tuple(names.get(alg, "") for alg in sizes)
     fast = len(names) == banks
-    append = out.append
+    n0, n1, n2 = (*bank_names, "", "", "")[:3]
+    # The loop's names bound locally (it runs once per event): no attribute lookups inside.
+    append, unpack, new_event, max_pcr = out.append, whole.unpack_from, _new_event, MAX_PCR
+    head = whole.size if fast else end + 1  # without the fast path, every record goes below
+    stop = first + limit  # number - first is len(out)
     while pos < end:
-        if pos + whole.size <= end and fast:
-            fields = whole.unpack_from(data, pos)
-            if fields[2] == banks and fields[3:-1:2] == expected and fields[0] <= MAX_PCR:
+        if pos + head <= end:
+            fields = unpack(data, pos)
+            if fields[2] == banks and fields[3:-1:2] == expected and fields[0] <= max_pcr:
                 size = fields[-1]
-                at = pos + whole.size
+                at = pos + head
                 if size > end - at:
                     raise EventLogInvalid(f"event {number} claims {size} bytes of data; {end - at} are left")
-                if len(out) >= limit:
+                if number >= stop:
                     raise EventLogInvalid(f"the event log holds more than {MAX_EVENTS} events")
-                digests = dict(zip(bank_names, fields[4:-1:2], strict=True))
-                append(_new_event(Event, (number, fields[0], fields[1], digests, data[at : at + size])))
+                # A dict display is several times cheaper than dict(zip(...)) for a few banks.
+                if banks == 1:
+                    digests = {n0: fields[4]}
+                elif banks == 2:
+                    digests = {n0: fields[4], n1: fields[6]}
+                elif banks == 3:
+                    digests = {n0: fields[4], n1: fields[6], n2: fields[8]}
+                else:
+                    digests = dict(zip(bank_names, fields[4:-1:2], strict=True))
+                append(new_event(Event, (number, fields[0], fields[1], digests, data[at : at + size])))
                 pos = at + size
                 number += 1
                 continue
@@ -317,16 +317,19 @@ def agile_records(data: bytes, pos: int, first: int, limit: int, sizes: Mapping[
 
 
 def spec_id(data: bytes) -> SpecId:
-    r = Reader(data)
-    r.take(16, "the Spec ID signature")
-    platform_class = r.u32("the Spec ID platform class")
-    minor, major, errata, uintn = r.u8("spec"), r.u8("spec"), r.u8("spec"), r.u8("spec")
-    count = r.u32("the Spec ID algorithm count")
+    """The Spec ID Event03 structure (PFP 10.4.5.1): read with precompiled structs (it opens every
+    crypto-agile log), each part bounds-checked, no trailing bytes."""
+    end = len(data)
+    if end < 28:
+        raise EventLogInvalid(f"event log ends inside the Spec ID header at offset {end}")
+    platform_class, minor, major, errata, uintn, count = _SPEC_HEAD.unpack_from(data, 16)
     if not 1 <= count <= MAX_BANKS:
         raise EventLogInvalid(f"the Spec ID event lists {count} algorithms (1 to {MAX_BANKS})")
+    pos = 28 + 4 * count
+    if pos > end:
+        raise EventLogInvalid(f"event log ends inside the Spec ID algorithm list at offset {end}")
     algs: list[tuple[int, int]] = []
-    for _ in range(count):
-        alg, size = r.u16("an algorithm id"), r.u16("a digest size")
+    for alg, size in _ALG_SIZE.iter_unpack(data[28:pos]):
         if any(a == alg for a, _ in algs):
             raise EventLogInvalid(f"the Spec ID event lists algorithm 0x{alg:04x} twice")
         known = DIGEST_SIZES.get(alg)
@@ -335,10 +338,14 @@ def spec_id(data: bytes) -> SpecId:
         if not 1 <= size <= 64:
             raise EventLogInvalid(f"the Spec ID event gives algorithm 0x{alg:04x} a {size}-byte digest")
         algs.append((alg, size))
-    vendor = r.take(r.u8("the vendor info size"), "the vendor info")
-    if r.left:
-        raise EventLogInvalid(f"the Spec ID event has {r.left} trailing bytes")
-    return SpecId(platform_class, (major, minor, errata), uintn, tuple(algs), vendor)
+    if pos >= end:
+        raise EventLogInvalid(f"event log ends inside the vendor info size at offset {pos}")
+    vendor_end = pos + 1 + data[pos]
+    if vendor_end > end:
+        raise EventLogInvalid(f"event log ends inside the vendor info at offset {pos + 1}")
+    if vendor_end < end:
+        raise EventLogInvalid(f"the Spec ID event has {end - vendor_end} trailing bytes")
+    return SpecId(platform_class, (major, minor, errata), uintn, tuple(algs), data[pos + 1 : vendor_end])
 
 
 def startup_locality(ev: Event) -> int | None:
