@@ -341,9 +341,10 @@ def _sorted_sets(buf: bytes, pos: int, end: int, found: list[str], depth: int) -
 
 def _extensions(der: bytes, pos: int, cs: int, ce: int, found: list[str]) -> bytes:
     """[3] Extensions, with SETs sorted inside each extnValue too (a SAN directoryName is a Name)."""
-    (tag, _, seq_start, seq_end), *rest = _children(der, cs, ce)
-    if tag != _SEQUENCE or rest:
-        return der[pos:ce]  # not Extensions: left for cryptography to refuse
+    children = _children(der, cs, ce)
+    if len(children) != 1 or children[0][0] != _SEQUENCE:
+        return der[pos:ce]  # not Extensions (none, several, another type): left for cryptography
+    _, _, seq_start, seq_end = children[0]
     out = []
     for _, epos, es, ee in _children(der, seq_start, seq_end):
         fields = _children(der, es, ee)

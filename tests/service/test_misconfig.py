@@ -149,12 +149,12 @@ def kubeconfig_garbage(tmp: Path, doc: dict[str, Any]) -> str:
 
 
 def policy_file_missing(tmp: Path, doc: dict[str, Any]) -> str:
-    doc["admission"] = {"policy_files": [str(tmp / "policies.yaml")]}
+    doc["admission"]["policy_files"] = [str(tmp / "policies.yaml")]
     return f"admission.policy_files: {tmp / 'policies.yaml'} does not exist"
 
 
 def rbac_file_missing(tmp: Path, doc: dict[str, Any]) -> str:
-    doc["admission"] = {"rbac_files": [str(tmp / "rbac.yaml")]}
+    doc["admission"]["rbac_files"] = [str(tmp / "rbac.yaml")]
     return f"admission.rbac_files: {tmp / 'rbac.yaml'} does not exist"
 
 
@@ -228,6 +228,7 @@ def test_each_mistake_is_one_line_and_exit_2(
         "listen": "127.0.0.1:0",
         "state_dir": str(state),
         "ek_roots": [str(ek_ca.write(tmp_path / "ek-root.pem"))],
+        "admission": {"listen": "127.0.0.1:0"},  # never the fixed 9443 another process may hold
         "_busy": busy,
     }
     expect = MISTAKES[mistake](tmp_path, doc)
@@ -272,6 +273,7 @@ def _config(tmp: Path, ek_ca: EkCa, state: Path, **extra: Any) -> Path:
         "listen": "127.0.0.1:0",
         "state_dir": str(state),
         "ek_roots": [str(ek_ca.write(tmp / "ek-root.pem"))],
+        "admission": {"listen": "127.0.0.1:0"},
         **extra,
     }
     config.write_text(yaml.safe_dump(doc))
