@@ -12,7 +12,8 @@ exactly those and nothing else:
 2. ``cryptography`` decodes the fields (names, validity, key, extensions) from the exact DER. Only
    when it refuses them is a canonical copy made that undoes the listed quirks and nothing else
    (SET OF members sorted, NULL dropped from an ECDSA AlgorithmIdentifier, leading zero octets
-   dropped from the serial); each of those changes the encoding only, never a value. If the copy
+   dropped from the serial, an encoded DEFAULT FALSE dropped from Extension.critical and
+   BasicConstraints.cA); each of those changes the encoding only, never a value. If the copy
    still does not decode, or the refusal had another cause, the certificate is malformed.
 3. Bytes after the certificate are refused, except 0xFF NV padding (or whitespace after a DER file,
    for roots read from disk), which is recorded.
@@ -44,6 +45,7 @@ FILE_WHITESPACE = "file-whitespace"
 UNSORTED_SET = "unsorted-set"
 ECDSA_NULL_PARAMS = "ecdsa-null-params"
 SERIAL_LEADING_ZEROS = "serial-leading-zeros"
+ENCODED_DEFAULT = "encoded-default"
 
 # Every tolerated deviation from DER, the vendor that needs it and why tolerating it is safe.
 QUIRKS: dict[str, str] = {
@@ -58,6 +60,9 @@ QUIRKS: dict[str, str] = {
     "(Intel OnDie CA root and CSME intermediate); NULL carries no parameter",
     SERIAL_LEADING_ZEROS: "a serial number INTEGER with redundant leading zero octets (first-issue "
     "STMicro EK intermediates); the value is unchanged and serials play no part in trust here",
+    ENCODED_DEFAULT: "an explicitly encoded DEFAULT FALSE in Extension.critical or "
+    "BasicConstraints.cA (Intel PTT EK certificates); absent and FALSE mean the same, as X.509 "
+    "defines them, and nowhere else is an encoded default accepted",
 }
 
 _DECODE_ERRORS = (
@@ -72,7 +77,9 @@ _ECDSA_OIDS = frozenset(  # ecdsa-with-SHA224/256/384/512 (RFC 5758: parameters 
     bytes.fromhex("06082a8648ce3d0403" + n) for n in ("01", "02", "03", "04")
 )
 _NULL = b"\x05\x00"
-_SEQUENCE, _SET, _INTEGER, _BIT_STRING, _OCTET_STRING = 0x30, 0x31, 0x02, 0x03, 0x04
+_FALSE = b"\x01\x01\x00"  # BOOLEAN FALSE: only ever dropped where X.509 says DEFAULT FALSE
+_BASIC_CONSTRAINTS = bytes.fromhex("0603551d13")  # id-ce-basicConstraints (2.5.29.19)
+_SEQUENCE, _SET, _INTEGER, _BIT_STRING, _OCTET_STRING, _OID = 0x30, 0x31, 0x02, 0x03, 0x04, 0x06
 _CONSTRUCTED = 0x20
 _VERSION, _EXTENSIONS = 0xA0, 0xA3
 _PEM = re.compile(rb"-----BEGIN CERTIFICATE-----([A-Za-z0-9+/=\s]*?)-----END CERTIFICATE-----")
@@ -355,8 +362,27 @@ def _extensions(der: bytes, pos: int, cs: int, ce: int, found: list[str]) -> byt
                 inner = b"".join(_sorted_sets(der, p, ve, found, 1) for _, p, _, _ in _children(der, vs, ve))
             except DerError:
                 inner = der[vs:ve]  # not DER inside: cryptography judges it as it is
+            if len(items) in (2, 3) and items[0] == _BASIC_CONSTRAINTS:
+                inner = _basic_constraints(inner, found)
             items[-1] = _encode(_OCTET_STRING, inner)
+        if len(items) == 3 and tag == _OCTET_STRING and fields[0][0] == _OID and items[1] == _FALSE:
+            # Extension ::= SEQUENCE { extnID, critical BOOLEAN DEFAULT FALSE, extnValue }
+            _note(found, ENCODED_DEFAULT)
+            del items[1]
         joined = b"".join(items)
         out.append(der[epos:ee] if joined == der[es:ee] else _encode(_SEQUENCE, joined))
     content = _encode(_SEQUENCE, b"".join(out))
     return der[pos:ce] if content == der[cs:ce] else _encode(_EXTENSIONS, content)
+
+
+def _basic_constraints(value: bytes, found: list[str]) -> bytes:
+    """BasicConstraints ::= SEQUENCE { cA BOOLEAN DEFAULT FALSE, pathLenConstraint INTEGER OPTIONAL }
+    without an encoded ``cA FALSE``; anything else is returned as it is, for cryptography to judge."""
+    try:
+        tag, start, end = _header(value, 0, len(value))
+    except DerError:
+        return value
+    if tag != _SEQUENCE or end != len(value) or not value[start:end].startswith(_FALSE):
+        return value
+    _note(found, ENCODED_DEFAULT)
+    return _encode(_SEQUENCE, value[start + len(_FALSE) : end])

@@ -450,6 +450,7 @@ def test_every_quirk_is_documented() -> None:
         certparse.UNSORTED_SET,
         certparse.ECDSA_NULL_PARAMS,
         certparse.SERIAL_LEADING_ZEROS,
+        certparse.ENCODED_DEFAULT,
     }
     assert all(certparse.QUIRKS.values())
 
