@@ -253,30 +253,30 @@ class Decider:
         reboots = rules.new_reboots(old, cr) if cr.reboot else []
         allowed = self.authorizer.allowed
         # Why each candidate before the admitting one fails; their texts are only built for a denial.
-        refused: list[tuple[_Candidate, list[str], list[Violation]]] = []
+        refused: list[tuple[_Candidate, list[str]]] = []
         for candidate in candidates:
             # Rights first: the limits of a policy the requester may not use are not worth computing.
             missing = [] if await allowed(user, candidate.deploy) else ["deploy"]
             if reboots and not await allowed(user, candidate.reboot):
                 missing.append("reboot")
             if missing:
-                refused.append((candidate, missing, []))
+                refused.append((candidate, missing))
                 continue
-            violations = rules.compiled_violations(cr, candidate.rules)
-            if violations:
-                refused.append((candidate, [], violations))
+            if not rules.policy_admits(cr, candidate.rules):  # the list itself only for a denial
+                refused.append((candidate, []))
                 continue
             audit = {"decision": "allow", "policy": candidate.name}
             if reboots:
                 audit["reboot"] = ",".join(reboots)
             return Decision(True, warnings=soft_warnings(cr), audit=audit)
         reasons: list[Violation] = []
-        for candidate, missing, violations in refused:
+        for candidate, missing in refused:
             if missing:
                 reasons.append(_missing_verbs(user, candidate.name, missing, reboots))
             else:
                 reasons += [
-                    Violation(v.rule, v.path, f"[{candidate.name}] {v.message}", v.fix) for v in violations
+                    Violation(v.rule, v.path, f"[{candidate.name}] {v.message}", v.fix)
+                    for v in rules.compiled_violations(cr, candidate.rules)
                 ]
         return _deny(
             "package CR refused by nodegate: no PackagePolicy admits it for this requester",

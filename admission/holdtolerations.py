@@ -13,6 +13,7 @@ run on nodes held ``unattested`` or ``quarantined``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 # The hold reasons under which package pods are meant to run, in the order they are added.
@@ -26,6 +27,11 @@ def hold_tolerations(key: str) -> list[dict[str, str]]:
         {"key": key, "operator": "Equal", "value": value, "effect": HOLD_EFFECT}
         for value in PACKAGE_HOLD_VALUES
     ]
+
+
+@lru_cache(maxsize=16)  # one hold taint key per deployment; read-only here, never handed out
+def _wanted(key: str) -> tuple[dict[str, str], ...]:
+    return tuple(hold_tolerations(key))
 
 
 def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
@@ -55,8 +61,10 @@ def missing_hold_tolerations(tolerations: object, key: str) -> list[dict[str, st
     validating webhook's path for every admitted CR: the common answer (both present) is quick."""
     if not isinstance(tolerations, list):
         return hold_tolerations(key)
-    wanted = hold_tolerations(key)
-    if all(w in tolerations for w in wanted):  # as the mutation wrote them: one C-level compare each
+    for wanted in _wanted(key):  # as the mutation wrote them: one C-level compare each
+        if wanted not in tolerations:
+            break
+    else:
         return []
     have = [t for t in tolerations if isinstance(t, dict)]
     out: list[dict[str, str]] = []

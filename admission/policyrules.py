@@ -302,6 +302,19 @@ def compiled_violations(cr: CrView, policy: CompiledPolicy) -> list[Violation]:
     return out
 
 
+def policy_admits(cr: CrView, policy: CompiledPolicy) -> bool:
+    """Whether the policy's rules find nothing in the CR: ``not compiled_violations(cr, policy)``,
+    stopping at the first rule that finds something (the decider needs the list only to deny)."""
+    if _nothing_to_find(cr, policy):
+        return True
+    out: list[Violation] = []
+    for rule in policy.checks:
+        rule(cr, policy, out)
+        if out:
+            return False
+    return True
+
+
 def _nothing_to_find(cr: CrView, p: CompiledPolicy) -> bool:
     """True only when no policy rule would find anything: each rule's condition for a violation,
     negated, in one pass (the usual CR). False sends the CR through the rules themselves."""

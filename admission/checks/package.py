@@ -51,12 +51,15 @@ def read_package(
     )
     if nodewright:
         image_rules(path, image, sha, found)
-    duration_rule(f"{path}.stageTimeout", stage, found, non_negative=True, check=nodewright)
+    # Both durations were type-checked above; their paths are only built when there is one to judge.
+    if stage is not None and nodewright:
+        duration_rule(f"{path}.stageTimeout", stage, found, non_negative=True)
     if resources is not None:
         resource_rules(path, resources, found)
     if uninstall is not None:
         uninstall_rules(path, uninstall, found)
-    duration_rule(f"{path}.gracefulShutdown", graceful, found, non_negative=False)
+    if graceful is not None:
+        duration_rule(f"{path}.gracefulShutdown", graceful, found, non_negative=False)
     return PackageView(
         key,
         path,
