@@ -83,23 +83,29 @@ def variable(data: bytes, *, value_to_end: bool = False) -> Variable:
     return _new(Variable, (guid, name.rstrip("\x00"), data[32 + 2 * name_chars :]))
 
 
+def _list_at(value: bytes, pos: int) -> tuple[int, int, int, int]:
+    """The EFI_SIGNATURE_LIST header at ``pos``, checked: (list size, signature size, offset of
+    the first signature, bytes of signatures)."""
+    if len(value) - pos < 28:
+        raise ValueError("EFI_SIGNATURE_LIST shorter than its header")
+    list_size, header_size, sig_size = struct.unpack_from("<III", value, pos + 16)
+    if list_size < 28 or pos + list_size > len(value):
+        raise ValueError(f"EFI_SIGNATURE_LIST of {list_size} bytes at offset {pos}")
+    if sig_size < 16:
+        raise ValueError(f"EFI_SIGNATURE_DATA of {sig_size} bytes")
+    body = list_size - 28 - header_size
+    if body < 0 or body % sig_size:
+        raise ValueError("EFI_SIGNATURE_LIST size is not a whole number of signatures")
+    return list_size, sig_size, pos + 28 + header_size, body
+
+
 def signature_lists(value: bytes) -> list[Signature]:
     """Every signature of a sequence of EFI_SIGNATURE_LISTs (the value of PK, KEK, db, dbx)."""
     out: list[Signature] = []
     pos = 0
     while pos < len(value):
-        if len(value) - pos < 28:
-            raise ValueError("EFI_SIGNATURE_LIST shorter than its header")
+        list_size, sig_size, start, body = _list_at(value, pos)
         stype = uuid.UUID(bytes_le=value[pos : pos + 16])
-        list_size, header_size, sig_size = struct.unpack_from("<III", value, pos + 16)
-        if list_size < 28 or pos + list_size > len(value):
-            raise ValueError(f"EFI_SIGNATURE_LIST of {list_size} bytes at offset {pos}")
-        if sig_size < 16:
-            raise ValueError(f"EFI_SIGNATURE_DATA of {sig_size} bytes")
-        body = list_size - 28 - header_size
-        if body < 0 or body % sig_size:
-            raise ValueError("EFI_SIGNATURE_LIST size is not a whole number of signatures")
-        start = pos + 28 + header_size
         for at in range(start, start + body, sig_size):
             if len(out) >= MAX_SIGNATURES:
                 raise ValueError(f"more than {MAX_SIGNATURES} signatures")
@@ -116,18 +122,8 @@ def sha256_entries(value: bytes) -> frozenset[bytes]:
     sha256 = CERT_SHA256.bytes_le
     view = memoryview(value)
     while pos < len(value):
-        if len(value) - pos < 28:
-            raise ValueError("EFI_SIGNATURE_LIST shorter than its header")
-        list_size, header_size, sig_size = struct.unpack_from("<III", value, pos + 16)
-        if list_size < 28 or pos + list_size > len(value):
-            raise ValueError(f"EFI_SIGNATURE_LIST of {list_size} bytes at offset {pos}")
-        if sig_size < 16:
-            raise ValueError(f"EFI_SIGNATURE_DATA of {sig_size} bytes")
-        body = list_size - 28 - header_size
-        if body < 0 or body % sig_size:
-            raise ValueError("EFI_SIGNATURE_LIST size is not a whole number of signatures")
+        list_size, sig_size, start, body = _list_at(value, pos)
         if value[pos : pos + 16] == sha256 and sig_size == 48:
-            start = pos + 28 + header_size
             # iter_unpack walks the entries in C (a dbx holds hundreds); body is a multiple of 48.
             found.append(map(_first, _SHA256_ENTRY.iter_unpack(view[start : start + body])))
         pos += list_size
