@@ -92,6 +92,11 @@ def input_key() -> str:
     for rel in sorted(f for f in files if f):
         path = ROOT / rel.decode()
         digest.update(rel + b"\0" + (path.read_bytes() if path.is_file() else b"") + b"\0")
+    # The image's revision label and its timestamps come from the commit (scripts/image/build.py),
+    # so a new commit is a new image even when no input file changed.
+    for what in (["rev-parse", "HEAD"], ["log", "-1", "--format=%ct"]):
+        digest.update(subprocess.run(["git", "-C", str(ROOT), *what], capture_output=True, check=True).stdout)
+    digest.update(os.environ.get("SOURCE_DATE_EPOCH", "").encode())
     for sources in (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")):
         if sources.is_file():
             digest.update(sources.read_bytes())
