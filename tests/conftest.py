@@ -11,7 +11,28 @@ import pytest
 os.environ.setdefault("TSS2_LOG", "all+none")
 
 from bootstrap.demo import swtpm as harness
+from tests.support import shared_data
 from tests.support.swtpms import TpmInfo
+
+SHARED_FOLDERS = ("ek-roots", "eventlogs", "nodewright", "nodewright-demo", "tpm")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under NODEGATE_REQUIRE_TEST_DATA=1 (CI) the public test data must be there and be the bytes
+    its manifests record, before a single test runs: never a run that silently skipped it."""
+    if not shared_data.required():
+        return
+    for name in SHARED_FOLDERS:
+        folder = shared_data.shared(name)
+        if not folder.present:
+            raise pytest.UsageError(f"{folder.absent_reason()}; {shared_data.ENV_REQUIRE}=1 requires it")
+        folder.verify_all()
+
+
+def pytest_report_header() -> str:
+    root = shared_data.data_root()
+    mode = "required" if shared_data.required() else "optional"
+    return f"nodegate public test data: {root} ({'present' if root.is_dir() else 'absent'}, {mode})"
 
 
 @pytest.fixture(scope="session")
