@@ -80,7 +80,7 @@ def run() -> int:
         f"1 refused ({summary.refused}), {len(summary.released)} released, {len(summary.held)} held "
         f"({', '.join(summary.held.values())}), 1 rebooted and re-attested ({summary.rebooted}), "
         f"webhook {summary.allowed} allowed / {summary.denied} denied, "
-        f"upstream's sample given {len(summary.tolerations)} hold tolerations reached and released "
+        f"the sample CR given {len(summary.tolerations)} hold tolerations reached and released "
         f"{summary.sample_released}",
         flush=True,
     )

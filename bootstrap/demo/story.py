@@ -1,6 +1,6 @@
 """The demo's steps, in order: software TPMs, the emulated API, `nodegate serve`, three joins and a
 refused one, the hold gate holding and releasing, a reboot, the admission webhook's decisions, and
-(step 10, :mod:`bootstrap.demo.sample`) upstream's own sample CR reaching a held node."""
+(step 10, :mod:`bootstrap.demo.sample`) a package CR written without hold tolerations reaching a held node."""
 
 from __future__ import annotations
 
@@ -67,8 +67,8 @@ class Summary:
     allowed: int
     denied: int
     rebooted: str
-    tolerations: list[str]  # what the mutating webhook added to upstream's sample
-    sample_released: str  # the held node upstream's sample reached, released once it completed
+    tolerations: list[str]  # what the mutating webhook added to the sample CR
+    sample_released: str  # the held node the sample CR reached, released once it completed
 
 
 class Demo:
@@ -397,7 +397,7 @@ class Demo:
                     detail(f"         {short(reason, 240)}")
         return allowed, denied
 
-    async def upstream_sample_step(self) -> tuple[list[str], str]:
+    async def sample_cr_step(self) -> tuple[list[str], str]:
         ctx = ssl.create_default_context(cafile=str(self.bundle))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
             return await sample_step(self._kube(), http, self.admission_url, self.gate_pass)
@@ -424,7 +424,7 @@ class Demo:
             released, held = await self.gate_release_step()
             rebooted = await self.reboot_step()
             allowed, denied = await self.webhook_step()
-            tolerations, sample_released = await self.upstream_sample_step()
+            tolerations, sample_released = await self.sample_cr_step()
         except KubeUnavailable as exc:
             raise DemoFailed(f"emulated Kubernetes API: {exc}") from None
         finally:

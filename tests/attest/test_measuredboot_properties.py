@@ -12,7 +12,7 @@ extending its digest into the PCR. Then:
   by the class that matched anyway.
 
 The bases are synthetic boots (accepted or refused for each rule) and real firmware logs from
-tests/fixtures/eventlogs with a class learned from each (accepted) or that class minus one entry
+the public test data's eventlogs/ with a class learned from each (accepted) or that class minus one entry
 (refused).
 """
 
@@ -22,7 +22,6 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -37,8 +36,9 @@ from attest.measuredboot import policy as measuredboot
 from attest.measuredboot.tcglog import EV_NO_ACTION, EVENT_TYPES
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
+from tests.support.shared_data import shared
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "eventlogs"
+LOGS = shared("eventlogs")  # the real logs: a test that reads one skips (one line) without them
 REAL = [
     "gce-rhel8-uefi.bin",
     "keylime-secureboot.bin",
@@ -103,7 +103,7 @@ def _build(events: list[el.Ev], banks: tuple[str, ...]) -> bytes:
 
 @cache
 def _real(name: str) -> tuple[list[el.Ev], tuple[str, ...], str]:
-    log = eventlog.parse((FIXTURES / name).read_bytes())
+    log = eventlog.parse(LOGS.read(name))
     bank = bootfacts.preferred_bank(log.banks)
     assert bank is not None
     return [_to_ev(e) for e in log.events if not (e.number == 0 and log.spec)], log.banks, bank
