@@ -179,6 +179,9 @@ class Limits(_Model):
     join_rate: float = Field(default=50.0, gt=0)  # requests per second per client address
     join_burst: int = Field(default=200, ge=1)
     max_inflight: int = Field(default=256, ge=1)  # join requests being worked on at once
+    admin_rate: float = Field(default=5.0, gt=0)  # admin requests per second per client address
+    admin_burst: int = Field(default=20, ge=1)
+    admin_reviews: int = Field(default=4, ge=1)  # bearer-token TokenReviews/SARs in flight at once
 
 
 AdminPermission = Literal["list", "revoke", "rotate", "metrics", "forget"]

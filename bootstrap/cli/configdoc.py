@@ -56,6 +56,9 @@ COMMENTS: Final[dict[str, str]] = {
     "limits.join_rate": "join requests per second per client address",
     "limits.join_burst": "burst above join_rate",
     "limits.max_inflight": "join requests being worked on at once",
+    "limits.admin_rate": "admin requests per second per client address",
+    "limits.admin_burst": "burst above admin_rate",
+    "limits.admin_reviews": "bearer-token TokenReviews and SubjectAccessReviews in flight at once",
     "admin": "who may use the admin API with an admin SVID",
     "admin.spiffe_ids": "SPIFFE ID -> permissions (list, revoke, forget, rotate, metrics)",
 }

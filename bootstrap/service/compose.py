@@ -33,6 +33,7 @@ from bootstrap.service import (
 )
 from bootstrap.service.admin import AdminAuth
 from bootstrap.service.authz import SarAuthorizer
+from bootstrap.service.bearer import TokenChecks
 from bootstrap.service.decisions import CountingDecider
 from bootstrap.service.join import JoinService, load_ek_trust
 from bootstrap.service.metrics import Metrics
@@ -110,7 +111,7 @@ async def build_service(
         trust_domain=settings.trust_domain,
         spiffe_ids=settings.admin.spiffe_ids,
         authorities=current,
-        kube=kube,
+        tokens=TokenChecks(kube, budget=settings.limits.admin_reviews) if kube is not None else None,
     )
     service = Service(
         settings=settings,
@@ -120,6 +121,7 @@ async def build_service(
         admin=admin,
         metrics=metrics,
         limiter=RateLimiter(settings.limits.join_rate, settings.limits.join_burst),
+        admin_limiter=RateLimiter(settings.limits.admin_rate, settings.limits.admin_burst),
         kube=kube,
         decider=decider,
         cas=cas,
