@@ -169,13 +169,24 @@ def learn(args: argparse.Namespace) -> int:
             print(f"nodegate policy learn: {path}: the log has no sha256 digests", file=sys.stderr)
             return EXIT_INVALID
         pcrs = range(10) if args.kernel_cmdlines else range(8)
-        known.append(bootfacts.facts(log.events, bank="sha256", pcrs=pcrs))
+        facts = bootfacts.facts(log.events, bank="sha256", pcrs=pcrs)
+        if facts.debug_mode is not None:  # one line, not a failed self-check: nothing admits it
+            print(
+                f"nodegate policy learn: {path}: the firmware is in UEFI debug mode "
+                f"({facts.debug_mode.where()}); no class admits such a boot",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID
+        known.append(facts)
     try:
         cls = measuredboot.learn(known, name=args.name, cmdlines=args.kernel_cmdlines)
     except (measuredboot.MeasuredBootPolicyError, ValueError) as exc:
         print(f"nodegate policy learn: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    policy = {"measured_boot": {"classes": [cls.model_dump(mode="json", exclude_none=True)]}}
+    dumped = cls.model_dump(mode="json", exclude_none=True)
+    if not dumped.get("efi_actions"):
+        dumped.pop("efi_actions", None)
+    policy = {"measured_boot": {"classes": [dumped]}}
     refused = mbcheck.self_check(cls, args.event_log, cmdlines=args.kernel_cmdlines)
     if refused:  # the class must accept every log it was learned from, or it is not written
         print("nodegate policy learn: self-check failed: the class would refuse", file=sys.stderr)
@@ -186,5 +197,7 @@ def learn(args: argparse.Namespace) -> int:
         print(json.dumps(policy, sort_keys=True))
         return EXIT_OK
     print(f"# learned from {len(known)} event log(s); review before use", file=sys.stdout)
-    print(mbcheck.annotated(yaml.safe_dump(policy, sort_keys=False), cls, len(known)), end="")
+    subjects = {f"sha256:{a.sha256}": a.subject for f in known for a in f.authorities if a.subject}
+    text = yaml.safe_dump(policy, sort_keys=False, width=1000)
+    print(mbcheck.annotated(text, cls, len(known), subjects), end="")
     return EXIT_OK
