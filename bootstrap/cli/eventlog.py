@@ -76,6 +76,10 @@ def describe(log: eventlog.EventLog, *, events: bool = False) -> dict[str, Any]:
         ]
         out["kernel_cmdlines"] = [{"event": t.event.number, "text": t.text} for t in facts.kernel_cmdlines]
         out["grub_commands"] = [{"event": t.event.number, "text": t.text} for t in facts.grub_commands]
+        # Vendor EV_EFI_ACTION strings: vouched-for text, no defined meaning (a class allows them).
+        out["efi_actions"] = [
+            {"event": a.event.number, "pcr": a.event.pcr, "text": a.text} for a in facts.vendor_actions
+        ]
         dbx = facts.keys.get("dbx")
         out["dbx_entries"] = len(dbx.signatures or ()) if dbx is not None else 0
         out["uninterpreted"] = [
@@ -104,6 +108,7 @@ def _text(doc: dict[str, Any]) -> str:
         ("authorities", "authorities"),
         ("boot_applications", "boot applications"),
         ("kernel_cmdlines", "kernel command lines"),
+        ("efi_actions", "vendor EFI action strings (a class must allow them: efi_actions)"),
         ("uninterpreted", "events without a vouched-for meaning"),
     ):
         items = doc.get(key) or []
@@ -124,7 +129,8 @@ def _item(item: object) -> str:
     if not isinstance(item, dict):
         return str(item)
     if "subject" in item:
-        return f"event {item['event']}: {item['variable']}: {item['subject'] or 'sha256:' + item['sha256']}"
+        subject = f" ({item['subject']})" if item["subject"] else ""
+        return f"event {item['event']}: {item['variable']}: sha256:{item['sha256']}{subject}"
     if "digest" in item:
         return f"event {item['event']} (PCR {item['pcr']}): {item['digest']} {item['path']}"
     if "reason" in item:

@@ -85,11 +85,12 @@ def shim_to_kernel(load_options: str = EVIL) -> list[el.Ev]:
     ]
 
 
-CMDLINE_POLICY = _policy(
-    boot_applications=[SHIM.hex(), GRUB.hex(), KERNEL.hex()],
-    kernel_cmdlines=[ALLOWED],
-    kernel_cmdline_chains=[CHAIN],
-)
+def cmdline_policy() -> measuredboot.MeasuredBootPolicy:
+    return _policy(
+        boot_applications=[SHIM.hex(), GRUB.hex(), KERNEL.hex()],
+        kernel_cmdlines=[ALLOWED],
+        kernel_cmdline_chains=[CHAIN],
+    )
 
 
 def test_root_appending_a_grub_line_to_a_boot_that_measured_none_is_refused() -> None:
@@ -98,23 +99,23 @@ def test_root_appending_a_grub_line_to_a_boot_that_measured_none_is_refused() ->
     good measure, grub's application event into PCR 4)."""
     honest = shim_to_kernel()
     with pytest.raises(MeasuredBootViolation, match="no kernel command line in PCR 8"):
-        judge(honest, CMDLINE_POLICY)
+        judge(honest, cmdline_policy())
     forged = [
         *honest,
         _root_extends(el.grub("grub_cmd", f"linux {ALLOWED}")),
         _root_extends(el.grub("kernel_cmdline", ALLOWED)),
     ]
     with pytest.raises(MeasuredBootViolation) as info:
-        judge(forged, CMDLINE_POLICY)
+        judge(forged, cmdline_policy())
     assert info.value.code == "measured_boot_violation"
     text = str(info.value)
     assert "do not begin with a chain in kernel_cmdline_chains" in text
     assert "(rule kernel_cmdlines)" in text
     forged.append(_root_extends(el.application(GRUB, "\\EFI\\ubuntu\\grubx64.efi")))
     with pytest.raises(MeasuredBootViolation, match="do not begin with a chain"):
-        judge(forged, CMDLINE_POLICY)
+        judge(forged, cmdline_policy())
     # the fleet's genuine grub boot still joins
-    assert judge(el.boot(cert_der=FLEET_DER), CMDLINE_POLICY) == "fleet"
+    assert judge(el.boot(cert_der=FLEET_DER), cmdline_policy()) == "fleet"
 
 
 def test_grub_chainloading_an_image_proves_no_line() -> None:
@@ -128,7 +129,7 @@ def test_grub_chainloading_an_image_proves_no_line() -> None:
         _root_extends(el.grub("kernel_cmdline", ALLOWED)),
     ]
     with pytest.raises(MeasuredBootViolation) as info:
-        judge(events, CMDLINE_POLICY)
+        judge(events, cmdline_policy())
     assert info.value.code == "measured_boot_violation"
     assert "grub's chainloader command starts an image whose command line grub does not" in str(info.value)
 
@@ -143,7 +144,7 @@ def test_a_boot_option_after_the_loader_proves_no_line() -> None:
         el.Ev(4, el.EV_EFI_ACTION, b"Calling EFI Application from Boot Option"),
     ]
     with pytest.raises(MeasuredBootViolation) as info:
-        judge(events, CMDLINE_POLICY)
+        judge(events, cmdline_policy())
     assert info.value.code == "measured_boot_violation"
     assert "'Returning from EFI Application from Boot Option' after the loader" in str(info.value)
 
