@@ -346,7 +346,8 @@ def learn(known_good: list[BootFacts], *, name: str = "learned", cmdlines: bool 
             if chain:
                 chains[chain] = None
     dbx = set.intersection(*(set(f.dbx_digests()) for f in known_good))
-    with_lines = cmdlines and bool(lines) and bool(chains)
+    # Chains are Authenticode SHA-256s: only a sha256 bank's application digests are those.
+    with_lines = cmdlines and bool(lines) and bool(chains) and all(f.bank == "sha256" for f in known_good)
     return MeasuredBootClass(
         name=name,
         secure_boot="required" if all(f.secure_boot is True for f in known_good) else "optional",
