@@ -34,6 +34,7 @@ from bootstrap import cli
 from bootstrap.config import Settings
 from bootstrap.problems import attestation_status
 from bootstrap.service.evidence import judge_event_log
+from tests.attest import test_measuredboot_properties as properties
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
 
@@ -147,6 +148,20 @@ def test_a_boot_option_after_the_loader_proves_no_line() -> None:
         judge(events, cmdline_policy())
     assert info.value.code == "measured_boot_violation"
     assert "'Returning from EFI Application from Boot Option' after the loader" in str(info.value)
+
+
+@pytest.mark.parametrize("path", sorted(properties.UNMEASURED))
+def test_a_genuine_boot_through_each_unmeasured_path_joins_where_its_policy_allows_it(path: str) -> None:
+    """Through the join service's own path: a class without kernel_cmdlines admits the boot, the
+    same class with it refuses the boot for its unproven line only."""
+    events = properties.UNMEASURED[path]
+    assert judge(events, properties.NO_CMDLINE_POLICY) == "fleet"
+    with pytest.raises(MeasuredBootViolation) as info:
+        judge(events, properties.SYNTHETIC_POLICY)
+    assert info.value.code == "measured_boot_violation"
+    assert "(rule kernel_cmdlines)" in str(info.value)
+    for rule in ("secure_boot", "authorities", "boot_applications", "dbx_required"):
+        assert f"(rule {rule})" not in str(info.value)
 
 
 def test_kernel_cmdlines_without_a_chain_is_refused_at_load() -> None:
