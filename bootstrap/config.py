@@ -259,6 +259,9 @@ class Settings(_Model):
             raise ValueError(
                 f"measured_boot: {missing} (pcr_policy.pcrs; a PCR outside the quote proves nothing)"
             )
+        bank = self.measured_boot.bank_problem(self.pcr_policy.bank)
+        if bank:
+            raise ValueError(f"measured_boot with pcr_policy.bank {self.pcr_policy.bank}: {bank}")
         return self
 
     @property

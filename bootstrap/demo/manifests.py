@@ -32,7 +32,7 @@ SAMPLE_IMAGE = "ghcr.io/nvidia/skyhook-packages/shellscript"
 
 def service_config(golden: dict[int, str], authority: str, applications: list[str]) -> dict[str, Any]:
     """`nodegate serve`'s config: paths relative to the demo's folder, ``golden`` the PCR class;
-    ``authority`` (the db CA's subject) and ``applications`` (shim, grub and kernel digests) the
+    ``authority`` (the db CA certificate's digest) and ``applications`` (shim, grub and kernel digests) the
     measured-boot class."""
     return {
         "trust_domain": TRUST_DOMAIN,

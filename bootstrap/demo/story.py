@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import re
 import ssl
@@ -165,7 +166,8 @@ class Demo:
         (self.root / "policies.yaml").write_text(yaml.safe_dump_all(policy_documents()))
         (self.root / "rbac.yaml").write_text(yaml.safe_dump_all(rbac_documents()))
         apps = [firmware.image_digest(a).hex() for a in ("shimx64.efi", "grubx64.efi", KERNEL)]
-        config = service_config(golden, self.db_subject, apps)
+        # authorities by certificate digest: a subject alone admits any key under it (issue 33)
+        config = service_config(golden, "sha256:" + hashlib.sha256(self.db_der).hexdigest(), apps)
         self.config.write_text(yaml.safe_dump(config, sort_keys=False))
         self.url, self.admission_url = await start_serve(self.stack, self.config, self.root)
         # What an operator distributes to nodes: the CA certificates from state_dir.

@@ -238,7 +238,17 @@ def test_mutated_real_logs_raise_only_event_log_invalid(which: int, at: int, fli
     assert bank is not None
     facts = bootfacts.facts(log.events, bank=bank, pcrs=range(24))
     policy = measuredboot.policy_from_obj(
-        {"secure_boot": "required", "classes": [{"name": "x", "authorities": [], "kernel_cmdlines": []}]}
+        {
+            "secure_boot": "required",
+            "classes": [
+                {
+                    "name": "x",
+                    "authorities": [],
+                    "kernel_cmdlines": [],
+                    "kernel_cmdline_chains": [["11" * 32]],
+                }
+            ],
+        }
     )
     measuredboot.evaluate(policy, facts)
     for a in facts.authorities:

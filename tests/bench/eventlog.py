@@ -68,12 +68,16 @@ def _policy(facts: bootfacts.BootFacts) -> measuredboot.MeasuredBootPolicy:
     the bank they are written in)."""
     rules: dict[str, object] = {
         "secure_boot": "required" if facts.secure_boot else "optional",
-        "authorities": sorted({a.subject or f"sha256:{a.sha256}" for a in facts.authorities}),
+        "authorities": sorted({f"sha256:{a.sha256}" for a in facts.authorities}),
         "dbx_required": sorted(facts.dbx_digests()) or None,
-        "kernel_cmdlines": [t.text for t in facts.kernel_cmdlines] or None,
     }
     if facts.bank == "sha256":
         rules["boot_applications"] = [a.digest for a in facts.boot_applications]
+        learned = measuredboot.learn([facts], cmdlines=True)
+        if learned.kernel_cmdlines:
+            rules["kernel_cmdlines"] = list(learned.kernel_cmdlines)
+            rules["kernel_cmdline_chains"] = [list(c) for c in learned.kernel_cmdline_chains or ()]
+        rules["efi_actions"] = list(learned.efi_actions)
     cls = {k: v for k, v in rules.items() if v is not None}
     return measuredboot.policy_from_obj({"classes": [{"name": "c", **cls}]})
 
