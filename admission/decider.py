@@ -287,12 +287,16 @@ class Decider:
             no_pool = rules.no_pool_violation(cr) if not candidates else None
         else:  # a stored CR nodegate cannot read: it may select every node (as the gate holds it)
             candidates = [c for c in compiled if not c.rules.pool]
-            no_pool = Violation(
-                "pool",
-                "spec.nodeSelectors",
-                "nodegate cannot read this CR, so it may select every node; no PackagePolicy has the "
-                "pool of every node",
-                "ask for deploy on a PackagePolicy with nodeSelector {}",
+            no_pool = (
+                Violation(
+                    "pool",
+                    "spec.nodeSelectors",
+                    "nodegate cannot read this CR, so it may select every node; no PackagePolicy "
+                    "has the pool of every node",
+                    "ask for deploy on a PackagePolicy with nodeSelector {}",
+                )
+                if not candidates
+                else None
             )
         if no_pool is not None:
             return _deny(f"package CR {what} refused by nodegate", [no_pool], "pool")

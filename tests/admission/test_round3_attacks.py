@@ -284,3 +284,23 @@ async def test_the_webhook_refuses_a_kubelet_registering_with_packages_pending()
     assert d.audit == {"decision": "deny", "rule": "node-hold-value"}
     precreated = await decide(deciding(CRS), review(node, op="CREATE", user=NODEGATE, kind=NODE))
     assert precreated.allowed  # nodegate's own pre-created Node at join
+
+
+async def test_a_stored_cr_nodegate_cannot_read_may_select_every_node() -> None:
+    """Its removal needs deploy on a policy of the pool of every node, as the gate holds it."""
+    odd = stored(SKYHOOK)
+    odd["spec"]["packages"] = "not a map"
+    d = await decide(deciding(), review(None, op="DELETE", old=odd, user="bob"))
+    assert not d.allowed
+    assert [v.rule for v in d.violations] == ["pool"]
+    everything = deciding()
+    everything.policy_source = StaticPolicies([*POLICIES, policy("all", images={"registries": ["*"]})])
+    everything.authorizer = LocalRbac(
+        RbacEvaluator.from_objects(
+            [*RBAC, _role("deploy-all", "deploy", ["all"]), _binding("r", "deploy-all", "User", "root")]
+        )
+    )
+    assert not (await decide(everything, review(None, op="DELETE", old=odd, user="bob"))).allowed
+    ok = await decide(everything, review(None, op="DELETE", old=odd, user="root"))
+    assert ok.allowed, ok.message
+    assert ok.audit["policy"] == "all"
