@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from admission.removals import DEFAULT_OPERATORS
 from attest import yamlsafe
 from attest.measuredboot.policy import MeasuredBootPolicy
 from attest.pcr import PcrPolicy
@@ -160,6 +161,9 @@ class AdmissionSettings(_Model):
     # Reviews worked on at once, per route (/admission/validate, /admission/mutate); more wait for
     # a slot, briefly (an addition to the core keys, docs/config.md).
     max_inflight: int = Field(default=32, ge=1, le=1024)
+    # The NodeWright operator's accounts: they delete package CRs and take NodeWright's finalizer
+    # off without the deploy check everyone else needs (docs/admission.md; an addition).
+    operator_users: tuple[str, ...] = DEFAULT_OPERATORS
 
     @field_validator("listen")
     @classmethod

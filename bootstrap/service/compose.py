@@ -41,6 +41,7 @@ from bootstrap.service.middleware import problems
 from bootstrap.service.policyload import load_policies, load_rbac
 from bootstrap.service.policywatch import PolicyWatcher
 from bootstrap.service.ratelimit import RateLimiter
+from bootstrap.service.selectorwatch import SelectorWatcher
 from bootstrap.service.state import SERVICE, Service
 from bootstrap.store import open_store
 
@@ -161,7 +162,11 @@ def _decider(settings: Settings, kube: Kube | None) -> tuple[CountingDecider, li
         authorizer = SarAuthorizer(kube)
     else:
         authorizer = LocalRbac(load_rbac([]))
-    return CountingDecider(source, authorizer, owner, settings.gate.taint_key), ready
+    decider = CountingDecider(source, authorizer, owner, settings.gate.taint_key)
+    # Which package CRs select a node (a node's own label changes); no cluster: never known.
+    decider.selector_source = SelectorWatcher(kube) if kube is not None else None
+    decider.operators = frozenset(adm.operator_users)
+    return decider, ready
 
 
 def make_app(service: Service) -> web.Application:

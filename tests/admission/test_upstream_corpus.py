@@ -170,14 +170,14 @@ async def test_the_operators_own_updates_need_no_policy_and_no_rights(mutated: b
 
 async def test_without_rights_only_unchanged_updates_pass() -> None:
     """The same corpus with an authorizer that grants nothing: every CREATE and every UPDATE that
-    changes the spec or pause/disable is refused; DELETEs are not judged."""
+    changes the spec or pause/disable is refused; so is every DELETE (issue 33, finding 5)."""
     decider = Decider(StaticPolicies([OPEN_POLICY]), _Nobody(), "nodegate")
     for case in CASES:
         if case.kind != "Skyhook" or case.verdict.crd_rejects:
             continue
         decision = await decider.decide(parse_review(_wire(case)).request)
         if case.operation == "DELETE":
-            assert decision.allowed
+            assert not decision.allowed
         elif decision.allowed:
             assert decision.audit.get("reason") == "spec unchanged", str(case.provenance)
             assert case.operation == "UPDATE"
