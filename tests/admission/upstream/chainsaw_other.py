@@ -6,6 +6,10 @@ As in :mod:`chainsaw_skyhook`, one function per test directory, its steps in ord
 upstream prints. The CLI's ``pause``/``resume``/``disable``/``enable`` set or remove the
 annotation with a patch (``SetSkyhookAnnotation``/``RemoveSkyhookAnnotation``,
 ``operator/internal/cli/utils/utils.go``).
+
+PENDING SHARED DATA (issue 31): as in :mod:`chainsaw_skyhook`, the CR bodies are upstream's e2e
+YAML retyped (each equal to the parsed upstream file); ``shared_data_wanted.json`` lists the files
+to read instead. The steps, their order and the refusals upstream prints are facts and stay.
 """
 
 from __future__ import annotations
