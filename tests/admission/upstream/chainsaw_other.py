@@ -8,8 +8,9 @@ annotation with a patch (``SetSkyhookAnnotation``/``RemoveSkyhookAnnotation``,
 ``operator/internal/cli/utils/utils.go``).
 
 PENDING SHARED DATA (issue 31): as in :mod:`chainsaw_skyhook`, the CR bodies are upstream's e2e
-YAML retyped (each equal to the parsed upstream file); ``shared_data_wanted.json`` lists the files
-to read instead. The steps, their order and the refusals upstream prints are facts and stay.
+YAML retyped (each equal to the parsed upstream file); :mod:`e2e` replaces this module once the
+files ``shared_data_wanted.json`` lists are in the public test data (the refusals upstream prints
+are facts, kept there in ``SCRIPTS``).
 """
 
 from __future__ import annotations

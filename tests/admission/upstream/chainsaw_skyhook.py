@@ -8,10 +8,10 @@ NVIDIA/nodewright (N) and NVIDIA/skyhook (S) are noted where a test differs.
 PENDING SHARED DATA (issue 31): the CR bodies below are upstream's e2e YAML retyped field by field
 (each equals ``yaml.safe_load`` of the upstream file, checked against both snapshots; a patch
 step leaves out the apiVersion, kind and name it would not change; upstream's ``package-upgrade``
-CRs also carry the two e2e labels, which the copy here lacks). They are to be read
-from the public test data instead: ``shared_data_wanted.json`` (folder ``nodewright-e2e``) lists
-every file with its SHA-256. What stays here then is facts: per test, the steps in order (operation,
-file, step name) and, for scripts, the annotation or deletion they make.
+CRs also carry the two e2e labels, which the copy here lacks). :mod:`e2e` replays the same
+tests from upstream's own files in the public test data (``shared_data_wanted.json``, folder
+``nodewright-e2e``, lists every file with its SHA-256; checked to give the same corpus); the corpus
+uses it once those files are there, and this module is then deleted.
 """
 
 from __future__ import annotations
