@@ -1,6 +1,6 @@
 """Upstream-derived admission cases: NodeWright's (and the older Skyhook repository's) own webhook
-unit tests, chainsaw e2e steps, samples and documentation CRs, rebuilt here as Python builders of
-the objects, each with its provenance (repository, commit, path, item) and upstream's verdict.
+unit tests, chainsaw e2e steps, samples and documentation CRs, each as the request it causes, with
+its provenance (repository, commit, path, item) and upstream's verdict.
 
 Upstream's CRs are upstream's material, not ours (issue 31): the sample and documentation CRs are
 read unedited from the public test data (``shared("nodewright")``); what these modules keep are
