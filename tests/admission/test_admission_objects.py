@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from admission import deploymentpolicy, nodes, rules
-from tests.admission.test_admission_rules import SAMPLE, UNINSTALL, cr, policy
+from tests.admission.test_admission_rules import cr, policy
+from tests.support.package_crs import SAMPLE, UNINSTALL
 
 NODEGATE = "system:serviceaccount:nodegate:nodegate"
 HOLD = {"key": "nodegate.io/hold", "value": "unattested", "effect": "NoSchedule"}
@@ -64,15 +65,16 @@ def test_update_changes() -> None:
     same = cr(SAMPLE)
     assert not rules.spec_changed(old, same)
     bumped = copy.deepcopy(SAMPLE)
-    bumped["spec"]["packages"]["tuning"]["version"] = "1.0.1"
-    bumped["spec"]["packages"]["something-important"]["dependsOn"] = {"tuning": "1.0.1"}
+    bumped["spec"]["packages"]["node-tuning"]["version"] = "1.3.1"
+    bumped["spec"]["packages"]["boot-marker"]["dependsOn"] = {"node-tuning": "1.3.1"}
     new = cr(bumped)
     assert rules.spec_changed(old, new)
-    assert rules.new_reboots(old, new) == ["tuning"]  # a version bump of a rebooting package reboots again
+    # a version bump of a rebooting package reboots again
+    assert rules.new_reboots(old, new) == ["node-tuning"]
     other = copy.deepcopy(SAMPLE)
-    other["spec"]["packages"]["something-important"]["configMap"]["apply.sh"] = "changed"
+    other["spec"]["packages"]["boot-marker"]["configMap"]["apply.sh"] = "changed"
     assert rules.new_reboots(old, cr(other)) == []
-    assert rules.new_reboots(None, old) == ["tuning"]
+    assert rules.new_reboots(None, old) == ["node-tuning"]
     paused = copy.deepcopy(SAMPLE)
     paused["metadata"]["annotations"] = {"skyhook.nvidia.com/pause": "true"}
     assert rules.spec_changed(old, cr(paused))
@@ -90,9 +92,9 @@ def _uninstall_rules(
     old_doc, new_doc = copy.deepcopy(UNINSTALL), copy.deepcopy(UNINSTALL)
     for doc, pkg in ((old_doc, old_pkg), (new_doc, new_pkg)):
         if pkg is None:
-            del doc["spec"]["packages"]["mypkg"]
+            del doc["spec"]["packages"]["collector"]
         else:
-            doc["spec"]["packages"]["mypkg"].update(pkg)
+            doc["spec"]["packages"]["collector"].update(pkg)
     if status is not None:
         old_doc["status"] = status
     old, new = rules.read_package_cr(old_doc), rules.read_package_cr(new_doc)
@@ -113,31 +115,37 @@ OFF = {"uninstall": {"enabled": False, "apply": False}}
     ("old", "new", "status", "refused"),
     [
         # removing an uninstall-enabled package before it is gone from every node
-        (ENABLED, None, _status("mypkg|2.1.4"), ["spec.packages.mypkg"]),
-        (APPLYING, None, _status("mypkg|2.1.4"), ["spec.packages.mypkg"]),
+        (ENABLED, None, _status("collector|3.0.2"), ["spec.packages.collector"]),
+        (APPLYING, None, _status("collector|3.0.2"), ["spec.packages.collector"]),
         (APPLYING, None, _status(), []),  # uninstalled everywhere
         (ENABLED, None, None, []),  # no node state at all: nothing to uninstall
         (ENABLED, None, {"nodeState": {}}, []),
-        (ENABLED, None, {"nodeState": "garbage"}, ["spec.packages.mypkg"]),  # unreadable: not uninstalled
-        (OFF, None, _status("mypkg|2.1.4"), []),  # without uninstall support, removal is upstream's old way
-        (ENABLED, None, _status("mypkg|1.0.0"), []),  # another version is what the node has
+        (ENABLED, None, {"nodeState": "garbage"}, ["spec.packages.collector"]),  # unreadable: not uninstalled
+        # without uninstall support, removal is upstream's old way
+        (OFF, None, _status("collector|3.0.2"), []),
+        (ENABLED, None, _status("collector|1.0.0"), []),  # another version is what the node has
         # downgrades of an uninstall-enabled package
         (
             ENABLED,
-            {**ENABLED, "version": "2.1.3"},
+            {**ENABLED, "version": "3.0.1"},
             None,
-            ["spec.packages.mypkg.version"],
+            ["spec.packages.collector.version"],
         ),  # apply not set first
-        (APPLYING, {**APPLYING, "version": "2.1.3"}, _status("mypkg|2.1.4"), ["spec.packages.mypkg.version"]),
-        (APPLYING, {**ENABLED, "version": "v2.1"}, _status(), []),  # uninstalled: allowed (a warning)
-        (ENABLED, {**ENABLED, "version": "2.2"}, _status("mypkg|2.1.4"), []),  # an upgrade
-        (ENABLED, {**ENABLED, "version": "not-semver"}, _status("mypkg|2.1.4"), []),  # not comparable
-        (OFF, {**OFF, "version": "1.0.0"}, _status("mypkg|2.1.4"), []),
+        (
+            APPLYING,
+            {**APPLYING, "version": "3.0.1"},
+            _status("collector|3.0.2"),
+            ["spec.packages.collector.version"],
+        ),
+        (APPLYING, {**ENABLED, "version": "v3.0"}, _status(), []),  # uninstalled: allowed (a warning)
+        (ENABLED, {**ENABLED, "version": "3.1"}, _status("collector|3.0.2"), []),  # an upgrade
+        (ENABLED, {**ENABLED, "version": "not-semver"}, _status("collector|3.0.2"), []),  # not comparable
+        (OFF, {**OFF, "version": "1.0.0"}, _status("collector|3.0.2"), []),
         (
             ENABLED,
-            {**ENABLED, "version": "2.1.4-rc.1"},
+            {**ENABLED, "version": "3.0.2-rc.1"},
             None,
-            ["spec.packages.mypkg.version"],
+            ["spec.packages.collector.version"],
         ),  # a pre-release is older
     ],
 )
@@ -147,9 +155,11 @@ def test_uninstall_rules_on_update(old: Any, new: Any, status: Any, refused: lis
 
 
 def test_cancelling_an_uninstall_is_a_warning() -> None:
-    found, warnings = _uninstall_rules(APPLYING, ENABLED, _status("mypkg|2.1.4"))
+    found, warnings = _uninstall_rules(APPLYING, ENABLED, _status("collector|3.0.2"))
     assert found == []
-    assert warnings == ["package mypkg: uninstall cancelled; nodes where it completed will install it again"]
+    assert warnings == [
+        "package collector: uninstall cancelled; nodes where it completed will install it again"
+    ]
     assert _uninstall_rules(ENABLED, APPLYING, None) == ([], [])
 
 
