@@ -165,17 +165,20 @@ def test_cancelling_an_uninstall_is_a_warning() -> None:
 
 # -- DeploymentPolicy ----------------------------------------------------------------------------
 
+# The project's own DeploymentPolicy, in the shape of upstream's sample (public test data, replayed
+# by test_upstream_corpus): a default with a percent budget and a fixed strategy, then a
+# one-node-at-a-time compartment and a percent compartment that grows exponentially.
 DP = {
     "apiVersion": "skyhook.nvidia.com/v1alpha1",
     "kind": "DeploymentPolicy",
-    "metadata": {"name": "sample-policy"},
+    "metadata": {"name": "staged-rollout"},
     "spec": {
-        "default": {"budget": {"percent": 100}, "strategy": {"fixed": {"initialBatch": 1}}},
+        "default": {"budget": {"percent": 80}, "strategy": {"fixed": {"initialBatch": 2}}},
         "compartments": [
-            {"name": "critical", "selector": {"matchLabels": {"priority": "critical"}},
+            {"name": "canary", "selector": {"matchLabels": {"rollout": "canary"}},
              "budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
-            {"name": "test", "selector": {"matchLabels": {"env": "test"}}, "budget": {"percent": 50},
-             "strategy": {"exponential": {"initialBatch": 2, "growthFactor": 2}}},
+            {"name": "bulk", "selector": {"matchLabels": {"rollout": "bulk"}}, "budget": {"percent": 40},
+             "strategy": {"exponential": {"initialBatch": 3, "growthFactor": 3}}},
         ],
     },
 }  # fmt: skip
@@ -186,7 +189,7 @@ def dp_rules(doc: dict[str, Any], *policies: Any) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("group", ["skyhook.nvidia.com", "nodewright.nvidia.com"])
-def test_upstream_deployment_policy_is_valid(group: str) -> None:
+def test_a_deployment_policy_is_valid(group: str) -> None:
     doc = {**copy.deepcopy(DP), "apiVersion": f"{group}/v1alpha1"}
     assert dp_rules(doc) == []
 
@@ -200,7 +203,7 @@ def test_upstream_deployment_policy_is_valid(group: str) -> None:
             ("strategy", "spec.default.strategy"),
         ),
         (
-            lambda s: s["compartments"][0].update(name="test"),
+            lambda s: s["compartments"][0].update(name="bulk"),
             ("compartment-name", "spec.compartments[1].name"),  # the second use of a name
         ),
         (
@@ -214,12 +217,12 @@ def test_upstream_deployment_policy_is_valid(group: str) -> None:
         (lambda s: s.pop("default"), ("budget", "spec.default.budget")),
         (lambda s: s["default"].update(strategy={}), ("strategy", "spec.default.strategy")),
         (
-            lambda s: s["compartments"][1].update(selector={"matchLabels": {"priority": "critical"}}),
+            lambda s: s["compartments"][1].update(selector={"matchLabels": {"rollout": "canary"}}),
             ("compartment-selector", "spec.compartments[1].selector"),
         ),
         (
-            lambda s: s["compartments"][1].update(selector={"matchLabels": {"-env": "test"}}),
-            ("selector", "spec.compartments[1].selector.matchLabels.-env"),
+            lambda s: s["compartments"][1].update(selector={"matchLabels": {"-rollout": "bulk"}}),
+            ("selector", "spec.compartments[1].selector.matchLabels.-rollout"),
         ),
         (
             lambda s: s["compartments"][0].update(selector={}) or s["compartments"][1].pop("selector"),
@@ -239,9 +242,7 @@ def test_deployment_policy_shape_rules(change: Any, expected: tuple[str, str]) -
         lambda s: s["compartments"][0].pop("strategy"),  # a compartment's strategy is optional
         lambda s: s["default"].pop("strategy"),  # NodeWright's webhook too (its CRD requires it)
         # overlapping but different selectors, and the same requirements in another order
-        lambda s: s["compartments"][1].update(
-            selector={"matchLabels": {"priority": "critical", "env": "test"}}
-        ),
+        lambda s: s["compartments"][1].update(selector={"matchLabels": {"rollout": "canary", "zone": "a"}}),
         lambda s: s["compartments"][1].update(selector={"matchLabels": {}}),  # {} matchLabels is not absent
     ],
 )
@@ -253,12 +254,12 @@ def test_deployment_policy_shapes_upstream_allows(change: Any) -> None:
 
 def test_deployment_policy_budgets_within_every_pool_cap() -> None:
     capped = policy(
-        "test-pool", nodeSelector={"matchLabels": {"env": "test"}}, maxInterruptionBudget={"percent": 25}
+        "bulk-pool", nodeSelector={"matchLabels": {"rollout": "bulk"}}, maxInterruptionBudget={"percent": 25}
     )
-    other = policy("critical-pool", nodeSelector={"matchLabels": {"priority": "critical"}},
+    other = policy("canary-pool", nodeSelector={"matchLabels": {"rollout": "canary"}},
                    maxInterruptionBudget={"count": 1})  # fmt: skip
     found = dp_rules(copy.deepcopy(DP), capped, other)
-    # the default (100%) can reach every pool; "test" (50%) reaches test-pool; "critical" (count 1) is fine
+    # the default (80%) can reach every pool; "bulk" (40%) reaches bulk-pool; "canary" (count 1) is fine
     assert ("budget-cap", "spec.default.budget") in found
     assert ("budget-cap", "spec.compartments[1].budget") in found
     assert ("budget-cap", "spec.compartments[0].budget") not in found
