@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from admission import deploymentpolicy, nodes, rules
-from tests.admission.test_admission_rules import SAMPLE, UNINSTALL, cr, policy
+from tests.admission.test_admission_rules import cr, policy
+from tests.support.package_crs import SAMPLE, UNINSTALL
 
 NODEGATE = "system:serviceaccount:nodegate:nodegate"
 HOLD = {"key": "nodegate.io/hold", "value": "unattested", "effect": "NoSchedule"}
@@ -64,15 +65,16 @@ def test_update_changes() -> None:
     same = cr(SAMPLE)
     assert not rules.spec_changed(old, same)
     bumped = copy.deepcopy(SAMPLE)
-    bumped["spec"]["packages"]["tuning"]["version"] = "1.0.1"
-    bumped["spec"]["packages"]["something-important"]["dependsOn"] = {"tuning": "1.0.1"}
+    bumped["spec"]["packages"]["node-tuning"]["version"] = "1.3.1"
+    bumped["spec"]["packages"]["boot-marker"]["dependsOn"] = {"node-tuning": "1.3.1"}
     new = cr(bumped)
     assert rules.spec_changed(old, new)
-    assert rules.new_reboots(old, new) == ["tuning"]  # a version bump of a rebooting package reboots again
+    # a version bump of a rebooting package reboots again
+    assert rules.new_reboots(old, new) == ["node-tuning"]
     other = copy.deepcopy(SAMPLE)
-    other["spec"]["packages"]["something-important"]["configMap"]["apply.sh"] = "changed"
+    other["spec"]["packages"]["boot-marker"]["configMap"]["apply.sh"] = "changed"
     assert rules.new_reboots(old, cr(other)) == []
-    assert rules.new_reboots(None, old) == ["tuning"]
+    assert rules.new_reboots(None, old) == ["node-tuning"]
     paused = copy.deepcopy(SAMPLE)
     paused["metadata"]["annotations"] = {"skyhook.nvidia.com/pause": "true"}
     assert rules.spec_changed(old, cr(paused))
@@ -90,9 +92,9 @@ def _uninstall_rules(
     old_doc, new_doc = copy.deepcopy(UNINSTALL), copy.deepcopy(UNINSTALL)
     for doc, pkg in ((old_doc, old_pkg), (new_doc, new_pkg)):
         if pkg is None:
-            del doc["spec"]["packages"]["mypkg"]
+            del doc["spec"]["packages"]["collector"]
         else:
-            doc["spec"]["packages"]["mypkg"].update(pkg)
+            doc["spec"]["packages"]["collector"].update(pkg)
     if status is not None:
         old_doc["status"] = status
     old, new = rules.read_package_cr(old_doc), rules.read_package_cr(new_doc)
@@ -113,31 +115,37 @@ OFF = {"uninstall": {"enabled": False, "apply": False}}
     ("old", "new", "status", "refused"),
     [
         # removing an uninstall-enabled package before it is gone from every node
-        (ENABLED, None, _status("mypkg|2.1.4"), ["spec.packages.mypkg"]),
-        (APPLYING, None, _status("mypkg|2.1.4"), ["spec.packages.mypkg"]),
+        (ENABLED, None, _status("collector|3.0.2"), ["spec.packages.collector"]),
+        (APPLYING, None, _status("collector|3.0.2"), ["spec.packages.collector"]),
         (APPLYING, None, _status(), []),  # uninstalled everywhere
         (ENABLED, None, None, []),  # no node state at all: nothing to uninstall
         (ENABLED, None, {"nodeState": {}}, []),
-        (ENABLED, None, {"nodeState": "garbage"}, ["spec.packages.mypkg"]),  # unreadable: not uninstalled
-        (OFF, None, _status("mypkg|2.1.4"), []),  # without uninstall support, removal is upstream's old way
-        (ENABLED, None, _status("mypkg|1.0.0"), []),  # another version is what the node has
+        (ENABLED, None, {"nodeState": "garbage"}, ["spec.packages.collector"]),  # unreadable: not uninstalled
+        # without uninstall support, removal is upstream's old way
+        (OFF, None, _status("collector|3.0.2"), []),
+        (ENABLED, None, _status("collector|1.0.0"), []),  # another version is what the node has
         # downgrades of an uninstall-enabled package
         (
             ENABLED,
-            {**ENABLED, "version": "2.1.3"},
+            {**ENABLED, "version": "3.0.1"},
             None,
-            ["spec.packages.mypkg.version"],
+            ["spec.packages.collector.version"],
         ),  # apply not set first
-        (APPLYING, {**APPLYING, "version": "2.1.3"}, _status("mypkg|2.1.4"), ["spec.packages.mypkg.version"]),
-        (APPLYING, {**ENABLED, "version": "v2.1"}, _status(), []),  # uninstalled: allowed (a warning)
-        (ENABLED, {**ENABLED, "version": "2.2"}, _status("mypkg|2.1.4"), []),  # an upgrade
-        (ENABLED, {**ENABLED, "version": "not-semver"}, _status("mypkg|2.1.4"), []),  # not comparable
-        (OFF, {**OFF, "version": "1.0.0"}, _status("mypkg|2.1.4"), []),
+        (
+            APPLYING,
+            {**APPLYING, "version": "3.0.1"},
+            _status("collector|3.0.2"),
+            ["spec.packages.collector.version"],
+        ),
+        (APPLYING, {**ENABLED, "version": "v3.0"}, _status(), []),  # uninstalled: allowed (a warning)
+        (ENABLED, {**ENABLED, "version": "3.1"}, _status("collector|3.0.2"), []),  # an upgrade
+        (ENABLED, {**ENABLED, "version": "not-semver"}, _status("collector|3.0.2"), []),  # not comparable
+        (OFF, {**OFF, "version": "1.0.0"}, _status("collector|3.0.2"), []),
         (
             ENABLED,
-            {**ENABLED, "version": "2.1.4-rc.1"},
+            {**ENABLED, "version": "3.0.2-rc.1"},
             None,
-            ["spec.packages.mypkg.version"],
+            ["spec.packages.collector.version"],
         ),  # a pre-release is older
     ],
 )
@@ -147,25 +155,30 @@ def test_uninstall_rules_on_update(old: Any, new: Any, status: Any, refused: lis
 
 
 def test_cancelling_an_uninstall_is_a_warning() -> None:
-    found, warnings = _uninstall_rules(APPLYING, ENABLED, _status("mypkg|2.1.4"))
+    found, warnings = _uninstall_rules(APPLYING, ENABLED, _status("collector|3.0.2"))
     assert found == []
-    assert warnings == ["package mypkg: uninstall cancelled; nodes where it completed will install it again"]
+    assert warnings == [
+        "package collector: uninstall cancelled; nodes where it completed will install it again"
+    ]
     assert _uninstall_rules(ENABLED, APPLYING, None) == ([], [])
 
 
 # -- DeploymentPolicy ----------------------------------------------------------------------------
 
+# The project's own DeploymentPolicy, in the shape of upstream's sample (public test data, replayed
+# by test_upstream_corpus): a default with a percent budget and a fixed strategy, then a
+# one-node-at-a-time compartment and a percent compartment that grows exponentially.
 DP = {
     "apiVersion": "skyhook.nvidia.com/v1alpha1",
     "kind": "DeploymentPolicy",
-    "metadata": {"name": "sample-policy"},
+    "metadata": {"name": "staged-rollout"},
     "spec": {
-        "default": {"budget": {"percent": 100}, "strategy": {"fixed": {"initialBatch": 1}}},
+        "default": {"budget": {"percent": 80}, "strategy": {"fixed": {"initialBatch": 2}}},
         "compartments": [
-            {"name": "critical", "selector": {"matchLabels": {"priority": "critical"}},
+            {"name": "canary", "selector": {"matchLabels": {"rollout": "canary"}},
              "budget": {"count": 1}, "strategy": {"fixed": {"initialBatch": 1}}},
-            {"name": "test", "selector": {"matchLabels": {"env": "test"}}, "budget": {"percent": 50},
-             "strategy": {"exponential": {"initialBatch": 2, "growthFactor": 2}}},
+            {"name": "bulk", "selector": {"matchLabels": {"rollout": "bulk"}}, "budget": {"percent": 40},
+             "strategy": {"exponential": {"initialBatch": 3, "growthFactor": 3}}},
         ],
     },
 }  # fmt: skip
@@ -176,7 +189,7 @@ def dp_rules(doc: dict[str, Any], *policies: Any) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("group", ["skyhook.nvidia.com", "nodewright.nvidia.com"])
-def test_upstream_deployment_policy_is_valid(group: str) -> None:
+def test_a_deployment_policy_is_valid(group: str) -> None:
     doc = {**copy.deepcopy(DP), "apiVersion": f"{group}/v1alpha1"}
     assert dp_rules(doc) == []
 
@@ -190,7 +203,7 @@ def test_upstream_deployment_policy_is_valid(group: str) -> None:
             ("strategy", "spec.default.strategy"),
         ),
         (
-            lambda s: s["compartments"][0].update(name="test"),
+            lambda s: s["compartments"][0].update(name="bulk"),
             ("compartment-name", "spec.compartments[1].name"),  # the second use of a name
         ),
         (
@@ -204,12 +217,12 @@ def test_upstream_deployment_policy_is_valid(group: str) -> None:
         (lambda s: s.pop("default"), ("budget", "spec.default.budget")),
         (lambda s: s["default"].update(strategy={}), ("strategy", "spec.default.strategy")),
         (
-            lambda s: s["compartments"][1].update(selector={"matchLabels": {"priority": "critical"}}),
+            lambda s: s["compartments"][1].update(selector={"matchLabels": {"rollout": "canary"}}),
             ("compartment-selector", "spec.compartments[1].selector"),
         ),
         (
-            lambda s: s["compartments"][1].update(selector={"matchLabels": {"-env": "test"}}),
-            ("selector", "spec.compartments[1].selector.matchLabels.-env"),
+            lambda s: s["compartments"][1].update(selector={"matchLabels": {"-rollout": "bulk"}}),
+            ("selector", "spec.compartments[1].selector.matchLabels.-rollout"),
         ),
         (
             lambda s: s["compartments"][0].update(selector={}) or s["compartments"][1].pop("selector"),
@@ -229,9 +242,7 @@ def test_deployment_policy_shape_rules(change: Any, expected: tuple[str, str]) -
         lambda s: s["compartments"][0].pop("strategy"),  # a compartment's strategy is optional
         lambda s: s["default"].pop("strategy"),  # NodeWright's webhook too (its CRD requires it)
         # overlapping but different selectors, and the same requirements in another order
-        lambda s: s["compartments"][1].update(
-            selector={"matchLabels": {"priority": "critical", "env": "test"}}
-        ),
+        lambda s: s["compartments"][1].update(selector={"matchLabels": {"rollout": "canary", "zone": "a"}}),
         lambda s: s["compartments"][1].update(selector={"matchLabels": {}}),  # {} matchLabels is not absent
     ],
 )
@@ -243,12 +254,12 @@ def test_deployment_policy_shapes_upstream_allows(change: Any) -> None:
 
 def test_deployment_policy_budgets_within_every_pool_cap() -> None:
     capped = policy(
-        "test-pool", nodeSelector={"matchLabels": {"env": "test"}}, maxInterruptionBudget={"percent": 25}
+        "bulk-pool", nodeSelector={"matchLabels": {"rollout": "bulk"}}, maxInterruptionBudget={"percent": 25}
     )
-    other = policy("critical-pool", nodeSelector={"matchLabels": {"priority": "critical"}},
+    other = policy("canary-pool", nodeSelector={"matchLabels": {"rollout": "canary"}},
                    maxInterruptionBudget={"count": 1})  # fmt: skip
     found = dp_rules(copy.deepcopy(DP), capped, other)
-    # the default (100%) can reach every pool; "test" (50%) reaches test-pool; "critical" (count 1) is fine
+    # the default (80%) can reach every pool; "bulk" (40%) reaches bulk-pool; "canary" (count 1) is fine
     assert ("budget-cap", "spec.default.budget") in found
     assert ("budget-cap", "spec.compartments[1].budget") in found
     assert ("budget-cap", "spec.compartments[0].budget") not in found

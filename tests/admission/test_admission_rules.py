@@ -1,4 +1,5 @@
-"""Admission engine: upstream example CRs, one test per rule (allowed and denied), both groups."""
+"""Admission engine: the project's own package CRs (and upstream's examples, from the public test
+data), one test per rule (allowed and denied), both groups."""
 
 from __future__ import annotations
 
@@ -18,95 +19,10 @@ from admission.advice import soft_warnings
 from admission.images import ImageError, allowed_by, parse_image, parse_prefix
 from admission.policy import PackagePolicy
 from admission.quantity import parse_quantity
+from tests.support.package_crs import AUTO_TAINT, MISSING_DEPENDENCY, SAMPLE, SIMPLE, UNINSTALL
+from tests.support.shared_data import shared
 
 DIGEST = "sha256:" + "ab" * 32
-
-# Example CRs from upstream NodeWright / Skyhook
-UPSTREAM = yaml.safe_load_all(
-    """
-apiVersion: skyhook.nvidia.com/v1alpha1
-kind: Skyhook
-metadata: {name: auto-taint-new-nodes}
-spec:
-  runtimeRequired: true
-  autoTaintNewNodes: true
-  nodeSelectors: {matchLabels: {kubernetes.io/hostname: kind-worker}}
-  packages:
-    spencer:
-      version: "3.2.3"
-      image: ghcr.io/nvidia/skyhook/agentless
-      env: [{name: SLEEP_LEN, value: "2"}]
----
-apiVersion: skyhook.nvidia.com/v1alpha1
-kind: Skyhook
-metadata:
-  name: demo
-  annotations: {skyhook.nvidia.com/pause: "false", skyhook.nvidia.com/disable: "false"}
-spec:
-  nodeSelectors: {matchLabels: {skyhook.nvidia.com/test-node: skyhooke2e}}
-  packages:
-    baz:
-      version: 1.1.0
-      image: ghcr.io/nvidia/skyhook-packages/shellscript
-      configMap:
-        config.yaml: "#!/bin/bash\\nsleep 1\\necho \\"Hello, config!\\""
-        config_check.yaml: "#!/bin/bash\\nsleep 1\\necho \\"Hello, config check!\\""
----
-apiVersion: skyhook.nvidia.com/v1alpha1
-kind: Skyhook
-metadata: {name: sample}
-spec:
-  additionalTolerations: [{key: nvidia.com/gpu, operator: Exists}]
-  nodeSelectors: {matchLabels: {agentpool: gpu}}
-  podNonInterruptLabels: {matchLabels: {key: value}}
-  interruptionBudget: {percent: 33}
-  packages:
-    something-important:
-      version: 1.0.0
-      image: ghcr.io/nvidia/skyhook-packages/shellscript
-      dependsOn: {tuning: 1.0.0}
-      configMap: {apply.sh: "...", apply_check.sh: "...", config.sh: "...", config_check.sh: "..."}
-    tuning:
-      version: 1.0.0
-      image: ghcr.io/nvidia/skyhook-packages/tuning
-      interrupt: {type: reboot}
-      configInterrupts: {grub.conf: {type: reboot}, sysctl.conf: {type: restartAllServices}}
-      configMap: {grub.conf: "hugepagesz=1G", sysctl.conf: "fs.inotify.max_user_instances=1", u.conf: "x"}
----
-apiVersion: skyhook.nvidia.com/v1alpha1
-kind: Skyhook
-metadata: {name: explicit-uninstall}
-spec:
-  nodeSelectors: {matchLabels: {skyhook.nvidia.com/test-node: skyhooke2e}}
-  interruptionBudget: {count: 1}
-  packages:
-    mypkg:
-      version: "2.1.4"
-      image: ghcr.io/nvidia/skyhook/agentless
-      configMap: {install.sh: "echo installing", uninstall.sh: "echo uninstalling"}
-      env: [{name: MY_VAR, value: "hello"}]
-      interrupt: {type: reboot}
-      uninstall: {enabled: true, apply: false}
-"""
-)
-AUTO_TAINT, DEMO, SAMPLE, UNINSTALL = list(UPSTREAM)
-
-# The upstream negative case: cookies depends on milkshake, only milk exists.
-INVALID_DEPENDS = {
-    "apiVersion": "skyhook.nvidia.com/v1alpha1",
-    "kind": "Skyhook",
-    "metadata": {"name": "invalid"},
-    "spec": {
-        "packages": {
-            "milk": {"version": "1.2.3", "image": "ghcr.io/nvidia/skyhook/agentless"},
-            "cookies": {
-                "version": "1.2.3",
-                "image": "ghcr.io/nvidia/skyhook/agentless",
-                "dependsOn": {"milkshake": "1.2.3"},
-            },
-        }
-    },
-}
 
 
 def cr(doc: dict[str, Any], group: str = "skyhook.nvidia.com") -> rules.PackageCR:
@@ -136,26 +52,39 @@ def structural(doc: dict[str, Any], group: str = "skyhook.nvidia.com") -> list[s
 GROUPS = pytest.mark.parametrize("group", ["skyhook.nvidia.com", "nodewright.nvidia.com"])
 
 
-# -- upstream examples -----------------------------------------------------------------------
+# -- the examples ------------------------------------------------------------------------------
+
+
+@GROUPS
+def test_own_examples_are_structurally_valid(group: str) -> None:
+    for doc in (AUTO_TAINT, SIMPLE, SAMPLE, UNINSTALL):
+        assert structural(doc, group) == []
+
+
+# Upstream's simplest example and its operator sample, unedited (public test data, not committed).
+_UPSTREAM_EXAMPLES = (
+    ("nodewright-demo", "examples/simple/scr.yaml"),
+    ("nodewright", "operator/config/samples/skyhook_v1alpha1_skyhook.yaml"),
+)
 
 
 @GROUPS
 def test_upstream_examples_are_structurally_valid(group: str) -> None:
-    for doc in (AUTO_TAINT, DEMO, SAMPLE, UNINSTALL):
-        assert structural(doc, group) == []
+    for folder, name in _UPSTREAM_EXAMPLES:
+        assert structural(yaml.safe_load(shared(folder).read(name)), group) == [], name
 
 
 @GROUPS
-def test_upstream_negative_case_is_refused(group: str) -> None:
-    found = rules.structural_violations(cr(INVALID_DEPENDS, group))
-    assert [(v.rule, v.path) for v in found] == [("depends-on", "spec.packages.cookies.dependsOn.milkshake")]
-    assert "milkshake|1.2.3" in found[0].message
+def test_a_missing_dependency_is_refused(group: str) -> None:
+    found = rules.structural_violations(cr(MISSING_DEPENDENCY, group))
+    assert [(v.rule, v.path) for v in found] == [("depends-on", "spec.packages.toolkit.dependsOn.driver")]
+    assert "driver|2.4.0" in found[0].message
 
 
 def test_unknown_fields_are_tolerated_and_wrong_types_named() -> None:
-    doc = copy.deepcopy(DEMO)
+    doc = copy.deepcopy(SIMPLE)
     doc["spec"]["drainConfig"] = {"disableEviction": False}  # NodeWright v0.18 field
-    doc["spec"]["packages"]["baz"]["stageTimeout"] = "1h"
+    doc["spec"]["packages"]["greeter"]["stageTimeout"] = "1h"
     assert structural(doc, "nodewright.nvidia.com") == []
     doc["spec"]["priority"] = "high"
     out = rules.parse_package_cr(doc)
@@ -173,8 +102,8 @@ def test_objects_of_other_kinds_are_not_package_crs() -> None:
 
 
 def _with_pkg(**fields: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = copy.deepcopy(DEMO)
-    doc["spec"]["packages"]["baz"].update(fields)
+    doc: dict[str, Any] = copy.deepcopy(SIMPLE)
+    doc["spec"]["packages"]["greeter"].update(fields)
     return doc
 
 
@@ -204,7 +133,7 @@ _ALL_FOUR = {"cpuRequest": "500m", "cpuLimit": "1", "memoryRequest": "512Mi", "m
         ({"configInterrupts": {"config.y?ml": {"type": "noop"}}}, "config-interrupt"),  # no '*': a key
         ({"configInterrupts": {"config[*": {"type": "noop"}}}, "config-interrupt"),  # malformed pattern
         ({"dependsOn": {"nope": "1.0.0"}}, "depends-on"),
-        ({"dependsOn": {"baz": ""}}, "depends-on"),  # a dependency without a version
+        ({"dependsOn": {"greeter": ""}}, "depends-on"),  # a dependency without a version
         ({"gracefulShutdown": "5 minutes"}, "duration"),  # the operator cannot decode it
     ],
 )
@@ -229,7 +158,7 @@ def test_structural_rule_refuses(group: str, fields: dict[str, Any], rule: str) 
         {"configInterrupts": {"config.y?ml*": {"type": "noop"}}},
         {"configInterrupts": {"config[._]*": {"type": "noop"}}},
         {"agentImageOverride": "ghcr.io/nvidia/agent:latest"},  # a warning, not a refusal
-        {"dependsOn": {"baz": "1.1.0"}},  # a cycle: upstream does not look for one (a warning)
+        {"dependsOn": {"greeter": "0.4.0"}},  # a cycle: upstream does not look for one (a warning)
         {"gracefulShutdown": "1m30s"},
     ],
 )
@@ -270,7 +199,7 @@ def test_nodewright_allows_a_registry_port() -> None:
     ],
 )
 def test_fields_only_nodewright_checks(spec: dict[str, Any], rule: str) -> None:
-    doc = copy.deepcopy(DEMO)
+    doc = copy.deepcopy(SIMPLE)
     doc["spec"].update(spec)
     assert structural(doc, "nodewright.nvidia.com") == [rule]
     assert structural(doc, "skyhook.nvidia.com") == []
@@ -281,11 +210,11 @@ def test_fields_only_nodewright_checks(spec: dict[str, Any], rule: str) -> None:
 
 def test_dependency_cycles_are_a_warning_not_a_refusal() -> None:
     doc = copy.deepcopy(SAMPLE)
-    doc["spec"]["packages"]["tuning"]["dependsOn"] = {"something-important": "1.0.0"}
+    doc["spec"]["packages"]["node-tuning"]["dependsOn"] = {"boot-marker": "2.0.0"}
     view = rules.read_package_cr(doc)
     assert isinstance(view, rules.CrView)
     assert rules.structural_violations(view) == []
-    assert set(view.cycle) == {"tuning", "something-important"}
+    assert set(view.cycle) == {"node-tuning", "boot-marker"}
     assert any("cycle" in w for w in soft_warnings(view))
 
 
@@ -303,7 +232,7 @@ def test_dependency_cycles_are_a_warning_not_a_refusal() -> None:
     ],
 )
 def test_budget_shape_rules(budget: dict[str, Any], extra: dict[str, Any], refused: bool) -> None:
-    doc = copy.deepcopy(DEMO)
+    doc = copy.deepcopy(SIMPLE)
     doc["spec"]["interruptionBudget"] = budget
     doc["spec"].update(extra)
     assert ("budget" in structural(doc)) is refused
@@ -328,7 +257,7 @@ def test_budget_shape_rules(budget: dict[str, Any], extra: dict[str, Any], refus
     ],
 )
 def test_selectors_the_operator_would_not_parse_are_refused(selector: dict[str, Any]) -> None:
-    doc = copy.deepcopy(DEMO)
+    doc = copy.deepcopy(SIMPLE)
     doc["spec"]["nodeSelectors"] = selector
     assert set(structural(doc)) == {"selector"}
 
@@ -343,13 +272,13 @@ def test_selectors_the_operator_would_not_parse_are_refused(selector: dict[str, 
     ],
 )
 def test_selectors_the_operator_parses_are_allowed(selector: dict[str, Any]) -> None:
-    doc = copy.deepcopy(DEMO)
+    doc = copy.deepcopy(SIMPLE)
     doc["spec"]["nodeSelectors"] = selector
     assert structural(doc) == []
 
 
 def _guards(tolerations: list[dict[str, Any]]) -> list[str]:
-    doc = copy.deepcopy(DEMO)
+    doc = copy.deepcopy(SIMPLE)
     doc["spec"]["additionalTolerations"] = tolerations
     view = rules.read_package_cr(doc)
     assert isinstance(view, rules.CrView)
@@ -462,7 +391,7 @@ def test_sample_passes_an_open_gpu_policy(group: str) -> None:
         (
             {"images": {"registries": ["ghcr.io/nvidia/skyhook-packages/shellscript"]}},
             "registry",
-        ),  # not tuning
+        ),  # not the tuning image
         ({"images": {"registries": ["ghcr.io/nvidia"], "requireDigest": True}}, "require-digest"),
         ({"interrupts": {"allowed": ["noop", "restartAllServices"]}}, "interrupt-allowed"),  # reboot
         ({"maxInterruptionBudget": {"percent": 10}}, "budget-cap"),
@@ -494,7 +423,7 @@ def test_runtime_required_secret_env_and_agent_override_need_the_policy() -> Non
     doc = copy.deepcopy(AUTO_TAINT)
     doc["spec"]["nodeSelectors"] = GPU_POOL
     doc["spec"]["interruptionBudget"] = {"percent": 10}
-    pkg = doc["spec"]["packages"]["spencer"]
+    pkg = doc["spec"]["packages"]["firmware-check"]
     pkg["env"].append(
         {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "webhook-cert", "key": "tls.key"}}}
     )
@@ -505,7 +434,7 @@ def test_runtime_required_secret_env_and_agent_override_need_the_policy() -> Non
 
 
 def test_no_budget_exceeds_any_cap_and_a_deployment_policy_is_judged_elsewhere() -> None:
-    doc = copy.deepcopy(DEMO)
+    doc = copy.deepcopy(SIMPLE)
     doc["spec"]["nodeSelectors"] = GPU_POOL
     assert verdict(doc, maxInterruptionBudget={"percent": 50}) == ["budget-cap"]
     doc["spec"]["deploymentPolicy"] = "rollout"
@@ -534,7 +463,7 @@ def test_policy_defaults_are_strict() -> None:
 
 
 def test_no_pool_violation_says_what_to_do() -> None:
-    v = rules.no_pool_violation(cr(INVALID_DEPENDS))
+    v = rules.no_pool_violation(cr(MISSING_DEPENDENCY))
     assert v.path == "spec.nodeSelectors"
     assert "every node" in v.message
 
@@ -793,7 +722,7 @@ def test_dependency_chains_longer_than_the_recursion_limit() -> None:
         for i in range(count - 1)
     }
     packages[f"pkg-{count - 1:04d}x"] = {"version": "1.0.0", "image": "ghcr.io/nvidia/x"}
-    doc = {**copy.deepcopy(DEMO), "spec": {"packages": packages}}
+    doc = {**copy.deepcopy(SIMPLE), "spec": {"packages": packages}}
     assert structural(doc) == []
     packages[f"pkg-{count - 1:04d}x"]["dependsOn"] = {"pkg-0000x": "1.0.0"}
     view = rules.read_package_cr(doc)
@@ -817,10 +746,10 @@ def test_a_compiled_policy_checks_as_the_policy_does() -> None:
     assert rules.policy_violations(view, compiled) == rules.policy_violations(cr(SAMPLE), compiled.policy)
     assert [v.rule for v in rules.policy_violations(view, compiled)] == ["budget-cap"]
     foreign = copy.deepcopy(SAMPLE)
-    foreign["spec"]["packages"]["tuning"]["image"] = "docker.io/x/tuning"
+    foreign["spec"]["packages"]["node-tuning"]["image"] = "docker.io/x/tuning"
     for _ in range(2):  # the second answer comes from the policy's memo of image verdicts
         found = rules.policy_violations(cr(foreign), compiled)
         assert [(v.rule, v.path) for v in found] == [
-            ("registry", "spec.packages.tuning.image"),
+            ("registry", "spec.packages.node-tuning.image"),
             ("budget-cap", "spec.interruptionBudget"),
         ]

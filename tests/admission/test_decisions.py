@@ -11,9 +11,10 @@ import pytest
 
 from admission.holdtolerations import hold_tolerations
 from admission.webhook import Decider
-from tests.admission.test_admission_rules import DIGEST, SAMPLE, UNINSTALL, policy
+from tests.admission.test_admission_rules import DIGEST, policy
 from tests.admission.test_webhook import NODEGATE, POLICIES, decide, decider, no_reboot, review
 from tests.admission.upstream.gotypes import encode_skyhook_spec
+from tests.support.package_crs import SAMPLE, UNINSTALL
 
 NODEGATE_HOLD = "nodegate.io/hold"
 
@@ -34,11 +35,11 @@ def _as_nodewright(doc: dict[str, Any]) -> dict[str, Any]:
 
 async def test_the_operators_re_encoding_passes_for_anyone() -> None:
     old = copy.deepcopy(SAMPLE)
-    old["spec"]["packages"]["tuning"]["image"] = "ghcr.io/nvidia/skyhook-packages/tuning:1.0.0"
+    old["spec"]["packages"]["node-tuning"]["image"] = "ghcr.io/nvidia/skyhook-packages/tuning:1.3.0"
     new = _operator_update(old)
-    assert new["spec"]["interruptionBudget"] == {"percent": 33}
-    assert new["spec"]["packages"]["tuning"]["name"] == "tuning"
-    assert new["spec"]["packages"]["tuning"]["image"] == "ghcr.io/nvidia/skyhook-packages/tuning"  # cut
+    assert new["spec"]["interruptionBudget"] == {"percent": 25}
+    assert new["spec"]["packages"]["node-tuning"]["name"] == "node-tuning"
+    assert new["spec"]["packages"]["node-tuning"]["image"] == "ghcr.io/nvidia/skyhook-packages/tuning"  # cut
     d = await decide(decider(), review(new, op="UPDATE", old=old, user="system:serviceaccount:x:y"))
     assert d.allowed
     assert d.audit == {"decision": "allow", "reason": "spec unchanged"}
@@ -59,7 +60,7 @@ async def test_an_unchanged_spec_passes_even_if_it_would_now_be_refused() -> Non
 async def test_a_tag_the_operator_drops_is_no_change_for_skyhook_but_is_for_nodewright() -> None:
     old = no_reboot(SAMPLE)
     new = copy.deepcopy(old)
-    new["spec"]["packages"]["tuning"]["image"] += ":anything"
+    new["spec"]["packages"]["node-tuning"]["image"] += ":anything"
     d = await decide(decider(), review(new, op="UPDATE", old=old, user="mallory"))
     assert d.audit.get("reason") == "spec unchanged"
     old_nw, new_nw = _as_nodewright(old), _as_nodewright(new)
@@ -72,8 +73,8 @@ async def test_a_tag_the_operator_drops_is_no_change_for_skyhook_but_is_for_node
     "edit",
     [
         lambda s: s.update(interruptionBudget={"count": 0}),
-        lambda s: s["packages"]["something-important"].update(version="1.0.1"),
-        lambda s: s["packages"]["tuning"]["configMap"].update({"grub.conf": "other"}),
+        lambda s: s["packages"]["boot-marker"].update(version="2.0.1"),
+        lambda s: s["packages"]["node-tuning"]["configMap"].update({"grub.conf": "other"}),
         lambda s: s["nodeSelectors"].update(matchLabels={"agentpool": "gpu", "zone": "a"}),
     ],
 )
@@ -119,7 +120,7 @@ async def test_pause_with_a_spec_change_is_judged_as_a_change() -> None:
     old = no_reboot(SAMPLE)
     new = copy.deepcopy(old)
     new["metadata"]["annotations"] = {"skyhook.nvidia.com/pause": "true"}
-    new["spec"]["packages"]["tuning"]["image"] = "docker.io/evil/tuning"
+    new["spec"]["packages"]["node-tuning"]["image"] = "docker.io/evil/tuning"
     d = await decide(decider(), review(new, op="UPDATE", old=old, user="alice"))
     assert not d.allowed
     assert "registry" in {v.rule for v in d.violations}
@@ -131,7 +132,7 @@ async def test_delete_needs_deploy_but_nothing_about_pending_uninstalls() -> Non
     33 (finding 5) a DELETE needs deploy on a pool that contains the CR, like a change."""
     paused = copy.deepcopy(UNINSTALL)
     paused["metadata"]["annotations"] = {"skyhook.nvidia.com/pause": "true"}
-    paused["status"] = {"nodeState": {"gpu-1": {"mypkg|2.1.4": {"state": "complete"}}}}
+    paused["status"] = {"nodeState": {"gpu-1": {"collector|3.0.2": {"state": "complete"}}}}
     d = await decide(decider(), review(None, op="DELETE", old=paused, user="mallory"))
     assert not d.allowed
     d = await decide(decider(), review(None, op="DELETE", old=paused, user="root"))
@@ -142,8 +143,8 @@ def _uninstalling(apply: bool, *, on_nodes: bool) -> dict[str, Any]:
     doc = copy.deepcopy(UNINSTALL)
     doc["metadata"]["annotations"] = {}
     doc["spec"]["nodeSelectors"] = {"matchLabels": {"agentpool": "gpu"}}
-    doc["spec"]["packages"]["mypkg"]["uninstall"] = {"enabled": True, "apply": apply}
-    doc["status"] = {"nodeState": {"gpu-1": {"mypkg|2.1.4": {"state": "complete"}} if on_nodes else {}}}
+    doc["spec"]["packages"]["collector"]["uninstall"] = {"enabled": True, "apply": apply}
+    doc["status"] = {"nodeState": {"gpu-1": {"collector|3.0.2": {"state": "complete"}} if on_nodes else {}}}
     return doc
 
 
@@ -153,7 +154,7 @@ async def test_removing_a_package_before_its_uninstall_is_refused_even_for_the_o
     new["spec"]["packages"] = {}
     d = await decide(decider(), review(new, op="UPDATE", old=old, user="bob", groups=("ml-platform",)))
     assert not d.allowed
-    assert [(v.rule, v.path) for v in d.violations] == [("uninstall-pending", "spec.packages.mypkg")]
+    assert [(v.rule, v.path) for v in d.violations] == [("uninstall-pending", "spec.packages.collector")]
     done = _uninstalling(True, on_nodes=False)
     d = await decide(decider(), review(new, op="UPDATE", old=done, user="bob", groups=("ml-platform",)))
     assert d.allowed, d.message
@@ -164,7 +165,7 @@ async def test_cancelling_an_uninstall_warns() -> None:
     new = _uninstalling(False, on_nodes=True)
     d = await decide(decider(), review(new, op="UPDATE", old=old, user="bob", groups=("ml-platform",)))
     assert d.allowed, d.message
-    assert d.warnings[0].startswith("package mypkg: uninstall cancelled")
+    assert d.warnings[0].startswith("package collector: uninstall cancelled")
 
 
 @pytest.mark.parametrize(
@@ -207,22 +208,22 @@ async def _judge(
 
 async def test_strict_versions_are_a_policy_choice() -> None:
     doc = no_reboot(SAMPLE)
-    doc["spec"]["packages"]["tuning"]["version"] = "1.0"
-    doc["spec"]["packages"]["something-important"]["dependsOn"] = {"tuning": "1.0"}
+    doc["spec"]["packages"]["node-tuning"]["version"] = "1.3"
+    doc["spec"]["packages"]["boot-marker"]["dependsOn"] = {"node-tuning": "1.3"}
     assert (await _judge(doc)).allowed  # what NodeWright accepts
     d = await _judge(doc, versions="semver")
-    assert [(v.rule, v.path) for v in d.violations] == [("semver", "spec.packages.tuning.version")]
+    assert [(v.rule, v.path) for v in d.violations] == [("semver", "spec.packages.node-tuning.version")]
 
 
 async def test_tags_must_equal_the_version_when_the_policy_says_so() -> None:
     doc = no_reboot(SAMPLE)
-    doc["spec"]["packages"]["tuning"]["image"] += ":latest"
+    doc["spec"]["packages"]["node-tuning"]["image"] += ":latest"
     d = await _judge(doc)
     assert d.allowed, d.message
     assert any("drops ':latest'" in w for w in d.warnings)
     d = await _judge(doc, images={"registries": ["ghcr.io/nvidia"], "tagMustEqualVersion": True})
-    assert [(v.rule, v.path) for v in d.violations] == [("tag-version", "spec.packages.tuning.image")]
-    doc["spec"]["packages"]["tuning"]["image"] = "ghcr.io/nvidia/skyhook-packages/tuning:1.0.0"
+    assert [(v.rule, v.path) for v in d.violations] == [("tag-version", "spec.packages.node-tuning.image")]
+    doc["spec"]["packages"]["node-tuning"]["image"] = "ghcr.io/nvidia/skyhook-packages/tuning:1.3.0"
     assert (await _judge(doc, images={"registries": ["ghcr.io/nvidia"], "tagMustEqualVersion": True})).allowed
 
 
@@ -242,9 +243,9 @@ async def test_registries_judge_what_the_operator_pulls() -> None:
 
 async def test_an_image_that_does_not_parse_is_under_no_registry() -> None:
     doc = no_reboot(SAMPLE)
-    doc["spec"]["packages"]["tuning"]["image"] = ""
+    doc["spec"]["packages"]["node-tuning"]["image"] = ""
     d = await _judge(doc)
-    assert [(v.rule, v.path) for v in d.violations] == [("registry", "spec.packages.tuning.image")]
+    assert [(v.rule, v.path) for v in d.violations] == [("registry", "spec.packages.node-tuning.image")]
     assert (await _judge(doc, images={"registries": ["*"]})).allowed  # "*": any image at all
 
 
@@ -254,10 +255,10 @@ async def test_require_digest_wants_a_real_digest() -> None:
         pkg["containerSHA"] = DIGEST
     pinned = {"registries": ["ghcr.io/nvidia"], "requireDigest": True}
     assert (await _judge(doc, images=pinned)).allowed
-    doc["spec"]["packages"]["tuning"]["containerSHA"] = "sha256:abc"
+    doc["spec"]["packages"]["node-tuning"]["containerSHA"] = "sha256:abc"
     d = await _judge(doc, images=pinned)
     assert [(v.rule, v.path) for v in d.violations] == [
-        ("require-digest", "spec.packages.tuning.containerSHA")
+        ("require-digest", "spec.packages.node-tuning.containerSHA")
     ]
     d = await _judge(doc)
     assert any("is not sha256:<64 hex>" in w for w in d.warnings)
@@ -265,7 +266,7 @@ async def test_require_digest_wants_a_real_digest() -> None:
 
 async def test_a_dependency_cycle_warns() -> None:
     doc = no_reboot(SAMPLE)
-    doc["spec"]["packages"]["tuning"]["dependsOn"] = {"something-important": "1.0.0"}
+    doc["spec"]["packages"]["node-tuning"]["dependsOn"] = {"boot-marker": "2.0.0"}
     doc["spec"]["additionalTolerations"] = hold_tolerations(NODEGATE_HOLD)  # as the mutation leaves it
     d = await _judge(doc)
     assert d.allowed, d.message
@@ -286,7 +287,7 @@ async def test_the_unchanged_path_reads_nothing_else() -> None:
 
     d_ = Decider(NotReady(), NoAuthorizer(), NODEGATE)
     old = copy.deepcopy(SAMPLE)
-    old["spec"]["packages"]["tuning"]["version"] = "not a version"  # structurally refused
+    old["spec"]["packages"]["node-tuning"]["version"] = "not a version"  # structurally refused
     d = await decide(d_, review(_operator_update(old), op="UPDATE", old=old, user="x"))
     assert d.allowed
     new = copy.deepcopy(SAMPLE)

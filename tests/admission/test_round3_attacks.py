@@ -18,8 +18,9 @@ import pytest
 from admission import nodes
 from admission.rbac import RbacEvaluator
 from admission.webhook import Decider, LocalRbac, StaticPolicies
-from tests.admission.test_admission_rules import SAMPLE, policy
+from tests.admission.test_admission_rules import policy
 from tests.admission.test_webhook import NODEGATE, _binding, _role, decide, no_reboot, review
+from tests.support.package_crs import SAMPLE
 
 NODE = ("", "Node")
 KUBELET = "system:node:gpu-1"

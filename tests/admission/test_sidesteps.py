@@ -18,7 +18,7 @@ import pytest
 
 from admission.rbac import RbacEvaluator
 from admission.webhook import Decider, LocalRbac, StaticPolicies
-from tests.admission.test_admission_rules import SAMPLE, policy
+from tests.admission.test_admission_rules import policy
 from tests.admission.test_webhook import (
     NODEGATE,
     POLICIES,
@@ -30,11 +30,12 @@ from tests.admission.test_webhook import (
     no_reboot,
     review,
 )
+from tests.support.package_crs import SAMPLE
 
 NODEWRIGHT = ("nodewright.nvidia.com", "NodeWright")
 NODE = ("", "Node")
 CLAIM = {
-    "nodewright.nvidia.com/mirrored-from": "sample",
+    "nodewright.nvidia.com/mirrored-from": SAMPLE["metadata"]["name"],  # as the mirror names it
     "nodewright.nvidia.com/mirrored-generation": "1",
 }
 OPERATOR = "system:serviceaccount:skyhook:skyhook-operator-controller-manager"
@@ -69,12 +70,12 @@ async def test_a_claim_needs_the_reboot_right_for_every_reboot_package() -> None
     old, new = nodewright(SAMPLE), nodewright(SAMPLE, **CLAIM)
     d = await decide(decider(), review(new, op="UPDATE", old=old, user="alice", kind=NODEWRIGHT))
     assert not d.allowed
-    assert "alice lacks verb reboot on packagepolicies/gpu in nodegate.io (reboots: tuning)" in texts(d)
+    assert "alice lacks verb reboot on packagepolicies/gpu in nodegate.io (reboots: node-tuning)" in texts(d)
     ok = await decide(
         decider(), review(new, op="UPDATE", old=old, user="bob", groups=("ml-platform",), kind=NODEWRIGHT)
     )
     assert ok.allowed, ok.message
-    assert ok.audit["reboot"] == "tuning"
+    assert ok.audit["reboot"] == "node-tuning"
     quiet_old, quiet_new = nodewright(no_reboot(SAMPLE)), nodewright(no_reboot(SAMPLE), **CLAIM)
     d = await decide(decider(), review(quiet_new, op="UPDATE", old=quiet_old, user="alice", kind=NODEWRIGHT))
     assert d.allowed, d.message
@@ -233,10 +234,10 @@ async def test_moving_reboot_packages_to_another_pool_needs_reboot_there() -> No
     old, new = SAMPLE, moved(SAMPLE, {"agentpool": "gpu-b"})
     d = await decide(movers(), review(new, op="UPDATE", old=old, user="dave"))
     assert not d.allowed
-    assert "dave lacks verb reboot on packagepolicies/gpu-b in nodegate.io (reboots: tuning)" in texts(d)
+    assert "dave lacks verb reboot on packagepolicies/gpu-b in nodegate.io (reboots: node-tuning)" in texts(d)
     ok = await decide(movers(), review(new, op="UPDATE", old=old, user="erin"))
     assert ok.allowed, ok.message
-    assert ok.audit == {"decision": "allow", "policy": "gpu-b", "reboot": "tuning"}
+    assert ok.audit == {"decision": "allow", "policy": "gpu-b", "reboot": "node-tuning"}
 
 
 async def test_narrowing_a_selector_inside_the_pool_still_asks_for_reboot() -> None:
@@ -244,7 +245,7 @@ async def test_narrowing_a_selector_inside_the_pool_still_asks_for_reboot() -> N
     assert (await decide(movers(), review(new, op="UPDATE", old=SAMPLE, user="dave"))).allowed
     d = await decide(movers(), review(new, op="UPDATE", old=SAMPLE, user="alice"))
     assert not d.allowed
-    assert "alice lacks verb reboot on packagepolicies/gpu in nodegate.io (reboots: tuning)" in texts(d)
+    assert "alice lacks verb reboot on packagepolicies/gpu in nodegate.io (reboots: node-tuning)" in texts(d)
 
 
 async def test_moving_a_cr_without_reboots_needs_deploy_only() -> None:
@@ -257,7 +258,7 @@ async def test_moving_a_cr_without_reboots_needs_deploy_only() -> None:
 async def test_an_unchanged_selector_keeps_reboots_to_what_changed() -> None:
     """The rule did not become "every update of a rebooting CR needs reboot"."""
     new = copy.deepcopy(SAMPLE)
-    new["spec"]["packages"]["something-important"]["version"] = "1.0.1"
+    new["spec"]["packages"]["boot-marker"]["version"] = "2.0.1"
     d = await decide(movers(), review(new, op="UPDATE", old=SAMPLE, user="alice"))
     assert d.allowed, d.message
     assert "reboot" not in d.audit

@@ -25,8 +25,9 @@ from admission.violations import Violation
 from admission.webhook import AuthorizerUnavailable, Decider, LocalRbac, StaticPolicies
 from bootstrap import cli
 from bootstrap.service import webhookapp
-from tests.admission.test_admission_rules import SAMPLE, policy
+from tests.admission.test_admission_rules import policy
 from tests.support import certs
+from tests.support.package_crs import SAMPLE
 
 NODEGATE = "system:serviceaccount:nodegate:nodegate"
 GPU = {"matchLabels": {"agentpool": "gpu"}}
@@ -122,7 +123,7 @@ async def decide(d: Decider, body: dict[str, Any]) -> webhook.Decision:
 
 def no_reboot(doc: dict[str, Any]) -> dict[str, Any]:
     doc = copy.deepcopy(doc)
-    tuning = doc["spec"]["packages"]["tuning"]
+    tuning = doc["spec"]["packages"]["node-tuning"]
     tuning.pop("interrupt")
     tuning["configInterrupts"] = {"sysctl.conf": {"type": "restartAllServices"}}
     return doc
@@ -153,10 +154,10 @@ async def test_reboot_needs_the_reboot_verb() -> None:
     assert not d.allowed
     gpu = next(v for v in d.violations if v.path == "PackagePolicy gpu")
     assert "lacks verb reboot" in gpu.message
-    assert "tuning" in gpu.message
+    assert "node-tuning" in gpu.message
     ok = await decide(decider(), review(SAMPLE, user="bob", groups=("ml-platform",)))
     assert ok.allowed, ok.message
-    assert ok.audit["reboot"] == "tuning"
+    assert ok.audit["reboot"] == "node-tuning"
 
 
 async def test_policy_limits_are_listed_per_policy() -> None:
@@ -170,7 +171,7 @@ async def test_policy_limits_are_listed_per_policy() -> None:
 
 async def test_structural_violations_come_first_and_need_no_rights() -> None:
     doc = copy.deepcopy(SAMPLE)
-    doc["spec"]["packages"]["tuning"]["version"] = "latest"
+    doc["spec"]["packages"]["node-tuning"]["version"] = "latest"
     d = await decide(decider(), review(doc, user="mallory"))
     assert [v.rule for v in d.violations] == ["semver", "depends-on"]
 
@@ -411,7 +412,7 @@ def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     over["spec"]["interruptionBudget"] = {"percent": 90}
     broken = copy.deepcopy(SAMPLE)
     broken["metadata"]["name"] = "broken"
-    broken["spec"]["packages"]["tuning"]["version"] = "2024/01"  # NodeWright refuses it
+    broken["spec"]["packages"]["node-tuning"]["version"] = "2024/01"  # NodeWright refuses it
     everywhere = copy.deepcopy(SAMPLE)
     everywhere["metadata"]["name"] = "tolerates-all"
     everywhere["spec"]["additionalTolerations"] = [{"operator": "Exists"}]  # nodegate's own rule
@@ -472,7 +473,7 @@ async def test_policies_are_compiled_again_when_the_source_changes_them() -> Non
     ]
     denied = await decide(d, body)
     assert not denied.allowed
-    assert ("registry", "spec.packages.tuning.image") in [(v.rule, v.path) for v in denied.violations]
+    assert ("registry", "spec.packages.node-tuning.image") in [(v.rule, v.path) for v in denied.violations]
     source.items = source.items[1:]  # the gpu policy is gone
     assert [c.name for c in d.compiled_policies() or ()] == ["everything"]
 
@@ -491,17 +492,17 @@ async def test_the_same_spec_spelled_otherwise_is_unchanged() -> None:
     new = copy.deepcopy(old)
     new["spec"]["priority"] = 200  # the default, spelled out
     new["spec"]["packages"] = dict(reversed(new["spec"]["packages"].items()))
-    new["spec"]["packages"]["tuning"]["env"] = []
+    new["spec"]["packages"]["node-tuning"]["env"] = []
     d = await decide(decider(), review(new, op="UPDATE", old=old, user="mallory"))
     assert d.allowed
     assert d.audit["reason"] == "spec unchanged"
-    new["spec"]["packages"]["tuning"]["configMap"]["grub.conf"] = "other"
+    new["spec"]["packages"]["node-tuning"]["configMap"]["grub.conf"] = "other"
     assert not (await decide(decider(), review(new, op="UPDATE", old=old, user="mallory"))).allowed
 
 
 async def test_a_cr_the_fast_reader_leaves_to_pydantic_is_judged_the_same() -> None:
     doc = no_reboot(SAMPLE)
-    doc["spec"]["interruptionBudget"] = {"percent": "33"}  # a string the model coerces to 33
+    doc["spec"]["interruptionBudget"] = {"percent": "25"}  # a string the model coerces to 25
     d = await decide(decider(), review(doc))
     assert d.allowed, d.message
     doc["spec"]["interruptionBudget"] = {"percent": "lots"}

@@ -12,8 +12,8 @@ import yaml
 
 from bootstrap import cli
 from bootstrap.service.policycases import Sender, plural, review_for
-from tests.admission.test_admission_rules import SAMPLE
 from tests.admission.test_webhook import POLICIES, RBAC, no_reboot
+from tests.support.package_crs import SAMPLE
 
 
 @pytest.fixture

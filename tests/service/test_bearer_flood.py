@@ -28,10 +28,10 @@ import pytest
 import yaml
 
 from bootstrap.service.serve import Serving, start
-from tests.admission.test_admission_rules import SAMPLE
 from tests.admission.test_webhook import POLICIES, no_reboot, review
 from tests.service.test_abuse import GENUINE, base, client_tls, http
 from tests.support.kshim import TOKEN_REVIEW_PATH, ShimEmulator, cluster_signer, kubeconfig
+from tests.support.package_crs import SAMPLE
 from tests.support.service import EkCa, settings_for
 from tests.support.softnode import join, post
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from bootstrap.logs import JsonFormatter
-from tests.admission.test_admission_rules import SAMPLE
 from tests.admission.test_webhook import no_reboot, review
+from tests.support.package_crs import SAMPLE
 from tests.support.service import EkCa, running, settings_for
 from tests.support.softnode import join, post
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.admission.test_admission_rules import SAMPLE
 from tests.admission.test_webhook import POLICIES, RBAC, no_reboot, review
+from tests.support.package_crs import SAMPLE
 from tests.support.service import EkCa, running, settings_for
 from tests.support.softnode import post
 
