@@ -199,7 +199,11 @@ class JoinService:
             if self._recently_used(session):
                 raise SessionReused("this session already renewed the SVID; start again")
             judged = await self._judge(session, req, record)
-            node_uid = await self._relabel(session, judged.pcr_class)
+            # A new boot (``nodegate attest`` before the kubelet starts) whose Node is gone (the
+            # cloud deleted the Node of a stopped machine) gets it pre-created as at join, so the
+            # kubelet registers onto nodegate's Node; a renewal on the same boot creates nothing.
+            new_boot = judged.boot_id is not None and judged.boot_id != record.boot_id
+            node_uid = await self._relabel(session, judged.pcr_class, create=new_boot)
             issued = await self._issue(session, sid, judged, action="renew", node_uid=node_uid)
         except AttestationError as exc:
             await self._refused(session.node_name, exc)
@@ -327,7 +331,7 @@ class JoinService:
         entry = self._inventory.get(session.ek_sha256)
         return kubelet.attested_labels(session.ek_sha256, pcr_class, entry.labels if entry else {})
 
-    async def _relabel(self, session: Session, pcr_class: str | None) -> str | None:
+    async def _relabel(self, session: Session, pcr_class: str | None, *, create: bool) -> str | None:
         """The Node's attested labels follow every accepted re-attestation, written before the
         attestation is committed: pools built on the PCR class label must never keep a node of
         another class (issue 33, finding 9). When the Node cannot be written nothing is
@@ -335,9 +339,11 @@ class JoinService:
         Returns the uid of the Node written, recorded with the attestation (None: no Node)."""
         if self.kube is None:
             return None
+        labels = self._labels(session, pcr_class)
+        held = self.settings.gate.taint_key if create else None
         try:
-            return await kubelet.relabel_node(self.kube, session.node_name, self._labels(session, pcr_class))
-        except (KubeUnavailable, KubeConflict) as exc:
+            return await kubelet.relabel_node(self.kube, session.node_name, labels, create_held=held)
+        except (KubeUnavailable, KubeConflict, KubeNotFound) as exc:
             raise Unavailable(f"node labels: {exc}"[:500], retry_after=5) from None
 
     async def _node(self, session: Session, pcr_class: str | None) -> str | None:

@@ -59,16 +59,21 @@ def node_uid(node: Mapping[str, Any]) -> str | None:
         return None
 
 
-async def relabel_node(kube: Kube, node_name: str, labels: Mapping[str, str]) -> str | None:
+async def relabel_node(
+    kube: Kube, node_name: str, labels: Mapping[str, str], *, create_held: str | None = None
+) -> str | None:
     """Write the attested labels of an accepted re-attestation (renewal, ``nodegate attest``) onto
     the Node; the uid of the Node written (recorded with the attestation: the gate holds any other
     Node of this name), or None when there is no Node. Labels only, so no resourceVersion: a merge
     patch of the label map leaves every other label and the taints as they are. A Node its kubelet
-    re-created after a delete is adopted here: the re-attestation is the recovery (docs/gate.md)."""
+    re-created after a delete is adopted here: the re-attestation is the recovery (docs/gate.md).
+    With ``create_held`` (the hold taint's key) a missing Node is pre-created as at join."""
     try:
         written = await kube.patch_node(node_name, {"metadata": {"labels": label_patch(labels)}})
     except NotFound:
-        return None
+        if create_held is None:
+            return None
+        return await ensure_node(kube, node_name, labels, create_held)
     return node_uid(written)
 
 

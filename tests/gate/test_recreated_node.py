@@ -25,7 +25,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from bootstrap.gate import Gate
-from bootstrap.kube import Kube
+from bootstrap.kube import Conflict, Kube
 from tests.gate.test_gate import (
     ATT,
     NODES,
@@ -100,14 +100,14 @@ async def _join(r: Running, node: SoftNode, tmp: Path) -> tuple[Path, Path]:
     return _key_and_cert(node, out["svid"], tmp)
 
 
-async def _renew(r: Running, node: SoftNode, creds: tuple[Path, Path]) -> None:
-    """``nodegate attest`` (or the agent's renewal) from the same boot."""
+async def _renew(r: Running, node: SoftNode, creds: tuple[Path, Path], boot_id: str = BOOT) -> None:
+    """``nodegate attest`` (or the agent's renewal) from the boot ``boot_id``."""
     fresh = SoftNode(node.tpm, node.name, node.ek_certificate)
     async with r.http(creds) as http:
         status, start = await post(http, f"{r.base}/v1/nodes/self/renew", {"csr": fresh.csr_pem.decode()})
         assert status == 200, start
         body = fresh.evidence(
-            start["session"], base64.b64decode(start["nonce"]), start["pcr_selection"], boot_id=BOOT
+            start["session"], base64.b64decode(start["nonce"]), start["pcr_selection"], boot_id=boot_id
         )
         status, out = await post(http, f"{r.base}/v1/nodes/self/renew", body)
     assert status == 200, out
@@ -120,19 +120,23 @@ async def _delete_node(kmock: Any) -> None:
         assert resp.status == 200
 
 
-async def _kubelet_registers(kube: Kube, **labels: str) -> str:
+async def _kubelet_registers(kube: Kube, boot_id: str = BOOT, **labels: str) -> str:
     """The kubelet registers its Node again: labels of its choosing (none under
     node-restriction.kubernetes.io/, which NodeRestriction refuses it), the hold as
-    ``node-hold-value`` requires, and the boot it runs. Returns the new uid."""
-    created = await kube.create_node(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": NAME, "labels": {"kubernetes.io/hostname": NAME, **labels}},
-            "spec": {"taints": [hold("unattested")]},
-        }
-    )
-    await boot(kube, NAME, BOOT)
+    ``node-hold-value`` requires, and the boot it runs. A Node that exists already is kept as it
+    is (the kubelet's --node-labels apply only to a Node it creates). Returns the Node's uid."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": NAME, "labels": {"kubernetes.io/hostname": NAME, **labels}},
+        "spec": {"taints": [hold("unattested")]},
+    }
+    try:
+        created = await kube.create_node(body)
+    except Conflict:  # AlreadyExists: nodegate pre-created it
+        created = await kube.get_node(NAME)
+        assert created is not None
+    await boot(kube, NAME, boot_id)
     return str(created["metadata"]["uid"])
 
 
@@ -197,12 +201,12 @@ async def test_a_node_recreated_by_its_kubelet_stays_held_until_it_attests_again
     assert _status(kmock)["phase"] == "Ready"
 
 
-async def test_an_attestation_while_the_node_is_gone_keeps_the_old_uid(
+async def test_a_renewal_while_the_node_is_gone_keeps_the_old_uid(
     kmock: Any, api: Kube, served: Running, gate: Gate, ek_ca: EkCa, tmp_path: Path
 ) -> None:
-    """The cloud deletes the Node of a stopped machine; at its next boot ``nodegate attest`` runs
-    before the kubelet and finds no Node to label. The record keeps the last Node's uid, so the
-    Node the kubelet then registers is held, and the next renewal adopts it."""
+    """An administrator deletes the Node; a renewal on the same boot finds no Node to label and
+    creates none. The record keeps the last Node's uid, so the Node the kubelet registers at its
+    next start is held, and the next attestation adopts it."""
     node, creds, old_uid = await _released_in_pool(kmock, api, served, gate, ek_ca, tmp_path)
     await _delete_node(kmock)
     await _renew(served, node, creds)
@@ -220,3 +224,26 @@ async def test_an_attestation_while_the_node_is_gone_keeps_the_old_uid(
     assert await _decide(gate) == "packages-pending"
     await operator_writes(api, NAME, "drivers", {"gpu-driver": ("550.1", "config", "complete")})
     assert await _decide(gate) is None
+
+
+async def test_a_new_boot_whose_node_is_gone_gets_it_pre_created_as_at_join(
+    kmock: Any, api: Kube, served: Running, gate: Gate, ek_ca: EkCa, tmp_path: Path
+) -> None:
+    """The cloud deletes the Node of a stopped machine. At its next boot ``nodegate attest`` runs
+    before the kubelet: a new boot, no Node, so the join service pre-creates it with the hold and
+    the attested labels and records its uid; the kubelet registers onto it, and the gate decides
+    it as any attested node (the pool label the administrator set went with the old Node)."""
+    node, creds, _old_uid = await _released_in_pool(kmock, api, served, gate, ek_ca, tmp_path)
+    await _delete_node(kmock)
+    new_boot = "9c8b7a6f-5e4d-4c3b-8a29-1f0e9d8c7b6a"
+    node.tpm.reset_count += 1  # the machine booted: a TPM Reset
+    await _renew(served, node, creds, boot_id=new_boot)
+    made = stored(kmock, NODES, NAME)
+    assert made["metadata"]["labels"][ATTESTED] == "true"
+    assert made["spec"]["taints"] == [hold("packages-pending")]
+    assert _status(kmock)["nodeUID"] == made["metadata"]["uid"]
+    uid = await _kubelet_registers(api, new_boot, team="mine")  # AlreadyExists: its labels do not apply
+    assert uid == made["metadata"]["uid"]
+    assert "team" not in stored(kmock, NODES, NAME)["metadata"]["labels"]
+    assert await _decide(gate) is None  # no CR selects it now
+    assert hold_taints(kmock, NAME) == []
