@@ -28,6 +28,7 @@ from bootstrap.gate.nodewright import (
     node_state,
     parse_cr,
 )
+from bootstrap.names import ATTESTED_LABEL, EK_LABEL, ek_label_value
 from bootstrap.times import parse_time, rfc3339
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "AttestationView",
     "CrInvalid",
     "Decision",
+    "NodeIdentity",
     "NodeReport",
     "PackageCr",
     "PackageSpec",
@@ -50,6 +52,7 @@ __all__ = [
     "effect_for",
     "hold_taint",
     "node_boot_id",
+    "node_identity",
     "node_state",
     "parse_cr",
     "selector_matches",
@@ -82,12 +85,37 @@ def node_boot_id(node: Mapping[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeIdentity:
+    """Which Node object this is, as the gate compares it with the attestation: its
+    ``metadata.uid`` and the attested labels nodegate writes (under ``node-restriction``, which no
+    kubelet may set)."""
+
+    uid: str | None
+    attested: str | None  # the value of ATTESTED_LABEL (None: absent)
+    ek: str | None  # the value of EK_LABEL
+
+
+def node_identity(node: Mapping[str, Any]) -> NodeIdentity:
+    meta = _obj(node, "metadata")
+    labels = _obj(meta, "labels")
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) else None
+
+    return NodeIdentity(text(meta.get("uid")), text(labels.get(ATTESTED_LABEL)), text(labels.get(EK_LABEL)))
+
+
+@dataclass(frozen=True, slots=True)
 class AttestationView:
     revoked: bool
     attested_at: datetime | None
     expires_at: datetime | None
     boot_id: str | None = None  # the boot the last join or renewal proved (None: not recorded)
     reset_count: int | None = None  # the TPM's resetCount in that quote
+    # The Node object the last join or renewal labelled (status.nodeUID; None: not recorded) and
+    # the EK bound to the name (spec.ekSha256), whose label that Node must carry.
+    node_uid: str | None = None
+    ek_sha256: str | None = None
 
 
 def attestation_view(obj: Mapping[str, Any] | None) -> AttestationView | None:
@@ -103,14 +131,16 @@ def attestation_view(obj: Mapping[str, Any] | None) -> AttestationView | None:
         expires_at=parse_time(status.get("expiresAt")),
         boot_id=_boot(status.get("bootID")),
         reset_count=resets if isinstance(resets, int) and not isinstance(resets, bool) else None,
+        node_uid=_boot(status.get("nodeUID")),  # compared whole, like a boot id
+        ek_sha256=_boot(spec.get("ekSha256")),
     )
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
     """Why an attestation does not let the node run: the hold reason, a machine-readable kind
-    (``missing``, ``incomplete``, ``revoked``, ``expired``, ``stale``, ``rebooted``, ``no-boot-id``)
-    and the words."""
+    (``missing``, ``incomplete``, ``revoked``, ``expired``, ``stale``, ``recreated``,
+    ``unlabelled``, ``rebooted``, ``no-boot-id``) and the words."""
 
     reason: Reason
     kind: str
@@ -124,10 +154,12 @@ def attestation_problem(
     has_node: bool,
     now: datetime,
     lifetime: timedelta | None,
+    node: NodeIdentity | None = None,
 ) -> Problem | None:
-    """None when the attestation is valid for the boot the Node runs now. Quarantine (the node
-    must join again) before unattested; a reboot is checked only on a valid attestation that
-    recorded a boot id (old joins and agents that send none keep the behaviour without it)."""
+    """None when the attestation is valid for the Node object and the boot it runs now.
+    Quarantine (the node must join again) before unattested. The Node's identity is checked only
+    on a valid attestation that recorded one (``nodeUID``), a reboot only on one that recorded a
+    boot id: attestations recorded before either keep the behaviour without it."""
     if view is None:
         return Problem(
             "unattested", "missing", "no NodeAttestation: the node has not joined through nodegate"
@@ -148,7 +180,13 @@ def attestation_problem(
         )
     if view.attested_at is None or view.expires_at is None:
         return Problem("unattested", "incomplete", "attestation incomplete: no attestedAt/expiresAt")
-    if view.boot_id is None or not has_node:
+    if not has_node:
+        return None
+    if view.node_uid is not None:
+        problem = _identity_problem(view, node or NodeIdentity(None, None, None))
+        if problem is not None:
+            return problem
+    if view.boot_id is None:
         return None
     if node_boot is None:
         return Problem(
@@ -160,6 +198,32 @@ def attestation_problem(
     if node_boot != view.boot_id:
         return Problem(
             "unattested", "rebooted", f"rebooted since its last attestation (boot {node_boot[:MAX_BOOT_ID]})"
+        )
+    return None
+
+
+_REATTEST = "the node must attest again (nodegate attest, or its next renewal), which relabels it"
+
+
+def _identity_problem(view: AttestationView, node: NodeIdentity) -> Problem | None:
+    """The Node is not the object the attestation labelled: deleted and re-created since (its
+    kubelet registers it with labels of its own choosing), or without the attested labels
+    nodegate wrote (``node-restriction.kubernetes.io/``, which no kubelet may set)."""
+    if node.uid != view.node_uid:
+        return Problem(
+            "unattested",
+            "recreated",
+            f"the Node is not the object nodegate attested (uid {(node.uid or 'none')[:MAX_BOOT_ID]}, "
+            f"attested {(view.node_uid or '')[:MAX_BOOT_ID]}): it was deleted and re-created since; "
+            + _REATTEST,
+        )
+    want = ek_label_value(view.ek_sha256) if view.ek_sha256 is not None else None
+    if node.attested != "true" or want is None or node.ek != want:
+        return Problem(
+            "unattested",
+            "unlabelled",
+            f"the Node lacks the attested labels nodegate wrote ({ATTESTED_LABEL}=true, {EK_LABEL} of "
+            "the bound EK); " + _REATTEST,
         )
     return None
 
@@ -204,7 +268,12 @@ def decide(
     has_node: bool = True,
 ) -> Decision:
     problem = attestation_problem(
-        attestation, node_boot=node_boot_id(node), has_node=has_node, now=now, lifetime=attestation_lifetime
+        attestation,
+        node_boot=node_boot_id(node),
+        has_node=has_node,
+        now=now,
+        lifetime=attestation_lifetime,
+        node=node_identity(node),
     )
     meta = _obj(node, "metadata")
     view = NodeView(

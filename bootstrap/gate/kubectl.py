@@ -222,7 +222,7 @@ def node_row(
     reason = _text(st.get("reason")) or None
     hold = _text(taint.get("value")) if taint is not None else None
     boot = holds.node_boot_id(node)
-    state, problem = _attestation_problem(attestation, view, boot, reason, now)
+    state, problem = _attestation_problem(attestation, view, boot, reason, now, holds.node_identity(node))
     return NodeRow(
         node=_name(node),
         hold=hold,
@@ -253,13 +253,16 @@ def _attestation_problem(
     boot: str | None,
     reason: str | None,
     now: datetime,
+    identity: holds.NodeIdentity,
 ) -> tuple[str, str | None]:
     """(state, why) by the gate's own rule (holds.attestation_problem), so the two never disagree;
     the gate's attestation_lifetime is not known here: a status the gate wrote quarantined on an
     attestation that is otherwise valid says so."""
     if obj is not None and view is None:
         return "forgotten", "NodeAttestation has no EK (forgotten): the node must join again"
-    problem = holds.attestation_problem(view, node_boot=boot, has_node=True, now=now, lifetime=None)
+    problem = holds.attestation_problem(
+        view, node_boot=boot, has_node=True, now=now, lifetime=None, node=identity
+    )
     if problem is not None:
         return problem.kind, problem.text
     if reason == "quarantined":

@@ -158,12 +158,14 @@ class JoinService:
             node_name=session.node_name,
             ek_sha256=session.ek_sha256,
         )
-        issued = await self._issue(session, sid, judged, action="join")
-        kubeconfig = None
-        if self.kube is not None:
-            kubeconfig = await self._kubelet(session, str(sid), judged.pcr_class)
-        if kubeconfig is None:
+        # The Node first, so the attestation records which Node object carries its labels (the
+        # gate holds any other Node of this name). A commit that fails afterwards leaves a Node
+        # with the hold taint and nothing that releases it.
+        node_uid = await self._node(session, judged.pcr_class) if self.kube is not None else None
+        issued = await self._issue(session, sid, judged, action="join", node_uid=node_uid)
+        if self.kube is None:
             return issued.response
+        kubeconfig = await self._kubelet(session, str(sid))
         return issued.response.model_copy(update={"kubeconfig": kubeconfig})
 
     # -- renewal -------------------------------------------------------------------------------
@@ -197,8 +199,12 @@ class JoinService:
             if self._recently_used(session):
                 raise SessionReused("this session already renewed the SVID; start again")
             judged = await self._judge(session, req, record)
-            await self._relabel(session, judged.pcr_class)
-            issued = await self._issue(session, sid, judged, action="renew")
+            # A new boot (``nodegate attest`` before the kubelet starts) whose Node is gone (the
+            # cloud deleted the Node of a stopped machine) gets it pre-created as at join, so the
+            # kubelet registers onto nodegate's Node; a renewal on the same boot creates nothing.
+            new_boot = judged.boot_id is not None and judged.boot_id != record.boot_id
+            node_uid = await self._relabel(session, judged.pcr_class, create=new_boot)
+            issued = await self._issue(session, sid, judged, action="renew", node_uid=node_uid)
         except AttestationError as exc:
             await self._refused(session.node_name, exc)
             raise
@@ -248,7 +254,9 @@ class JoinService:
             evidence.check_boot(record.boot_id, record.counters, judged.boot_id, judged.quote.counters)
         return judged
 
-    async def _issue(self, session: Session, sid: svid.SpiffeId, judged: Evidence, *, action: str) -> Issued:
+    async def _issue(
+        self, session: Session, sid: svid.SpiffeId, judged: Evidence, *, action: str, node_uid: str | None
+    ) -> Issued:
         counters = judged.quote.counters
         now = self._now()
         cas = self._authorities()
@@ -271,6 +279,7 @@ class JoinService:
             expires_at=leaf.not_valid_after_utc,
             boot_id=judged.boot_id,
             measured_boot_class=judged.measured_boot_class,
+            node_uid=node_uid,
         )
 
         def check(existing: NodeRecord | None) -> None:
@@ -322,26 +331,39 @@ class JoinService:
         entry = self._inventory.get(session.ek_sha256)
         return kubelet.attested_labels(session.ek_sha256, pcr_class, entry.labels if entry else {})
 
-    async def _relabel(self, session: Session, pcr_class: str | None) -> None:
+    async def _relabel(self, session: Session, pcr_class: str | None, *, create: bool) -> str | None:
         """The Node's attested labels follow every accepted re-attestation, written before the
         attestation is committed: pools built on the PCR class label must never keep a node of
         another class (issue 33, finding 9). When the Node cannot be written nothing is
-        committed, so a rebooted node stays held by the gate until a renewal gets through."""
+        committed, so a rebooted node stays held by the gate until a renewal gets through.
+        Returns the uid of the Node written, recorded with the attestation (None: no Node)."""
         if self.kube is None:
-            return
+            return None
+        labels = self._labels(session, pcr_class)
+        held = self.settings.gate.taint_key if create else None
         try:
-            await kubelet.relabel_node(self.kube, session.node_name, self._labels(session, pcr_class))
-        except (KubeUnavailable, KubeConflict) as exc:
+            return await kubelet.relabel_node(self.kube, session.node_name, labels, create_held=held)
+        except (KubeUnavailable, KubeConflict, KubeNotFound) as exc:
             raise Unavailable(f"node labels: {exc}"[:500], retry_after=5) from None
 
-    async def _kubelet(self, session: Session, spiffe_id: str, pcr_class: str | None) -> str:
+    async def _node(self, session: Session, pcr_class: str | None) -> str | None:
+        """The Node pre-created with the hold taint and the attested labels (or, on a re-join,
+        labelled); the uid of the Node written."""
         if self.kube is None:
             raise Unavailable("no cluster configured")
         labels = self._labels(session, pcr_class)
+        key = self.settings.gate.taint_key
+        try:
+            return await kubelet.ensure_node(self.kube, session.node_name, labels, key)
+        except (KubeUnavailable, KubeConflict, KubeNotFound) as exc:
+            raise Unavailable(f"kubelet credentials: {exc}"[:500], retry_after=5) from None
+
+    async def _kubelet(self, session: Session, spiffe_id: str) -> str:
+        if self.kube is None:
+            raise Unavailable("no cluster configured")
         csr_pem = x509.load_der_x509_csr(session.csr_der).public_bytes(serialization.Encoding.PEM)
         k8s = self.settings.kubernetes
         try:
-            await kubelet.ensure_node(self.kube, session.node_name, labels, self.settings.gate.taint_key)
             cert = await kubelet.issue_kubelet_certificate(
                 self.kube,
                 node_name=session.node_name,

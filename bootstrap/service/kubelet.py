@@ -16,10 +16,12 @@ from typing import Any
 import yaml
 
 from bootstrap.kube import Conflict, Kube, NotFound
+from bootstrap.names import ATTESTED_LABEL, EK_LABEL, NODE_RESTRICTION_PREFIX, ek_label_value
+from bootstrap.store.model import check_node_uid
 
 SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 USAGES = ("digital signature", "client auth")
-LABEL_PREFIX = "node-restriction.kubernetes.io/"
+LABEL_PREFIX = NODE_RESTRICTION_PREFIX
 PCR_CLASS_LABEL = f"{LABEL_PREFIX}nodegate.io-pcr-class"
 HOLD_VALUE = "packages-pending"
 _PATCH_ATTEMPTS = 5
@@ -28,8 +30,8 @@ _PATCH_ATTEMPTS = 5
 def attested_labels(ek_sha256: str, pcr_class: str | None, extra: Mapping[str, str]) -> dict[str, str]:
     """Labels a kubelet cannot set itself (NodeRestriction forbids this prefix to kubelets)."""
     labels = {
-        f"{LABEL_PREFIX}nodegate.io-attested": "true",
-        f"{LABEL_PREFIX}nodegate.io-ek-sha256": ek_sha256[:63],
+        ATTESTED_LABEL: "true",
+        EK_LABEL: ek_label_value(ek_sha256),
     }
     if pcr_class:
         labels[PCR_CLASS_LABEL] = pcr_class[:63]
@@ -47,38 +49,57 @@ def label_patch(labels: Mapping[str, str]) -> dict[str, str | None]:
     return patch
 
 
-async def relabel_node(kube: Kube, node_name: str, labels: Mapping[str, str]) -> bool:
-    """Write the attested labels of an accepted re-attestation (renewal, ``nodegate attest``) onto
-    the Node; False when there is no Node (nothing to keep in step). Labels only, so no
-    resourceVersion: a merge patch of the label map leaves every other label and the taints as
-    they are."""
+def node_uid(node: Mapping[str, Any]) -> str | None:
+    """The Node's ``metadata.uid`` as the store records it (None: none, or not a uid)."""
+    meta = node.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
     try:
-        await kube.patch_node(node_name, {"metadata": {"labels": label_patch(labels)}})
+        return check_node_uid(uid)
+    except ValueError:
+        return None
+
+
+async def relabel_node(
+    kube: Kube, node_name: str, labels: Mapping[str, str], *, create_held: str | None = None
+) -> str | None:
+    """Write the attested labels of an accepted re-attestation (renewal, ``nodegate attest``) onto
+    the Node; the uid of the Node written (recorded with the attestation: the gate holds any other
+    Node of this name), or None when there is no Node. Labels only, so no resourceVersion: a merge
+    patch of the label map leaves every other label and the taints as they are. A Node its kubelet
+    re-created after a delete is adopted here: the re-attestation is the recovery (docs/gate.md).
+    With ``create_held`` (the hold taint's key) a missing Node is pre-created as at join."""
+    try:
+        written = await kube.patch_node(node_name, {"metadata": {"labels": label_patch(labels)}})
     except NotFound:
-        return False
-    return True
+        if create_held is None:
+            return None
+        return await ensure_node(kube, node_name, labels, create_held)
+    return node_uid(written)
 
 
 def hold_taint(taint_key: str) -> dict[str, str]:
     return {"key": taint_key, "value": HOLD_VALUE, "effect": "NoSchedule"}
 
 
-async def ensure_node(kube: Kube, node_name: str, labels: Mapping[str, str], taint_key: str) -> None:
+async def ensure_node(kube: Kube, node_name: str, labels: Mapping[str, str], taint_key: str) -> str | None:
     """Create the Node with the hold taint, or, if it exists (a re-join), add the attested labels
-    and the hold taint when the node carries no hold taint at all. Other taints stay untouched."""
+    and the hold taint when the node carries no hold taint at all. Other taints stay untouched.
+    Returns the uid of the Node written (None: the API returned none)."""
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {"name": node_name, "labels": dict(labels)},
         "spec": {"taints": [hold_taint(taint_key)]},
     }
-    if await _applied(kube.create_node(body)):
-        return
+    created = await _applied(kube.create_node(body))
+    if created is not None:
+        return node_uid(created)
     for _ in range(_PATCH_ATTEMPTS):
         node = await kube.get_node(node_name)
         if node is None:  # deleted in between: create again
-            if await _applied(kube.create_node(body)):
-                return
+            created = await _applied(kube.create_node(body))
+            if created is not None:
+                return node_uid(created)
             continue
         meta = node.get("metadata") or {}
         taints = list((node.get("spec") or {}).get("taints") or [])
@@ -87,18 +108,18 @@ async def ensure_node(kube: Kube, node_name: str, labels: Mapping[str, str], tai
         }
         if not any(isinstance(t, dict) and t.get("key") == taint_key for t in taints):
             patch["spec"] = {"taints": [*taints, hold_taint(taint_key)]}
-        if await _applied(kube.patch_node(node_name, patch)):
-            return
+        patched = await _applied(kube.patch_node(node_name, patch))
+        if patched is not None:
+            return node_uid(patched)
     raise Conflict(f"node {node_name} kept changing while nodegate updated it")
 
 
-async def _applied(write: Awaitable[object]) -> bool:
-    """False on 409 (exists, or a stale resourceVersion): the caller re-reads."""
+async def _applied(write: Awaitable[dict[str, Any]]) -> dict[str, Any] | None:
+    """The object written; None on 409 (exists, or a stale resourceVersion): the caller re-reads."""
     try:
-        await write
+        return await write
     except Conflict:
-        return False
-    return True
+        return None
 
 
 def csr_name(node_name: str, session_id: str) -> str:

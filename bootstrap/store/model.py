@@ -44,6 +44,7 @@ MAX_DETAIL: Final = 1024  # audit details are truncated, never refused
 MAX_ANCHORS: Final = 32  # CA certificates remembered per store (a rotation adds one)
 MAX_BOOT_ID: Final = 64  # /proc/sys/kernel/random/boot_id is a 36-character UUID
 MAX_MEASURED_BOOT_CLASS: Final = 128
+MAX_NODE_UID: Final = 128  # the API server writes a 36-character UUID
 ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget"})
 COMMIT_ACTIONS: Final = frozenset({"join", "renew"})
 
@@ -51,6 +52,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SERIAL = re.compile(r"[0-9a-f]{1,64}")
 _CODE = re.compile(r"[a-z0-9_]{0,64}")
 _BOOT_ID = re.compile(r"[0-9a-f-]{1,64}")
+_NODE_UID = re.compile(r"[0-9A-Za-z._:-]{1,128}")
 _U64 = 1 << 64
 
 
@@ -80,6 +82,10 @@ class NodeRecord:
     # measured-boot policy class that matched. Each commit replaces both.
     boot_id: str | None = None
     measured_boot_class: str | None = None
+    # The uid of the Node object nodegate last wrote its attested labels on (join or renewal);
+    # kept when a later attestation found no Node. The gate holds a Node of this name with another
+    # uid: it was deleted and re-created since (docs/gate.md). None: never recorded.
+    node_uid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,7 @@ class Attestation:
     expires_at: datetime
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id as the node reported it
     measured_boot_class: str | None = None  # the measured-boot policy class that matched
+    node_uid: str | None = None  # metadata.uid of the Node labelled with it (None: no Node written)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +241,7 @@ def check_attestation(att: object) -> Attestation:
     check_counters(att.counters)
     check_boot_id(att.boot_id)
     check_measured_boot_class(att.measured_boot_class)
+    check_node_uid(att.node_uid)
     attested = check_time(att.attested_at, "attested_at")
     expires = check_time(att.expires_at, "expires_at")
     if expires < attested:
@@ -244,6 +252,12 @@ def check_attestation(att: object) -> Attestation:
 def check_boot_id(value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or _BOOT_ID.fullmatch(value) is None):
         raise ValueError(f"boot_id must be 1..{MAX_BOOT_ID} characters of [0-9a-f-]")
+    return value
+
+
+def check_node_uid(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or _NODE_UID.fullmatch(value) is None):
+        raise ValueError(f"node_uid must be 1..{MAX_NODE_UID} characters of [0-9A-Za-z._:-]")
     return value
 
 
@@ -328,6 +342,9 @@ def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -
         svid_serials=with_serial(kept, att.svid_serial),
         boot_id=att.boot_id,
         measured_boot_class=att.measured_boot_class,
+        # An attestation that wrote no Node (it was deleted) keeps the uid of the last one written:
+        # a Node its kubelet registers afterwards is another object, and the gate holds it.
+        node_uid=att.node_uid if att.node_uid is not None else (existing.node_uid if existing else None),
     )
 
 

@@ -503,3 +503,126 @@ def test_never_releases_an_unattested_rebooted_or_incomplete_node(
         assert stage == ("post-interrupt" if interrupt else "config")
         assert since is not None
         assert since + WINDOW <= NOW
+
+
+# -- the Node object the attestation labelled (issue 33, finding 4 follow-up) ------------------------
+
+EK = "cd" * 32
+UID_A, UID_B = "5f0c9a3e-1b2d-4c6e-8f7a-9b0c1d2e3f4a", "8a7b6c5d-4e3f-4a1b-9c8d-7e6f5a4b3c2d"
+ATTESTED_LABELS = {
+    "node-restriction.kubernetes.io/nodegate.io-attested": "true",
+    "node-restriction.kubernetes.io/nodegate.io-ek-sha256": EK[:63],
+}
+
+
+def with_uid(uid: str | None, ek: str | None = EK, boot: str | None = None) -> holds.AttestationView:
+    return holds.AttestationView(False, GOOD.attested_at, GOOD.expires_at, boot, 3 if boot else None, uid, ek)
+
+
+def labelled(
+    uid: str | None, labels: dict[str, str] | None = None, boot: str | None = None
+) -> dict[str, Any]:
+    """A Node with NodeWright's complete report, the given uid and labels (default: the attested
+    ones nodegate writes)."""
+    n = node("config", "complete", boot=boot, labels=ATTESTED_LABELS if labels is None else labels)
+    if uid is not None:
+        n["metadata"]["uid"] = uid
+    return n
+
+
+def test_a_recreated_node_is_held_unattested_with_the_cause() -> None:
+    """The kubelet re-registered the Node after someone deleted it: another uid, its own labels,
+    the attested boot. Held, whatever CRs select it."""
+    recreated = labelled(UID_B, {"team": "mine"}, boot=BOOT_A)
+    d = decide(recreated, [], with_uid(UID_A, boot=BOOT_A), complete_since=NOW - WINDOW)
+    assert (d.reason, d.phase) == ("unattested", "Held")
+    assert d.problem is not None
+    assert d.problem.kind == "recreated"
+    assert d.message.startswith(
+        f"unattested: the Node is not the object nodegate attested (uid {UID_B}, attested {UID_A}): "
+        "it was deleted and re-created since; the node must attest again (nodegate attest, or its next "
+        "renewal), which relabels it"
+    )
+    # Even with the attested labels copied by an administrator: another object.
+    assert decide(labelled(UID_B), [done_cr()], with_uid(UID_A), complete_since=NOW - WINDOW).reason == (
+        "unattested"
+    )
+    assert decide(labelled(None), [], with_uid(UID_A), complete_since=NOW - WINDOW).reason == "unattested"
+    # Once the re-attestation recorded this Node (and wrote its labels): released as any other.
+    assert decide(labelled(UID_B), [done_cr()], with_uid(UID_B), complete_since=NOW - WINDOW).reason is None
+
+
+def test_a_node_without_the_attested_labels_is_held() -> None:
+    def problem(n: dict[str, Any], view: holds.AttestationView) -> str | None:
+        d = decide(n, [done_cr()], view, complete_since=NOW - WINDOW)
+        return d.problem.kind if d.problem is not None else d.reason
+
+    assert problem(labelled(UID_A), with_uid(UID_A)) is None
+    assert problem(labelled(UID_A, {}), with_uid(UID_A)) == "unlabelled"
+    other_ek = {**ATTESTED_LABELS, "node-restriction.kubernetes.io/nodegate.io-ek-sha256": "ab" * 31 + "a"}
+    assert problem(labelled(UID_A, other_ek), with_uid(UID_A)) == "unlabelled"
+    not_true = {**ATTESTED_LABELS, "node-restriction.kubernetes.io/nodegate.io-attested": "false"}
+    assert problem(labelled(UID_A, not_true), with_uid(UID_A)) == "unlabelled"
+    assert problem(labelled(UID_A), with_uid(UID_A, ek=None)) == "unlabelled"  # no EK to match
+    d = decide(labelled(UID_A, {}), [], with_uid(UID_A))
+    assert "the Node lacks the attested labels nodegate wrote" in d.message
+
+
+def test_without_a_recorded_uid_the_node_object_is_not_compared() -> None:
+    """Attestations recorded before nodegate recorded the uid keep today's behaviour (as for boot
+    ids); the reboot check still applies; quarantine still comes first; no Node: Attested."""
+    plain = node("config", "complete")  # no uid, no attested labels
+    assert decide(plain, [done_cr()], with_uid(None), complete_since=NOW - WINDOW).reason is None
+    rebooted = labelled(UID_A, boot=BOOT_B)
+    d = decide(rebooted, [done_cr()], with_uid(UID_A, boot=BOOT_A), complete_since=NOW - WINDOW)
+    assert d.problem is not None
+    assert d.problem.kind == "rebooted"
+    revoked = holds.AttestationView(True, GOOD.attested_at, GOOD.expires_at, None, None, UID_A, EK)
+    assert decide(labelled(UID_B), [], revoked).reason == "quarantined"
+    gone = holds.decide_without_node(attestation=with_uid(UID_A), now=NOW, attestation_lifetime=None)
+    assert (gone.phase, gone.reason) == ("Attested", None)
+
+
+def test_attestation_view_reads_the_node_uid_and_the_ek() -> None:
+    obj = {"spec": {"revoked": False, "ekSha256": EK},
+           "status": {"attestedAt": "2026-12-03T11:55:00Z", "expiresAt": "2026-12-03T13:00:00Z",
+                      "nodeUID": UID_A}}  # fmt: skip
+    view = holds.attestation_view(obj)
+    assert view is not None
+    assert (view.node_uid, view.ek_sha256) == (UID_A, EK)
+    odd = holds.attestation_view({"spec": {"ekSha256": 5}, "status": {"nodeUID": ""}})
+    assert odd is not None
+    assert (odd.node_uid, odd.ek_sha256) == (None, None)
+    assert holds.node_identity({"metadata": {"uid": 7, "labels": {"a": "b"}}}) == holds.NodeIdentity(
+        None, None, None
+    )
+
+
+@settings(max_examples=400)
+@given(
+    node_uid=st.sampled_from([None, UID_A, UID_B, ""]),
+    attested=st.sampled_from([None, "true", "false", ""]),
+    ek=st.sampled_from([None, EK[:63], "ab" * 31 + "a", EK]),
+    extra=st.dictionaries(
+        st.sampled_from(["pool", "team", "kubernetes.io/hostname"]), st.just("x"), max_size=2
+    ),
+    recorded_ek=st.sampled_from([None, EK]),
+)
+def test_never_releases_another_node_object_than_the_attested_one(
+    node_uid: str | None, attested: str | None, ek: str | None, extra: dict[str, str], recorded_ek: str | None
+) -> None:
+    """With a recorded uid, a Node is released only when it is that object and carries the
+    attested labels of the bound EK, whatever else it carries and whatever selects it."""
+    labels = dict(extra)
+    if attested is not None:
+        labels["node-restriction.kubernetes.io/nodegate.io-attested"] = attested
+    if ek is not None:
+        labels["node-restriction.kubernetes.io/nodegate.io-ek-sha256"] = ek
+    n = labelled(node_uid, labels)
+    crs = [done_cr(), done_cr(name="other", selector={"matchLabels": {"pool": "x"}})]
+    d = decide(n, crs, with_uid(UID_A, ek=recorded_ek), complete_since=NOW - WINDOW)
+    same = node_uid == UID_A and attested == "true" and recorded_ek is not None and ek == recorded_ek[:63]
+    if not same:
+        assert d.reason == "unattested"
+    if d.reason is None:
+        assert same

@@ -444,6 +444,27 @@ def test_rebooted_is_told_apart_from_expired_revoked_and_quarantined() -> None:
     )
 
 
+def test_a_recreated_or_unlabelled_node_says_so() -> None:
+    """`kubectl nodegate status` reads the Node's identity as the gate does (issue 33, finding 4
+    follow-up): another uid than the attestation recorded, or no attested labels."""
+    attested = {
+        "node-restriction.kubernetes.io/nodegate.io-attested": "true",
+        "node-restriction.kubernetes.io/nodegate.io-ek-sha256": EK[:63],
+    }
+
+    def row(uid: str, labels: dict[str, str]) -> NodeRow:
+        node = a_node("w1", "unattested", **labels)
+        node["metadata"]["uid"] = uid
+        return node_row(node, an_attestation("w1", nodeUID="u-1"), now=T0)
+
+    assert row("u-1", attested).attestation_state == "valid"
+    recreated = row("u-2", {})
+    assert recreated.attestation_state == "recreated"
+    assert recreated.attestation_problem is not None
+    assert recreated.attestation_problem.startswith("the Node is not the object nodegate attested (uid u-2")
+    assert row("u-1", {}).attestation_state == "unlabelled"
+
+
 # -- one node -----------------------------------------------------------------------------------
 
 

@@ -206,6 +206,28 @@ async def test_boot_id_and_measured_boot_class_round_trip(backend: Backend) -> N
     assert await again.list_nodes() == [renewed]
 
 
+async def test_the_node_uid_round_trips_and_survives_an_attestation_without_a_node(backend: Backend) -> None:
+    """The uid of the Node the join service labelled (issue 33, finding 4 follow-up): recorded at
+    join, replaced by a renewal that labelled another Node, kept by one that found no Node (the
+    gate then holds whatever Node the kubelet registers next), restored after a restart."""
+    store = await backend.open()
+    uid_a, uid_b = "5f0c9a3e-1b2d-4c6e-8f7a-9b0c1d2e3f4a", "8a7b6c5d-4e3f-4a1b-9c8d-7e6f5a4b3c2d"
+    rec = await commit(store, replace(make_att(), node_uid=uid_a), "s1")
+    assert rec.node_uid == uid_a
+    assert await store.get("gpu-1") == rec
+    no_node = await commit(store, make_att(serial="02", at=T0 + timedelta(minutes=1)), "s2", "renew")
+    assert no_node.node_uid == uid_a
+    other = replace(make_att(serial="03", at=T0 + timedelta(minutes=2)), node_uid=uid_b)
+    adopted = await commit(store, other, "s3", "renew")
+    assert adopted.node_uid == uid_b
+    await store.close()
+    again = await backend.open()
+    assert await again.get("gpu-1") == adopted
+    assert (await again.list_nodes())[0].node_uid == uid_b
+    never = await commit(again, make_att("gpu-2", EK_B), "s9")
+    assert never.node_uid is None  # a join service without a cluster labels no Node
+
+
 async def test_a_recorded_boot_id_is_never_dropped(backend: Backend) -> None:
     """Issue 21, finding 5: a renewal without a boot id cleared the recorded one (and the gate's
     reboot hold with it). Whatever check the caller passes, the store refuses such a commit with
@@ -551,6 +573,9 @@ async def test_prune_drops_expired_sessions_only(store: Store) -> None:
         {"measured_boot_class": ""},
         {"measured_boot_class": "x" * 129},
         {"measured_boot_class": "a\nb"},
+        {"node_uid": ""},
+        {"node_uid": "a b"},
+        {"node_uid": "u" * 129},
     ],
 )
 async def test_bad_attestations_are_value_errors(store: Store, change: dict[str, object]) -> None:

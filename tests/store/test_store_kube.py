@@ -155,6 +155,37 @@ async def test_boot_id_and_reset_count_reach_the_status_at_join_and_renewal(
     assert await store.get("gpu-1") == rec
 
 
+async def test_the_node_uid_reaches_the_status_and_a_lost_status_write_republishes_it(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], store: KubeStore
+) -> None:
+    """status.nodeUID (the gate holds a Node of another uid) is published with attestedAt, from
+    the nodegate.io/node-uid annotation; forget clears both."""
+    uid = "5f0c9a3e-1b2d-4c6e-8f7a-9b0c1d2e3f4a"
+    await commit(store, replace(make_att(), node_uid=uid), "s1")
+    obj = stored(kmock)
+    assert obj["status"]["nodeUID"] == uid
+    assert obj["metadata"]["annotations"]["nodegate.io/node-uid"] == uid
+    real = Kube.patch_cluster_object
+
+    async def no_status(self: Kube, *args: Any, status: bool = False) -> dict[str, Any]:
+        if status:
+            raise KubeUnavailable("crash")
+        return await real(self, *args, status=status)
+
+    kubes[0].patch_cluster_object = no_status.__get__(kubes[0])  # type: ignore[method-assign]
+    other = "8a7b6c5d-4e3f-4a1b-9c8d-7e6f5a4b3c2d"
+    await commit(
+        store, replace(make_att(serial="02", at=T0 + timedelta(minutes=30)), node_uid=other), "s2", "renew"
+    )
+    assert stored(kmock)["status"]["nodeUID"] == uid  # behind
+    del kubes[0].patch_cluster_object
+    await store.get("gpu-1")
+    assert stored(kmock)["status"]["nodeUID"] == other
+    assert await store.forget("gpu-1", actor="alice", reason="re-imaged")
+    assert (stored(kmock).get("status") or {}).get("nodeUID") is None
+    assert "nodegate.io/node-uid" not in stored(kmock)["metadata"]["annotations"]
+
+
 async def test_a_forgotten_node_loses_its_boot_status(kmock: Any, store: KubeStore) -> None:
     await commit(store, replace(make_att(), boot_id="ab-12"), "s1")
     assert await store.forget("gpu-1", actor="alice", reason="re-imaged")
@@ -185,7 +216,11 @@ async def test_a_lost_status_write_republishes_the_boot_id(
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("nodegate.io/boot-id", "NOT A BOOT ID"), ("nodegate.io/measured-boot-class", "x" * 129)],
+    [
+        ("nodegate.io/boot-id", "NOT A BOOT ID"),
+        ("nodegate.io/measured-boot-class", "x" * 129),
+        ("nodegate.io/node-uid", "not a uid"),
+    ],
 )
 async def test_a_damaged_boot_annotation_is_not_trusted(
     kmock: Any, store: KubeStore, key: str, value: str

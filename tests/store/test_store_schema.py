@@ -236,3 +236,29 @@ async def test_a_file_of_the_first_release_gains_the_boot_columns(tmp_path: Path
         await store.close()
     assert {"boot_id", "measured_boot_class"} <= set(columns(path, "nodes"))
     assert version(path) == SCHEMA_VERSION
+
+
+async def test_a_schema_3_file_gains_the_node_uid_column(tmp_path: Path) -> None:
+    """Schema 3 -> 4: the Node uid column arrives empty (NULL: not recorded), the data stays."""
+    path = tmp_path / "nodegate.db"
+    await (await SqliteStore.open(path, _migrations=SCHEMA[:3])).close()
+    assert "node_uid" not in columns(path, "nodes")
+    db = sqlite3.connect(path)
+    db.execute(
+        "INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, "
+        "revoked, svid_serials, boot_id) VALUES ('gpu-1', ?, x'0010', 'spiffe://example.org/node/gpu-1', "
+        "'[1, 0, 100]', 0, 3600000000, 0, '[\"01\"]', 'ab-1')",
+        ("c" * 64,),
+    )
+    db.commit()
+    db.close()
+    store = await SqliteStore.open(path)
+    try:
+        rec = await store.get("gpu-1")
+        assert rec is not None
+        assert rec.node_uid is None
+        assert (rec.ek_sha256, rec.svid_serials, rec.boot_id) == ("c" * 64, ("01",), "ab-1")
+    finally:
+        await store.close()
+    assert "node_uid" in columns(path, "nodes")
+    assert version(path) == SCHEMA_VERSION == 4

@@ -2,20 +2,21 @@
 kubernetes store reads and writes them.
 
 The CRD (charts/nodegate/crds/nodeattestations.yaml) is ``spec: {ekSha256, spiffeId, revoked}``
-and ``status: {attestedAt, expiresAt, bootID, resetCount}`` as far as this store is concerned;
+and ``status: {attestedAt, expiresAt, bootID, resetCount, nodeUID}`` as far as this store is concerned;
 the gate owns the other status fields and the store never touches them (merge patches only carry
 the store's keys). Bookkeeping outside the CRD lives in ``nodegate.io/`` annotations on the same
 object, so one write carries the binding, the used session and the audit entry together:
 
 - ``ak-public`` (base64), ``counters`` (JSON), ``svid-serials`` (JSON, newest 32),
 - ``boot-id``, ``measured-boot-class``: what the last join or renewal reported (absent: nothing),
+- ``node-uid``: the uid of the Node object nodegate labelled at the last join or renewal,
 - ``used-sessions`` (JSON list of ``{id, exp}``, expired entries dropped on every write),
 - ``audit`` (JSON, newest 20),
 - ``attested-at`` / ``expires-at``: copies of the status times. The status subresource cannot be
   written in the same request as the spec, so a crash between the two leaves the status behind;
   reads notice (status older than the copies) and re-publish it, with ``bootID`` (from
-  ``boot-id``) and ``resetCount`` (from ``counters``), which are always published together with
-  the times.
+  ``boot-id``), ``resetCount`` (from ``counters``) and ``nodeUID`` (from ``node-uid``), which are
+  always published together with the times.
 
 A forgotten node keeps its object (for the audit trail and the used sessions) without
 ``spec.ekSha256``; such a tombstone reads as "no record".
@@ -41,6 +42,7 @@ from bootstrap.store.model import (
     check_counters,
     check_ek,
     check_measured_boot_class,
+    check_node_uid,
 )
 from bootstrap.times import parse_time, rfc3339_exact
 
@@ -52,6 +54,7 @@ __all__ = [
     "ANN_COUNTERS",
     "ANN_EXPIRES",
     "ANN_MEASURED_BOOT_CLASS",
+    "ANN_NODE_UID",
     "ANN_SERIALS",
     "ANN_SESSIONS",
     "GROUP",
@@ -97,6 +100,7 @@ ANN_ATTESTED: Final = "nodegate.io/attested-at"
 ANN_EXPIRES: Final = "nodegate.io/expires-at"
 ANN_BOOT_ID: Final = "nodegate.io/boot-id"
 ANN_MEASURED_BOOT_CLASS: Final = "nodegate.io/measured-boot-class"
+ANN_NODE_UID: Final = "nodegate.io/node-uid"
 MAX_AUDIT: Final = 20
 MAX_ANNOTATION: Final = 256 * 1024  # the API server's limit for all annotations together
 
@@ -142,12 +146,14 @@ class Session:
 
 @dataclass(frozen=True, slots=True)
 class Published:
-    """The status fields this store writes: ``attestedAt``, ``expiresAt``, ``bootID``, ``resetCount``."""
+    """The status fields this store writes: ``attestedAt``, ``expiresAt``, ``bootID``, ``resetCount``,
+    ``nodeUID``."""
 
     attested_at: datetime | None = None
     expires_at: datetime | None = None
     boot_id: str | None = None
     reset_count: int | None = None
+    node_uid: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,8 +244,11 @@ def _record(
     try:
         boot_id = check_boot_id(annotations.get(ANN_BOOT_ID))
         mb_class = check_measured_boot_class(annotations.get(ANN_MEASURED_BOOT_CLASS))
+        uid = check_node_uid(annotations.get(ANN_NODE_UID))
     except ValueError as exc:
-        raise Corrupt(f"annotation {ANN_BOOT_ID} or {ANN_MEASURED_BOOT_CLASS}: {exc}") from None
+        raise Corrupt(
+            f"annotation {ANN_BOOT_ID}, {ANN_MEASURED_BOOT_CLASS} or {ANN_NODE_UID}: {exc}"
+        ) from None
     return NodeRecord(
         node_name=name,
         ek_sha256=ek,
@@ -252,6 +261,7 @@ def _record(
         svid_serials=tuple(serials),
         boot_id=boot_id,
         measured_boot_class=mb_class,
+        node_uid=uid,
     )
 
 
@@ -278,7 +288,7 @@ def parse(obj: dict[str, Any]) -> NodeObject:
             copies[1] is not None and published[1] is None
         )
         ours_set = published != (None, None) or any(
-            status.get(k) is not None for k in ("bootID", "resetCount")
+            status.get(k) is not None for k in ("bootID", "resetCount", "nodeUID")
         )
         if not bound:
             behind = ours_set  # a forgotten node must not look attested
@@ -328,16 +338,18 @@ def published_copies(obj: dict[str, Any]) -> Published:
     """What the status should say, from the object's annotations; Corrupt when unreadable."""
     ann = field(field(obj, "metadata"), "annotations")
     counters = _counters(ann)
-    boot_id = ann.get(ANN_BOOT_ID)
+    boot_id, uid = ann.get(ANN_BOOT_ID), ann.get(ANN_NODE_UID)
     try:
         check_boot_id(boot_id)
+        check_node_uid(uid)
     except ValueError:
-        raise Corrupt(f"annotation {ANN_BOOT_ID} is malformed") from None
+        raise Corrupt(f"annotation {ANN_BOOT_ID} or {ANN_NODE_UID} is malformed") from None
     return Published(
         optional_time(ann.get(ANN_ATTESTED), ANN_ATTESTED),
         optional_time(ann.get(ANN_EXPIRES), ANN_EXPIRES),
         boot_id,
         counters.reset_count if counters is not None else None,
+        uid,
     )
 
 
@@ -346,7 +358,7 @@ def published_from(rec: NodeRecord | None) -> Published:
     if rec is None:
         return Published()
     reset = rec.counters.reset_count if rec.counters is not None else None
-    return Published(rec.attested_at, rec.expires_at, rec.boot_id, reset)
+    return Published(rec.attested_at, rec.expires_at, rec.boot_id, reset, rec.node_uid)
 
 
 def status_patch(rv: str, pub: Published) -> dict[str, Any]:
@@ -358,6 +370,7 @@ def status_patch(rv: str, pub: Published) -> dict[str, Any]:
             "expiresAt": rfc3339_exact(pub.expires_at) if pub.expires_at else None,
             "bootID": pub.boot_id,
             "resetCount": pub.reset_count,
+            "nodeUID": pub.node_uid,
         },
     }
 
@@ -405,13 +418,23 @@ def written_annotations(rec: NodeRecord, *, sessions: str, audit: str) -> dict[s
         # None removes a value an earlier commit wrote: the record says what the latest reported
         ANN_BOOT_ID: rec.boot_id,
         ANN_MEASURED_BOOT_CLASS: rec.measured_boot_class,
+        ANN_NODE_UID: rec.node_uid,
     }
 
 
 def forget_patch(*, sessions: str, audit: str) -> dict[str, Any]:
     """Drops the binding and its bookkeeping; the used sessions and the audit trail stay."""
     ann: dict[str, Any] = dict.fromkeys(
-        (ANN_AK, ANN_COUNTERS, ANN_SERIALS, ANN_ATTESTED, ANN_EXPIRES, ANN_BOOT_ID, ANN_MEASURED_BOOT_CLASS)
+        (
+            ANN_AK,
+            ANN_COUNTERS,
+            ANN_SERIALS,
+            ANN_ATTESTED,
+            ANN_EXPIRES,
+            ANN_BOOT_ID,
+            ANN_MEASURED_BOOT_CLASS,
+            ANN_NODE_UID,
+        )
     )
     ann[ANN_SESSIONS] = sessions
     ann[ANN_AUDIT] = audit

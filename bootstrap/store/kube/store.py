@@ -127,7 +127,7 @@ class KubeStore:
         return sessions_value(obj, self._clock(), extra)
 
     async def _publish(self, name: str, rv: str, pub: Published) -> bool:
-        """Write status.attestedAt/expiresAt/bootID/resetCount, guarded by the resourceVersion so
+        """Write status.attestedAt/expiresAt/bootID/resetCount/nodeUID, guarded by the resourceVersion so
         an older writer cannot overwrite a newer one's status. False when it did not land (the
         next read repairs it)."""
         for attempt in range(self._attempts):

@@ -18,6 +18,7 @@ from bootstrap.store.model import (
     check_counters,
     check_ek,
     check_measured_boot_class,
+    check_node_uid,
 )
 
 __all__ = ["COLUMNS", "create_private", "from_us", "put_record", "read_anchors", "record_of", "to_us"]
@@ -26,7 +27,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
 COLUMNS: Final = (
     "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, "
-    "svid_serials, boot_id, measured_boot_class"
+    "svid_serials, boot_id, measured_boot_class, node_uid"
 )
 
 
@@ -52,7 +53,7 @@ def create_private(path: Path) -> None:
 
 def record_of(row: tuple[Any, ...]) -> NodeRecord:
     """The record in ``row`` (COLUMNS); NodeRecordDamaged when a column does not read back."""
-    name, ek, ak, spiffe, counters, attested, expires, revoked, serials, boot_id, mb_class = row
+    name, ek, ak, spiffe, counters, attested, expires, revoked, serials, boot_id, mb_class, uid = row
     try:
         parsed = None if counters is None else check_counters(tuple(json.loads(counters)))
         history = json.loads(serials)
@@ -73,6 +74,7 @@ def record_of(row: tuple[Any, ...]) -> NodeRecord:
             svid_serials=tuple(history),
             boot_id=check_boot_id(boot_id),
             measured_boot_class=check_measured_boot_class(mb_class),
+            node_uid=check_node_uid(uid),
         )
     except (ValueError, TypeError, OverflowError) as exc:
         raise NodeRecordDamaged(
@@ -88,14 +90,16 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
     try:
         db.execute(
             """INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at,
-                                  expires_at, revoked, svid_serials, boot_id, measured_boot_class)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  expires_at, revoked, svid_serials, boot_id, measured_boot_class,
+                                  node_uid)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (node_name) DO UPDATE SET
                  ek_sha256 = excluded.ek_sha256, ak_public = excluded.ak_public,
                  spiffe_id = excluded.spiffe_id, counters = excluded.counters,
                  attested_at = excluded.attested_at, expires_at = excluded.expires_at,
                  revoked = excluded.revoked, svid_serials = excluded.svid_serials,
-                 boot_id = excluded.boot_id, measured_boot_class = excluded.measured_boot_class""",
+                 boot_id = excluded.boot_id, measured_boot_class = excluded.measured_boot_class,
+                 node_uid = excluded.node_uid""",
             (
                 rec.node_name,
                 rec.ek_sha256,
@@ -108,6 +112,7 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
                 json.dumps(list(rec.svid_serials)),
                 rec.boot_id,
                 rec.measured_boot_class,
+                rec.node_uid,
             ),
         )
     except sqlite3.IntegrityError:  # the UNIQUE(ek_sha256) backstop

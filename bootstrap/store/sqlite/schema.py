@@ -66,8 +66,14 @@ def _v3(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
 
+def _v4(db: sqlite3.Connection) -> None:
+    """The uid of the Node object nodegate labelled at the last join or renewal (NULL for records
+    written before, and where no Node was written)."""
+    db.execute("ALTER TABLE nodes ADD COLUMN node_uid TEXT")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-SCHEMA: Final[tuple[Migration, ...]] = (_v1, _v2, _v3)
+SCHEMA: Final[tuple[Migration, ...]] = (_v1, _v2, _v3, _v4)
 SCHEMA_VERSION: Final = len(SCHEMA)
 
 
