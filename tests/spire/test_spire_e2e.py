@@ -77,7 +77,8 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(local_ca: harness.LocalCa) -> Iterator[World]:
+def world(local_ca: harness.LocalCa, _swtpm_a: harness.Swtpm) -> Iterator[World]:
+    # _swtpm_a: the session's first swtpm, whose manufacture creates local_ca's files
     bins = BINS
     harness.require_tools()
     # unix socket paths must stay short (108 bytes): not under pytest's long tmp paths
