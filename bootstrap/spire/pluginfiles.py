@@ -64,15 +64,22 @@ def write_plugin_files(
         same = False
     if same:
         return False
+    # The pid first: a pid file that cannot be used stops before anything is written, so the next
+    # attempt still sees a change to write and signal. Absent: SPIRE has not started yet, and
+    # reads the files when it does.
+    pid = _read_pid(server_pid_file) if server_pid_file is not None and server_pid_file.exists() else None
     # Public certificates: readable by the SPIRE server's own user.
     write_atomic(bundle_file, bundle_pem, mode=0o644)
     write_atomic(plugin_data_file, data, mode=0o644)
-    if server_pid_file is not None and server_pid_file.exists():  # absent: SPIRE has not started yet
-        os.kill(_read_pid(server_pid_file), signal.SIGUSR1)
+    if pid is not None:
+        os.kill(pid, signal.SIGUSR1)
     return True
 
 
 def _read_pid(path: Path) -> int:
+    # SIGUSR1 ends most processes: whoever could write the pid file could have nodegate kill them.
+    if path.stat().st_mode & 0o022:
+        raise OSError(f"{path} is writable by its group or others: SPIRE not signalled")
     text = read_limited(path, _MAX_PID_FILE).decode("ascii", "replace").strip()
     if not text.isdigit() or int(text) <= 1:
         raise OSError(f"{path} holds no process id")

@@ -5,6 +5,8 @@ decoded with protobuf from the API's own message shapes), and the bundle files S
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,7 +23,7 @@ from bootstrap.config import ConfigError, settings_from_obj
 from bootstrap.node.credentials import X509POP_FILE, checked_credentials
 from bootstrap.node.errors import JoinFailed
 from bootstrap.protocol import FinishResponse
-from bootstrap.spire import plugin_data
+from bootstrap.spire import plugin_data, write_plugin_files
 from bootstrap.spire.admin import agent_request
 from tests.service.test_renew_admin import ADMIN, _admin_svid, _files, _renew
 from tests.support.service import EkCa, Running, running, settings_for
@@ -301,3 +303,23 @@ async def test_the_node_refuses_an_x509pop_certificate_for_another_key(svc: Runn
     forged = FinishResponse.model_validate({**out, "x509pop_certificate": pem.decode()})
     with pytest.raises(JoinFailed, match="not signed by a root"):
         checked_credentials(forged, node.key, "s-5", "test")
+
+
+def test_a_pid_file_others_can_write_is_not_used(tmp_path: Path) -> None:
+    pid_file = tmp_path / "spire.pid"
+    pid_file.write_text(f"{os.getpid()}\n")
+    pid_file.chmod(0o666)
+    bundle, data = tmp_path / "b.pem", tmp_path / "x.hcl"
+    template = "spiffe://{trust_domain}/spire/agent/x509pop/{node_name}"
+    with pytest.raises(OSError, match="writable by its group or others"):
+        write_plugin_files(bundle, data, b"roots", template, pid_file)
+    assert not bundle.exists()  # nothing written: the next attempt writes and signals
+    pid_file.chmod(0o644)
+    received: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: received.append(signum))
+    try:
+        assert write_plugin_files(bundle, data, b"roots", template, pid_file) is True
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert received == [signal.SIGUSR1]
+    assert write_plugin_files(bundle, data, b"roots", template, pid_file) is False  # unchanged: no signal
