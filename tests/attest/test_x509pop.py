@@ -86,3 +86,49 @@ def test_lifetime_is_bounded() -> None:
 def test_every_fact_comes_back_as_the_selector_spire_makes(facts: dict[str, str]) -> None:
     facts = {**facts, "node": "gpu-1"}
     assert x509pop.selectors(issue(facts=facts), "spire.test") == facts
+
+
+def test_the_facts_could_not_ride_on_the_svid() -> None:
+    """Why a second certificate: an SVID with the x509pop URI SANs beside its SPIFFE ID is refused
+    by SPIFFE verifiers (exactly one URI SAN, X509-SVID §2): nodegate's and py-spiffe's."""
+    from cryptography.hazmat.primitives import hashes, serialization
+    from spiffe import X509Svid
+    from spiffe.errors import PySpiffeError
+
+    from attest import svid
+
+    good = svid.issue_svid(
+        CAS.signer,
+        spiffe_id=svid.parse_spiffe_id("spiffe://nodegate.test/node/gpu-1"),
+        public_key=KEY.public_key(),
+        now=NOW,
+        ttl=timedelta(hours=1),
+    )
+    uris = [x509.UniformResourceIdentifier("spiffe://nodegate.test/node/gpu-1")]
+    uris += [x509.UniformResourceIdentifier(u) for u in x509pop.fact_uris("spire.test", {"node": "gpu-1"})]
+    builder = x509.CertificateBuilder(
+        issuer_name=good.issuer,
+        subject_name=good.subject,
+        public_key=KEY.public_key(),
+        serial_number=good.serial_number,
+        not_valid_before=good.not_valid_before_utc,
+        not_valid_after=good.not_valid_after_utc,
+    )
+    for ext in good.extensions:
+        value = (
+            x509.SubjectAlternativeName(uris)
+            if isinstance(ext.value, x509.SubjectAlternativeName)
+            else ext.value
+        )
+        builder = builder.add_extension(value, critical=ext.critical)
+    both = builder.sign(CAS.signer.key, hashes.SHA256())
+    roots = CAS.roots(NOW)
+    assert svid.verify_svid(good, roots=roots, trust_domain="nodegate.test", now=NOW) is not None
+    with pytest.raises(svid.SvidInvalid, match="exactly one URI SAN"):
+        svid.verify_svid(both, roots=roots, trust_domain="nodegate.test", now=NOW)
+    der_key = KEY.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    X509Svid.parse_raw(good.public_bytes(serialization.Encoding.DER), der_key)
+    with pytest.raises(PySpiffeError):
+        X509Svid.parse_raw(both.public_bytes(serialization.Encoding.DER), der_key)
