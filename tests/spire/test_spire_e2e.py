@@ -495,3 +495,26 @@ def test_ca_rotation_keeps_agents_attested_before_it(world: World, boot: Any, ag
     found = attested(world, node, fresh)
     assert f"x509pop:san:node:{node.name}" in selectors(found)
     workload_svid(fresh)
+
+
+def test_an_agent_that_attests_after_the_revocation_is_banned_by_the_periodic_pass(
+    world: World, boot: Any, agents: Any
+) -> None:
+    """Revoked before its agent ever attested: SPIRE knew no agent to ban, and the node's x509pop
+    certificate is still within its lifetime, so the agent does attest; nodegate's next pass
+    (spire.ban_interval, 2 s here) bans it."""
+    node = boot("gpu-w1")
+    assert join(world, node).returncode == 0
+    _run(
+        *("nodes", "revoke", node.name, "--server", world.url, "--ca-bundle", str(world.ng_bundle)),
+        *("--admin", str(world.admin), "--reason", "stolen before its agent ran"),
+    )
+    agent = agents(node)
+    process = agent.start()
+    code = wait_for("the late agent to be banned and stop", process.exited, BAN_DEADLINE_S)
+    assert code != 0
+    assert "Node attestation was successful" in process.text()  # it did get in, then was banned
+    assert "Agent is banned" in process.text()
+    banned = world.server.agent(agent_id(node))
+    assert banned is not None
+    assert banned.get("banned") is True
