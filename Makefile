@@ -8,6 +8,8 @@
 #   make lint   ruff + mypy --strict + import contracts (lint-imports, pyproject.toml)
 #   make image  the chart's image from Debian packages, no registry (scripts/image/build.py; root)
 #   make image-deps  mmdebstrap, podman, skopeo: what `make image` and tests/image need
+#   make spire  spire-server and spire-agent for tests/spire, built from source (Go) and cached by
+#               version in ~/.cache/nodegate/spire/ (scripts/build-spire.sh; cold: 15-30 min)
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -16,7 +18,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
           python3-venv python3-dev openssl ca-certificates
 
-.PHONY: deps venv helm test bench demo lint clean image image-deps
+.PHONY: deps venv helm test bench demo lint clean image image-deps spire
 
 $(VENV)/.deps-done:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -46,8 +48,12 @@ $(VENV)/bin/helm: $(VENV)/.venv-done scripts/get-helm.sh
 
 helm: $(VENV)/bin/helm
 
-test: $(VENV)/.venv-done $(VENV)/bin/helm image-deps
+test: $(VENV)/.venv-done $(VENV)/bin/helm image-deps spire
 	$(PY) -m pytest -q
+
+# Needs Go (tools/spire/go.mod names the version) and a C compiler (SPIRE's sqlite is cgo).
+spire:
+	bash scripts/build-spire.sh
 
 # keylime's measured-boot parser (the eventlog benchmark's baseline) loads libefivar.
 bench: $(VENV)/.venv-done

@@ -28,11 +28,15 @@ from admission.removals import DEFAULT_OPERATORS
 from attest import yamlsafe
 from attest.measuredboot.policy import MeasuredBootPolicy
 from attest.pcr import PcrPolicy
+from attest.spiffeid import SpiffeIdError, render_spiffe_id, validate_trust_domain
+from attest.x509pop import is_fact_value
 from bootstrap.names import is_node_name
 
 MAX_CONFIG_BYTES = 1024 * 1024
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+SPIRE_AGENT_PREFIX = "spiffe://{trust_domain}/spire/agent/"
+POOL_LABEL = "nodegate.io/pool"  # the inventory label that names a node's pool
 
 
 class ConfigError(ValueError):
@@ -114,6 +118,14 @@ class InventoryEntry(_Model):
             raise ValueError(f"{v!r} is not a Kubernetes node name")
         return v
 
+    @field_validator("labels")
+    @classmethod
+    def _pool(cls, v: dict[str, str]) -> dict[str, str]:
+        # The pool becomes an x509pop URI SAN and a SPIRE selector (docs/spire.md).
+        if POOL_LABEL in v and not is_fact_value(v[POOL_LABEL]):
+            raise ValueError(f"{POOL_LABEL} must be one segment of A-Z, a-z, 0-9, '.', '-', '_'")
+        return v
+
 
 class KubernetesSettings(_Model):
     kubeconfig: Path | None = None
@@ -178,6 +190,52 @@ class NodeWrightSettings(_Model):
     inject_tolerations: bool = True
 
 
+class SpireSettings(_Model):
+    """SPIRE on attested nodes (docs/spire.md), an addition to the core keys."""
+
+    # Issue the x509pop certificate (attested facts as URI SANs) with every SVID.
+    x509pop: bool = False
+    # SPIRE's trust domain (the x509pop SANs name it); None: nodegate's own.
+    trust_domain: str | None = None
+    # The SPIRE server's admin API socket (its server.socket_path, "local" callers are admins):
+    # nodegate bans the agents of revoked nodes there. None: no bans (docs/spire.md, "Revocation").
+    server_socket: Path | None = None
+    # The agent's SPIFFE ID as SPIRE's agent_path_template makes it (placeholders trust_domain
+    # = SPIRE's, node_name, ek_sha256).
+    agent_id_template: str = "spiffe://{trust_domain}/spire/agent/x509pop/{node_name}"
+    # Revoked nodes whose x509pop certificate may still be valid are banned again this often (an
+    # agent that attested after the revocation, or a ban that failed while SPIRE was down).
+    ban_interval: Duration = timedelta(seconds=30)
+    # Where nodegate keeps the x509pop CA bundle for SPIRE's ca_bundle_path (PEM, every root in
+    # the bundle) and the plugin data file naming it, rewritten on every CA change; None: not kept.
+    bundle_file: Path | None = None
+    plugin_data_file: Path | None = None
+    # A file with the SPIRE server's pid: sent SIGUSR1 (reload the plugin data) after a change.
+    server_pid_file: Path | None = None
+
+    @field_validator("trust_domain")
+    @classmethod
+    def _td(cls, v: str | None) -> str | None:
+        if v is not None:
+            validate_trust_domain(v)
+        return v
+
+    @field_validator("ban_interval")
+    @classmethod
+    def _interval(cls, v: timedelta) -> timedelta:
+        if not timedelta(seconds=1) <= v <= timedelta(hours=1):
+            raise ValueError("ban_interval must be between 1s and 1h")
+        return v
+
+    @model_validator(mode="after")
+    def _pairs(self) -> SpireSettings:
+        if (self.bundle_file is None) != (self.plugin_data_file is None):
+            raise ValueError("bundle_file and plugin_data_file go together")
+        if self.server_pid_file is not None and self.plugin_data_file is None:
+            raise ValueError("server_pid_file needs plugin_data_file (the reload re-reads it)")
+        return self
+
+
 class Limits(_Model):
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=64 * 1024)  # the protocol's cap
     join_rate: float = Field(default=50.0, gt=0)  # requests per second per client address
@@ -223,6 +281,7 @@ class Settings(_Model):
     nodewright: NodeWrightSettings = NodeWrightSettings()
     limits: Limits = Limits()
     admin: AdminSettings = AdminSettings()
+    spire: SpireSettings = SpireSettings()
 
     @field_validator("ek_allowlist", "ek_denylist")
     @classmethod
@@ -238,6 +297,25 @@ class Settings(_Model):
     def _listen(cls, v: str) -> str:
         host_port(v)
         return v
+
+    @model_validator(mode="after")
+    def _spire_agent_id(self) -> Settings:
+        if not self.spire.agent_id_template.startswith(SPIRE_AGENT_PREFIX):
+            raise ValueError(f"spire.agent_id_template must start with {SPIRE_AGENT_PREFIX}")
+        try:
+            render_spiffe_id(
+                self.spire.agent_id_template,
+                trust_domain=self.spire_trust_domain,
+                node_name="node-1",
+                ek_sha256="0" * 64,
+            )
+        except SpiffeIdError as exc:
+            raise ValueError(f"spire.agent_id_template: {exc}") from None
+        return self
+
+    @property
+    def spire_trust_domain(self) -> str:
+        return self.spire.trust_domain or self.trust_domain
 
     @model_validator(mode="after")
     def _two_listeners(self) -> Settings:
@@ -294,6 +372,7 @@ def _resolve(base: Path, data: dict[str, Any]) -> dict[str, Any]:
         ("tls", ("cert_file", "key_file")),
         ("kubernetes", ("kubeconfig",)),
         ("admission", ("policy_files", "rbac_files")),
+        ("spire", ("server_socket", "bundle_file", "plugin_data_file", "server_pid_file")),
     ):
         sub = out.get(section)
         if isinstance(sub, dict):

@@ -208,6 +208,9 @@ class FinishResponse(_Response):
     bundle: str
     svid_expires_at: TimeText
     kubeconfig: str | None = None  # only when the service talks to a cluster
+    # An addition to the design contract (docs/spire.md): with spire.x509pop, the certificate for
+    # the same key that SPIRE's x509pop node attestor accepts (PEM leaf, chains to ``bundle``).
+    x509pop_certificate: str | None = None
 
 
 class RenewStartRequest(_Request):

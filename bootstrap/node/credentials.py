@@ -25,12 +25,14 @@ from pathlib import Path
 
 import yaml
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.x509.oid import NameOID
 
 from attest import svid as svidlib
+from attest import x509pop
 from attest.errors import AttestationError
 from bootstrap.files import read_limited, write_atomic
 from bootstrap.node.client import JOIN_FINISH_PATH
@@ -45,6 +47,7 @@ __all__ = [
     "KUBECONFIG_FILE",
     "MAX_KEY_FILE",
     "SVID_FILE",
+    "X509POP_FILE",
     "bad_response",
     "checked_credentials",
     "folder_lock",
@@ -67,6 +70,9 @@ SVID_FILE = "svid.pem"
 BUNDLE_FILE = "bundle.pem"
 KUBECONFIG_FILE = "kubelet.kubeconfig"
 INDEX_FILE = "join.json"
+# Certificate and key in one file, so the pair is replaced in one rename: spire-agent's x509pop
+# private_key_path and certificate_path both name it (docs/spire.md).
+X509POP_FILE = "x509pop.pem"
 
 
 # -- node key and CSR ---------------------------------------------------------------------------
@@ -173,13 +179,64 @@ def _check_svid(fin: FinishResponse, key: ec.EllipticCurvePrivateKey, where: str
 def checked_credentials(
     fin: FinishResponse, key: ec.EllipticCurvePrivateKey, node_name: str, where: str
 ) -> dict[str, bytes]:
-    """svid.pem and bundle.pem from an answer that names this node and certifies ``key``."""
+    """svid.pem and bundle.pem (and x509pop.pem when the answer has one) from an answer that
+    names this node and certifies ``key``."""
     if fin.node_name != node_name:
         raise bad_response(f"answer is for node {one_line(fin.node_name, 80)!r}, not {node_name!r}", where)
     if parse_time(fin.svid_expires_at) is None:
         raise bad_response("svid_expires_at is not an RFC 3339 timestamp with a time zone", where)
     roots = _check_svid(fin, key, where)
-    return {SVID_FILE: fin.svid.encode("utf-8"), BUNDLE_FILE: svidlib.bundle_pem(roots)}
+    files = {SVID_FILE: fin.svid.encode("utf-8"), BUNDLE_FILE: svidlib.bundle_pem(roots)}
+    if fin.x509pop_certificate is not None:
+        files[X509POP_FILE] = _x509pop_file(fin.x509pop_certificate, key, roots, node_name, where)
+    return files
+
+
+def _x509pop_file(
+    pem: str, key: ec.EllipticCurvePrivateKey, roots: list[x509.Certificate], node_name: str, where: str
+) -> bytes:
+    """The x509pop certificate checked as SPIRE will use it (this node's key, signed by a root of
+    the bundle, digitalSignature, not a CA, naming this node), followed by the key."""
+    try:
+        certs = x509.load_pem_x509_certificates(pem.encode("utf-8"))
+    except ValueError:
+        raise bad_response("x509pop_certificate is not a PEM certificate", where) from None
+    cert = certs[0]
+    if len(certs) != 1 or not same_key(cert, key):
+        raise bad_response("x509pop_certificate must be one certificate for this node's key", where)
+    if not any(_issued_by(cert, root) for root in roots):
+        raise bad_response("x509pop_certificate is not signed by a root of the returned bundle", where)
+    try:
+        ku = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+        bc = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except (x509.ExtensionNotFound, ValueError):
+        raise bad_response("x509pop_certificate lacks keyUsage or basicConstraints", where) from None
+    if not ku.digital_signature or bc.ca:
+        raise bad_response("x509pop_certificate must allow digitalSignature and not be a CA", where)
+    facts = [v for k, v in _x509pop_facts(cert).items() if k == x509pop.NODE]
+    if facts != [node_name]:
+        raise bad_response(f"x509pop_certificate does not name node {node_name}", where)
+    return cert.public_bytes(serialization.Encoding.PEM) + key_pem(key)
+
+
+def _x509pop_facts(cert: x509.Certificate) -> dict[str, str]:
+    # Any trust domain: SPIRE's may differ from nodegate's, and the node does not know it.
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except (x509.ExtensionNotFound, ValueError):
+        return {}
+    for uri in san.get_values_for_type(x509.UniformResourceIdentifier):
+        if uri.startswith(x509pop.SCHEME):
+            return x509pop.selectors(cert, uri[len(x509pop.SCHEME) :].split("/", 1)[0])
+    return {}
+
+
+def _issued_by(cert: x509.Certificate, root: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(root)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
 
 
 def _b64_pem(value: object) -> bytes:

@@ -51,6 +51,7 @@ from bootstrap.node.credentials import (
     INDEX_FILE,
     KEY_FILE,
     SVID_FILE,
+    X509POP_FILE,
     bad_response,
     checked_credentials,
     folder_lock,
@@ -270,6 +271,8 @@ async def renew(
             folder,
             {PENDING_KEY_FILE: key_pem(key), BUNDLE_FILE: files[BUNDLE_FILE], SVID_FILE: files[SVID_FILE]},
         )
+        if X509POP_FILE in files:  # certificate and key in one file: one rename replaces the pair
+            written |= write_files(folder, {X509POP_FILE: files[X509POP_FILE]})
         written |= write_files(folder, {KEY_FILE: key_pem(key)})
         del written[PENDING_KEY_FILE]
         try:

@@ -61,6 +61,9 @@ async def admin_revoke(request: web.Request) -> web.StreamResponse:
         raise NotFound(f"no node {name}") from None
     except StoreUnavailable as exc:
         raise Unavailable(f"store: {exc}", retry_after=2) from None
+    spire = request.app[SERVICE].spire
+    if spire is not None:  # the node's SPIRE agent goes (or may come back) with it
+        await spire.revoked(record)
     return web.json_response(_record_json(record))
 
 

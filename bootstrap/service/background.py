@@ -30,6 +30,9 @@ async def start(app: web.Application) -> None:
         asyncio.get_running_loop().create_task(_every(RELOAD_SECONDS, lambda: _reload(service))),
         asyncio.get_running_loop().create_task(_every(PRUNE_SECONDS, lambda: _prune(service))),
     ]
+    if service.spire is not None and service.spire.admin is not None:
+        interval = service.settings.spire.ban_interval.total_seconds()
+        tasks.append(asyncio.get_running_loop().create_task(_every(interval, lambda: _ban(service))))
     if service.gate is not None:
         # gate.run() never ends on API errors; only the leader of its Lease writes.
         tasks.append(asyncio.get_running_loop().create_task(service.gate.run(), name="gate"))
@@ -46,6 +49,9 @@ async def stop(app: web.Application) -> None:
     for task in app.get(_TASKS, []):
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    service = app[SERVICE]
+    if service.spire is not None:
+        await service.spire.close()
 
 
 async def _every(seconds: float, step: Callable[[], Awaitable[None]]) -> None:
@@ -62,6 +68,13 @@ async def _reload(service: Service) -> None:
         await startup.remember(service.store, service.cas)
     service.reload_tls_files()
     service.refresh_server_certificate()
+    if service.spire is not None:  # also when a retired CA leaves the bundle, not only on rotation
+        service.spire.sync_bundle(service.cas, datetime.now(UTC))
+
+
+async def _ban(service: Service) -> None:
+    if service.spire is not None:
+        await service.spire.ban_revoked(service.store, datetime.now(UTC))
 
 
 async def _prune(service: Service) -> None:

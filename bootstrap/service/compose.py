@@ -27,6 +27,7 @@ from bootstrap.service import (
     joinroutes,
     publicroutes,
     sessions,
+    spirelink,
     startup,
     tls,
     webhookapp,
@@ -137,6 +138,9 @@ async def build_service(
             )
         service.gate = Gate.for_settings(kube, settings)
         service.gate.on_release = metrics.release_seconds.observe
+    service.spire = spirelink.build(settings)
+    if service.spire is not None:
+        service.spire.sync_bundle(cas, now)
     holder["s"] = service
     fleetmetrics.register(service)
     metrics.bundle_sequence.set(cas.bundle_sequence(now))

@@ -19,10 +19,10 @@ from datetime import UTC, datetime, timedelta
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from attest import ca, credential, svid, tpm
+from attest import ca, credential, svid, tpm, x509pop
 from attest.csr import parse_node_csr
 from attest.errors import AttestationError, MalformedInput
-from bootstrap.config import Settings
+from bootstrap.config import POOL_LABEL, Settings
 from bootstrap.kube import Conflict as KubeConflict
 from bootstrap.kube import CsrDenied, Kube, KubeUnavailable, read_ca_bundle
 from bootstrap.kube import NotFound as KubeNotFound
@@ -315,6 +315,7 @@ class JoinService:
             },
         )
         chain = leaf.public_bytes(serialization.Encoding.PEM).decode()
+        pop = self._x509pop(cas, session, judged, public_key, now, leaf.not_valid_after_utc)
         return Issued(
             record,
             FinishResponse(
@@ -324,6 +325,7 @@ class JoinService:
                 bundle=svid.bundle_pem(cas.roots(now)).decode(),
                 svid_expires_at=rfc3339(leaf.not_valid_after_utc),
                 kubeconfig=None,
+                x509pop_certificate=pop,
             ),
         )
 
@@ -357,6 +359,42 @@ class JoinService:
             return await kubelet.ensure_node(self.kube, session.node_name, labels, key)
         except (KubeUnavailable, KubeConflict, KubeNotFound) as exc:
             raise Unavailable(f"kubelet credentials: {exc}"[:500], retry_after=5) from None
+
+    def _x509pop(
+        self,
+        cas: ca.CaSet,
+        session: Session,
+        judged: Evidence,
+        public_key: object,
+        now: datetime,
+        not_after: datetime,
+    ) -> str | None:
+        """The certificate for SPIRE's x509pop attestor (docs/spire.md): the same key and lifetime
+        as the SVID, so it is renewed exactly while the node is (never for a revoked node), and
+        the attested facts as URI SANs."""
+        if not self.settings.spire.x509pop:
+            return None
+        facts = {x509pop.NODE: session.node_name, x509pop.EK_SHA256: session.ek_sha256}
+        entry = self._inventory.get(session.ek_sha256)
+        if entry is not None and POOL_LABEL in entry.labels:
+            facts[x509pop.POOL] = entry.labels[POOL_LABEL]
+        for key, value in (
+            (x509pop.PCR_CLASS, judged.pcr_class),
+            (x509pop.MEASURED_BOOT_CLASS, judged.measured_boot_class),
+            (x509pop.BOOT_ID, judged.boot_id),
+        ):
+            if value is not None:
+                facts[key] = value
+        cert = x509pop.issue_x509pop(
+            cas.signer,
+            public_key=public_key,  # type: ignore[arg-type]  # parse_node_csr admitted only EC/RSA
+            trust_domain=self.settings.spire_trust_domain,
+            node_name=session.node_name,
+            facts=facts,
+            now=now,
+            not_after=not_after,
+        )
+        return cert.public_bytes(serialization.Encoding.PEM).decode()
 
     async def _kubelet(self, session: Session, spiffe_id: str) -> str:
         if self.kube is None:

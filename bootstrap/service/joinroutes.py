@@ -43,4 +43,8 @@ async def renew(request: web.Request) -> web.StreamResponse:
 
 
 def _json(model: Any, status: int = 200) -> web.Response:
-    return web.Response(body=model.model_dump_json().encode(), status=status, content_type="application/json")
+    # The x509pop certificate is an addition (docs/spire.md): absent, not null, when not issued, so
+    # the answer stays exactly the design contract's without spire.x509pop.
+    exclude = {"x509pop_certificate"} if getattr(model, "x509pop_certificate", "") is None else None
+    body = model.model_dump_json(exclude=exclude).encode()
+    return web.Response(body=body, status=status, content_type="application/json")

@@ -25,6 +25,7 @@ from bootstrap.service.admin import AdminAuth
 from bootstrap.service.join import JoinService
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.ratelimit import RateLimiter
+from bootstrap.service.spirelink import SpireLink
 from bootstrap.store import Store
 
 log = logging.getLogger("nodegate.server")
@@ -51,6 +52,7 @@ class Service:
     admin_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(5.0, 20))
     tls: ssl.SSLContext | None = None
     gate: Gate | None = None  # the hold gate, when a cluster is configured and gate.enabled
+    spire: SpireLink | None = None  # bans and the x509pop bundle for SPIRE (docs/spire.md)
     tls_stamp: tuple[int, ...] = ()  # of tls.cert_file + tls.key_file as last loaded
     server_refresh_at: datetime | None = None
     _events: set[asyncio.Task[None]] = field(default_factory=set)

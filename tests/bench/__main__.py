@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import admission, attest, ekcert, eventlog, gate, join, joinload, soak
+from tests.bench import admission, attest, ekcert, eventlog, gate, join, joinload, soak, spiffe
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
@@ -23,6 +23,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "ekcert": ekcert.main,
     "soak": soak.main,
     "joinload": joinload.main,
+    "spiffe": spiffe.main,
 }
 
 
