@@ -1,5 +1,6 @@
 # nodegate: one Makefile for a fresh Debian machine (root, or a user with sudo).
-#   make deps   Debian packages: swtpm, swtpm-tools, tpm2-tools (tpm2_eventlog), libtss2-dev, build tools
+#   make deps   Debian packages: swtpm, swtpm-tools, tpm2-tools (tpm2_eventlog), libtss2-dev, build tools,
+#               systemd (systemd-analyze verify checks the units docs/node-join.md ships)
 #   make venv   .venv with nodegate (editable) and the test extras
 #   make helm   .venv/bin/helm for the chart tests (scripts/get-helm.sh)
 #   make test   the test suite (what CI runs)
@@ -14,7 +15,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
-          python3-venv python3-dev openssl ca-certificates
+          python3-venv python3-dev openssl ca-certificates systemd
 
 .PHONY: deps venv helm test bench demo lint clean image image-deps
 
