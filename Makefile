@@ -7,6 +7,7 @@
 #   make bench  benchmarks in tests/bench/
 #   make demo   local demo on the embedded defaults
 #   make lint   ruff + mypy --strict + import contracts (lint-imports, pyproject.toml)
+#   make wheel  build/wheel/nodegate-<version>-py3-none-any.whl, for nodes (docs/node-join.md)
 #   make image  the chart's image from Debian packages, no registry (scripts/image/build.py; root)
 #   make image-deps  mmdebstrap, podman, skopeo: what `make image` and tests/image need
 
@@ -17,7 +18,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
           python3-venv python3-dev openssl ca-certificates systemd
 
-.PHONY: deps venv helm test bench demo lint clean image image-deps
+.PHONY: deps venv helm test bench demo lint clean image image-deps wheel
 
 $(VENV)/.deps-done:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -80,6 +81,10 @@ image-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(IMAGE_DEBS); \
 	fi
+
+# nodegate's wheel from the tracked files only (no stale build/ or egg-info), as the image has it.
+wheel: $(VENV)/.venv-done
+	$(PY) scripts/image/build.py --wheel-only --python $(PY)
 
 image: $(VENV)/.venv-done image-deps
 	$(SUDO) $(PYTHON) scripts/image/build.py --python $(PY)
