@@ -309,9 +309,12 @@ def build(out: Path, python: str) -> dict[str, object]:
     inodes = {(st.st_dev, st.st_ino): st.st_size for st in files}
     size = sum(inodes.values())  # hard links once, as in the layer
     layer = json.loads(oci.Blobs(out / "oci").path(manifest).read_bytes())["layers"][0]
+    config_digest = json.loads(oci.Blobs(out / "oci").path(manifest).read_bytes())["config"]["digest"]
     result: dict[str, object] = {
         "name": name,
         "digest": manifest["digest"],
+        # the image ID podman/docker show after loading the tar (the manifest digest is not kept)
+        "image_id": config_digest,
         "revision": info["revision"],
         "source_date_epoch": int(epoch),
         "uncompressed_bytes": size,
