@@ -1,7 +1,8 @@
 """UPDATEs of package CRs: whether a change matters, which packages it would reboot, and
 NodeWright's uninstall rules, which read the old object's spec and its ``status.nodeState``.
 
-DELETE is not judged: NodeWright's finalizer holds a CR until its pending uninstalls ran.
+A DELETE asks nothing of them: NodeWright's finalizer holds a CR until its pending uninstalls ran
+(who may delete is :mod:`admission.removals`'s and the decider's).
 """
 
 from __future__ import annotations

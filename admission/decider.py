@@ -18,7 +18,10 @@ The decision for a NodeWright / Skyhook CREATE or UPDATE:
    once ``nodeSelectors`` changed: the CR then reboots nodes it did not select), and whose limits
    all hold, admits it;
 5. otherwise the denial lists, per candidate policy, the missing verb or the violated limits.
-DELETE and CONNECT are allowed (NodeWright's finalizer keeps a CR until its uninstalls ran).
+Removing a CR (a DELETE, or an UPDATE that takes NodeWright's finalizer off) needs ``deploy`` on a
+policy whose pool contains the stored CR, except for the operator's own account
+(:mod:`admission.removals`); CONNECT is allowed. A Node UPDATE by the node's own credentials may
+not take it out of a package CR's selection (:mod:`admission.selection`).
 
 Per-review work that does not change the answer is avoided: the unchanged UPDATE is answered from
 the objects as given, the CR is read and checked in one pass (:mod:`admission.structural`),
@@ -29,11 +32,11 @@ admit are only built for a denial.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from admission import changes, deploymentpolicy, nodes, rules
+from admission import changes, deploymentpolicy, nodes, removals, rules, selection
 from admission.advice import hold_warnings, soft_warnings
 from admission.crs import PACKAGE_GROUPS, CrView
 from admission.guards import guard_violations
@@ -42,6 +45,7 @@ from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.response import Decision
 from admission.review import Request, RequestUser
 from admission.rules import CompiledPolicy
+from admission.selection import PackageSelector
 from admission.structural import read_package_cr
 from admission.violations import Violation
 
@@ -60,6 +64,11 @@ class Authorizer(Protocol):
 class PolicySource(Protocol):
     def policies(self) -> list[PackagePolicy] | None:
         """The current PackagePolicies, or None while they are not loaded (not ready)."""
+
+
+class SelectorSource(Protocol):
+    def package_selectors(self) -> Sequence[PackageSelector] | None:
+        """Every NodeWright/Skyhook CR's selector, or None while they are not listed yet."""
 
 
 @dataclass
@@ -130,6 +139,10 @@ class Decider:
     authorizer: Authorizer
     owner: str  # nodegate's service account username: the only one that may lift the hold taint
     hold_taint_key: str = rules.HOLD_TAINT_KEY
+    # The package CRs' selectors (a Node's own label changes); None: never known, fail closed.
+    selector_source: SelectorSource | None = None
+    # The NodeWright operator's accounts: they remove package CRs without a check (removals.py).
+    operators: frozenset[str] = frozenset()
     # The policies last seen (by identity) and their compiled forms in name order: a source hands
     # out the same objects until a policy changes, so compiling happens when policies load.
     _seen: tuple[PackagePolicy, ...] = field(default=(), init=False, repr=False, compare=False)
@@ -165,9 +178,23 @@ class Decider:
             owner=self.owner,
             hold_taint_key=self.hold_taint_key,
         )
+        found += self._selection(req)
         if found:
             return _deny("Node refused by nodegate", found, found[0].rule)
         return Decision(True)
+
+    def _selection(self, req: Request) -> list[Violation]:
+        """A node's own label change that takes it out of a package CR's selection."""
+        if req.operation != "UPDATE" or not req.user_info.username.startswith(selection.NODE_USER_PREFIX):
+            return []
+        source = self.selector_source
+        return selection.selection_violations(
+            req.operation,
+            req.object,
+            req.old_object,
+            username=req.user_info.username,
+            selectors=None if source is None else source.package_selectors(),
+        )
 
     def _deployment_policy(self, req: Request) -> Decision:
         if req.operation not in ("CREATE", "UPDATE") or req.object is None:
@@ -180,14 +207,20 @@ class Decider:
 
     async def _package(self, req: Request) -> Decision:
         obj, old_obj = req.object, req.old_object
+        if req.operation == "DELETE":
+            return await self._removal(req, old_obj, "delete")
         if req.operation not in ("CREATE", "UPDATE") or obj is None:
-            return Decision(True)  # DELETE, CONNECT: not judged
+            return Decision(True)  # CONNECT: not judged
         claim = False  # an UPDATE that adds or changes a mirrored-from claim (judged as if new)
         if req.operation != "UPDATE" or old_obj is None:
             same_spec = same_gates = False
         else:
             same_spec, same_gates = changes.unchanged(old_obj, obj)
             claim = changes.claims_mirror(old_obj, obj)
+            if removals.drops_finalizer(old_obj, obj):
+                removal = await self._removal(req, old_obj, "finalizer removal")
+                if not removal.allowed or (same_spec and same_gates and not claim):
+                    return removal
             if same_spec and same_gates and not claim:
                 return Decision(True, audit={"decision": "allow", "reason": "spec unchanged"})
             same_spec = same_spec and not claim
@@ -243,6 +276,53 @@ class Decider:
         reasons = [_missing_verbs(user, c.name, ["deploy"], []) for c in candidates]
         message = "pause/disable refused by nodegate: no PackagePolicy admits it for this requester"
         return _deny(message, reasons, "rbac")
+
+    async def _removal(self, req: Request, stored: Mapping[str, Any] | None, what: str) -> Decision:
+        """A DELETE, or an UPDATE taking NodeWright's finalizer off: ``deploy`` on some policy
+        whose pool contains the CR as stored, unless the operator's own account removes it."""
+        if req.user_info.username in self.operators:
+            return Decision(True, audit={"decision": "allow", "reason": f"{what} by the operator"})
+        if stored is None:
+            return _deny(f"package CR {what} refused by nodegate: the review has no oldObject", rule="schema")
+        compiled = self.compiled_policies()
+        if compiled is None:
+            return _deny(_NOT_LOADED)
+        cr = read_package_cr(stored)
+        if isinstance(cr, CrView):
+            candidates = self._candidates(cr, compiled)
+            no_pool = rules.no_pool_violation(cr) if not candidates else None
+        else:  # a stored CR nodegate cannot read: it may select every node (as the gate holds it)
+            candidates = [c for c in compiled if not c.rules.pool]
+            no_pool = (
+                Violation(
+                    "pool",
+                    "spec.nodeSelectors",
+                    "nodegate cannot read this CR, so it may select every node; no PackagePolicy "
+                    "has the pool of every node",
+                    "ask for deploy on a PackagePolicy with nodeSelector {}",
+                )
+                if not candidates
+                else None
+            )
+        if no_pool is not None:
+            return _deny(f"package CR {what} refused by nodegate", [no_pool], "pool")
+        user = _user(req.user_info)
+        try:
+            for candidate in candidates:
+                if await self.authorizer.allowed(user, candidate.deploy):
+                    audit = {"decision": "allow", "policy": candidate.name, "reason": what}
+                    return Decision(True, audit=audit)
+        except AuthorizerUnavailable as exc:
+            return _deny(
+                f"authorization is unavailable ({exc}); nodegate denies until it answers (fail closed)"
+            )
+        reasons = [_missing_verbs(user, c.name, ["deploy"], []) for c in candidates]
+        return _deny(
+            f"package CR {what} refused by nodegate: removing a CR releases the nodes it holds, so it "
+            "needs deploy on a PackagePolicy whose pool contains it",
+            reasons,
+            "rbac",
+        )
 
     @staticmethod
     def _candidates(cr: CrView, compiled: tuple[_Candidate, ...]) -> list[_Candidate]:

@@ -9,6 +9,10 @@ from typing import Any
 from admission.violations import Violation
 
 HOLD_TAINT_KEY = "nodegate.io/hold"
+# The hold's value on a Node nodegate did not create itself: the node is not attested yet. The
+# package values (packages-pending, validation-failed) are tolerated by package CRs, so a Node
+# created with one would run package pods before the gate has looked at it (issue 33, finding 7).
+UNATTESTED = "unattested"
 NODE_USER_PREFIX = "system:node:"
 # The operator reports per-node package state in these annotations (both API groups); the gate
 # cross-checks them with the CR's status, which the operator rebuilds from them at its next
@@ -54,8 +58,9 @@ def node_violations(
     owner: str,
     hold_taint_key: str = HOLD_TAINT_KEY,
 ) -> list[Violation]:
-    """A Node is created only with the hold taint; only ``owner`` (nodegate's service account)
-    may remove or change it. Adding it, or keeping it, is always fine. A node's own credentials
+    """A Node is created only with the hold taint, by anyone but ``owner`` (nodegate's service
+    account, which pre-creates Nodes at join) with the value ``unattested``; only ``owner`` may
+    remove or change it. Adding it, or keeping it, is always fine. A node's own credentials
     (``system:node:*``) may not set or change NodeWright's ``nodeState_*`` annotations, on CREATE
     or UPDATE, whether through ``nodes`` or ``nodes/status`` (the API server keeps metadata
     changes made through the status subresource, and the review of either is judged alike)."""
@@ -69,6 +74,17 @@ def node_violations(
                     "spec.taints",
                     f"a Node must be created with the {hold_taint_key} taint",
                     "let nodegate pre-create the Node at join, or register with the taint",
+                )
+            )
+        elif username != owner and any(t.get("value") != UNATTESTED for t in held):
+            values = sorted({str(t.get("value")) for t in held if t.get("value") != UNATTESTED})
+            found.append(
+                Violation(
+                    "node-hold-value",
+                    "spec.taints",
+                    f"a Node created by anyone but nodegate must carry {hold_taint_key}={UNATTESTED}, "
+                    f"not {', '.join(values)}: the gate sets the value once the node is attested",
+                    f"register with --register-with-taints={hold_taint_key}={UNATTESTED}:NoSchedule",
                 )
             )
         if username.startswith(NODE_USER_PREFIX) and _package_state(new):

@@ -32,6 +32,8 @@ RULE_IDS: Final[dict[str, str]] = {
     "hold-toleration": "only the package holds (packages-pending, validation-failed) are tolerated",
     "node-hold-taint": "Nodes are created with the hold taint and only nodegate lifts or changes it",
     "node-package-state": "a node does not write NodeWright's package state annotations itself",
+    "node-hold-value": "a Node created by anyone but nodegate carries the hold taint's unattested value",
+    "node-package-selection": "a node does not change its own labels so that package CRs stop selecting it",
     # PackagePolicy limits
     "pool": "some PackagePolicy's pool contains the CR's node selector",
     "rbac": "the requester may use the PackagePolicy (deploy, and reboot for reboot interrupts)",

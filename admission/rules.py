@@ -16,7 +16,8 @@ Two layers of small named rules:
   :class:`~admission.compiled.CompiledPolicy` (a PackagePolicy with its allowlist parsed and its
   texts built once, when it loads), and :mod:`admission.verdicts` over all the policies.
 
-UPDATE has NodeWright's uninstall rules (:mod:`admission.changes`); DELETE is not judged. Each
+UPDATE has NodeWright's uninstall rules (:mod:`admission.changes`); a DELETE needs rights only
+(:mod:`admission.removals`, judged by the decider). Each
 violation names its rule, the field path, what is wrong and a one-line fix. Who may use which
 policy (RBAC) is decided elsewhere; :func:`policy_verdicts` gives, per candidate policy, what
 would still be violated, so the authorizer can pick the first the requester may use.

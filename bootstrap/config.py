@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from admission.removals import DEFAULT_OPERATORS
 from attest import validation, yamlsafe
 from attest.measuredboot.policy import MeasuredBootPolicy
 from attest.pcr import PcrPolicy
@@ -168,6 +169,9 @@ class AdmissionSettings(_Model):
     # Reviews worked on at once, per route (/admission/validate, /admission/mutate); more wait for
     # a slot, briefly (an addition to the core keys, docs/config.md).
     max_inflight: int = Field(default=32, ge=1, le=1024)
+    # The NodeWright operator's accounts: they delete package CRs and take NodeWright's finalizer
+    # off without the deploy check everyone else needs (docs/admission.md; an addition).
+    operator_users: tuple[str, ...] = DEFAULT_OPERATORS
 
     @field_validator("listen")
     @classmethod
@@ -187,6 +191,9 @@ class Limits(_Model):
     join_rate: float = Field(default=50.0, gt=0)  # requests per second per client address
     join_burst: int = Field(default=200, ge=1)
     max_inflight: int = Field(default=256, ge=1)  # join requests being worked on at once
+    admin_rate: float = Field(default=5.0, gt=0)  # admin requests per second per client address
+    admin_burst: int = Field(default=20, ge=1)
+    admin_reviews: int = Field(default=4, ge=1)  # bearer-token TokenReviews/SARs in flight at once
 
 
 AdminPermission = Literal["list", "revoke", "rotate", "metrics", "forget"]
@@ -270,6 +277,9 @@ class Settings(_Model):
             raise ValueError(
                 f"measured_boot: {missing} (pcr_policy.pcrs; a PCR outside the quote proves nothing)"
             )
+        bank = self.measured_boot.bank_problem(self.pcr_policy.bank)
+        if bank:
+            raise ValueError(f"measured_boot with pcr_policy.bank {self.pcr_policy.bank}: {bank}")
         return self
 
     @property

@@ -21,9 +21,14 @@ class PayloadTooLarge(AttestationError):
 
 
 class RateLimited(AttestationError):
-    """Too many join requests from one client address."""
+    """Too many join or admin requests from one client address, or too many bearer tokens being
+    checked at once; ``retry_after`` is the Retry-After header."""
 
     code = "rate_limited"
+
+    def __init__(self, detail: str, *, retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
 
 
 class NodeNameConflict(AttestationError):

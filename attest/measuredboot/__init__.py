@@ -5,7 +5,8 @@
     log       EventLog: parse, replay (StartupLocality, H-CRTM), verify_replay against a quote
     events    one event's meaning, trusted only where the TPM vouches for it
     facts     what a policy reads: typed events of quoted PCRs, in the order the profile prescribes
-    policy    the measured_boot policy: classes, rules, the PCRs each rule reads
+    model     the measured_boot config: classes, rules, the PCRs and banks each rule reads
+    policy    judges facts by it (which class matched, or every violation), and learns a class
 
 ``attest.eventlog`` is the stable entry point (``parse``, ``EventLog``, ``verify_replay``).
 """

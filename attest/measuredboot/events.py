@@ -10,6 +10,8 @@ type                               PCR    data must be
 =================================  =====  =================================================
 EV_SEPARATOR                       0-7    4 bytes, 00000000 or FFFFFFFF (error); digest of it
 EV_EFI_ACTION / EV_ACTION          4,5,7  a string from the profile's list for that PCR
+EV_EFI_ACTION                      4, 7   any other printable string hashing to the digest: a
+                                          vendor's action (a class must allow it by name)
 EV_EFI_VARIABLE_DRIVER_CONFIG      7      UEFI_VARIABLE_DATA naming SecureBoot, PK, KEK, db,
                                           dbx, dbt, dbr, DeployedMode or AuditMode
 EV_EFI_VARIABLE_AUTHORITY          7      UEFI_VARIABLE_DATA naming db/vendor_db (image
@@ -63,6 +65,16 @@ EFI_ACTIONS: Final[dict[bytes, frozenset[int]]] = {
     b"DMA Protection Disabled": frozenset({7}),
 }
 UEFI_DEBUG_MODE: Final = "UEFI Debug Mode"
+DMA_PROTECTION_DISABLED: Final = "DMA Protection Disabled"
+# The firmware's boot manager around each boot option it starts (PCR 4): a second attempt or a
+# return means the loader that measured a command line may not be what started the kernel.
+BOOT_OPTION_RETURNS: Final = frozenset(
+    {"Returning from EFI Application from Boot Option", "Returned INT 19h", "Return via INT 18h"}
+)
+# The PCRs where a vendor's own EV_EFI_ACTION string is read (and judged by name): the ones a
+# rule reads that the profile puts action strings in.
+VENDOR_ACTION_PCRS: Final = frozenset({4, 7})
+MAX_ACTION_CHARS: Final = 256
 # EV_ACTION strings of legacy (BIOS) boot paths that the profile puts in PCR 4.
 ACTIONS: Final[dict[bytes, frozenset[int]]] = {
     b"Calling INT 19h": frozenset({4}),
@@ -117,6 +129,26 @@ _GRUB_HEADS: Final = {
 }
 GRUB_KERNEL_COMMANDS: Final = frozenset({b"linux", b"linux16", b"linuxefi", b"multiboot", b"multiboot2"})
 GRUB_MODULE_COMMANDS: Final = frozenset({b"module", b"module2"})
+# grub commands that start (or return to something that starts) an image whose command line grub
+# does not measure as ``kernel_cmdline:``: with one of these in PCR 8 the kernel's line is unproven.
+GRUB_IMAGE_COMMANDS: Final = frozenset(
+    {
+        b"chainloader",
+        b"appleloader",
+        b"exit",
+        b"freedos",
+        b"kfreebsd",
+        b"knetbsd",
+        b"kopenbsd",
+        b"legacy_kernel",
+        b"ntldr",
+        b"plan9",
+        b"pxechain",
+        b"truecrypt",
+        b"xnu_kernel",
+        b"xnu_kernel64",
+    }
+)
 
 
 class Separator(NamedTuple):
@@ -125,6 +157,15 @@ class Separator(NamedTuple):
 
 
 class Action(NamedTuple):
+    event: Event
+    text: str
+
+
+class VendorAction(NamedTuple):
+    """An EV_EFI_ACTION string the profile does not define (e.g. HP's "Security Level is
+    Downgraded to 0"): the digest is the string's, so the TPM vouches for the text, but not for
+    what it means; a class allows it by name (``efi_actions``) or every rule of its PCR fails."""
+
     event: Event
     text: str
 
@@ -218,6 +259,7 @@ class Uninterpreted(NamedTuple):
 Typed = (
     Separator
     | Action
+    | VendorAction
     | Variable
     | Authority
     | ShimState
@@ -283,18 +325,36 @@ def _separator(ev: Event, h: Hasher, digest: bytes) -> Typed:
 
 def _action_in(table: dict[bytes, frozenset[int]]) -> Callable[[Event, Hasher, bytes], Typed]:
     def handler(ev: Event, h: Hasher, digest: bytes) -> Typed:
-        pcrs = table.get(ev.data)
+        text = _action_text(ev.data, h, digest)  # None: the digest is not the string's
+        pcrs = table.get(text) if text is not None else table.get(ev.data)
         if pcrs is None:
+            vendor = table is EFI_ACTIONS and ev.pcr in VENDOR_ACTION_PCRS
+            if vendor and text is not None and _printable(text):
+                return VendorAction(ev, text.decode("ascii"))
             return _no(ev, "not an action string of the firmware profile")
         if ev.pcr not in pcrs:
             return _no(
                 ev, f"the firmware profile puts this action in PCR {', '.join(map(str, sorted(pcrs)))}"
             )
-        if not _hash_is(h, ev.data, digest):
+        if text is None:
             return _no(ev, "action string does not hash to its digest")
-        return Action(ev, ev.data.decode("ascii"))
+        return Action(ev, text.decode("ascii"))
 
     return handler
+
+
+def _action_text(data: bytes, h: Hasher, digest: bytes) -> bytes | None:
+    """The string an action event's digest vouches for: the data, or the data without the NUL
+    some firmware logs after it (and measures with or without: the text is the same)."""
+    if _hash_is(h, data, digest):
+        return data[:-1] if data.endswith(b"\x00") else data
+    if data.endswith(b"\x00") and _hash_is(h, data[:-1], digest):
+        return data[:-1]
+    return None
+
+
+def _printable(text: bytes) -> bool:
+    return 0 < len(text) <= MAX_ACTION_CHARS and all(0x20 <= c < 0x7F for c in text)
 
 
 def _variable(ev: Event, h: Hasher, digest: bytes) -> Typed:

@@ -15,6 +15,9 @@ the replay; the order between PCRs is not):
   be followed by its command line. The prefix that says "command" or "kernel command line" is
   outside the digest, so this pairing is what stops a relabelled command line from hiding.
 
+- PCR 4 and 7: an EV_EFI_ACTION string the profile does not define is kept by name
+  (``vendor_actions``) when its digest is the string's; a class allows it or its rules fail.
+
 Everything that is not interpreted is kept in ``uninterpreted`` with its reason; a rule that
 depends on its PCR fails (``policy``). Pure.
 """
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 
 from attest.measuredboot import efi
 from attest.measuredboot.events import (
+    BOOT_APPLICATION_PCR,
     GRUB_KERNEL_COMMANDS,
     GRUB_MODULE_COMMANDS,
     GRUB_STRING_PCR,
@@ -43,6 +47,7 @@ from attest.measuredboot.events import (
     Typed,
     Uninterpreted,
     Variable,
+    VendorAction,
     interpret,
 )
 from attest.measuredboot.tcglog import EV_NO_ACTION, Event, hasher
@@ -106,6 +111,18 @@ class BootFacts:
     debug_mode: Event | None = None  # "UEFI Debug Mode" measured into PCR 7
     shim_state: tuple[ShimState, ...] = field(default=())
     typed: tuple[Typed, ...] = field(default=())  # every covered event of a judged PCR, in log order
+    vendor_actions: tuple[VendorAction, ...] = field(default=())  # PCR 4 and 7, by name
+    # The first event in PCR 8 that starts a kernel with a measured command line (grub's linux
+    # command, systemd-boot's load options); ``learn`` reads the loaders logged before it.
+    cmdline_anchor: Event | None = None
+
+    def vendor_problems(self, pcr: int, allowed: Collection[str]) -> tuple[VendorAction, ...]:
+        """The vendor action strings in ``pcr`` that ``allowed`` does not name."""
+        return tuple(a for a in self.vendor_actions if a.event.pcr == pcr and a.text not in allowed)
+
+    def pcr4(self) -> tuple[Typed, ...]:
+        """PCR 4's interpreted events in extend order (the replay vouches for it)."""
+        return tuple(t for t in self.typed if t[0] is not None and t[0].pcr == BOOT_APPLICATION_PCR)
 
     def problems(self, pcr: int) -> tuple[Uninterpreted, ...]:
         """What in ``pcr`` has no vouched-for meaning: a rule about ``pcr`` cannot hold with it."""
@@ -164,10 +181,14 @@ def _secure_boot_value(value: bytes) -> bool | None:
     return None
 
 
-def _grub(typed: Sequence[Typed], out: list[Uninterpreted]) -> tuple[list[GrubText], list[Text]]:
-    """grub's commands and kernel command lines from PCR 8, in extend order, paired (see above)."""
+def _grub(
+    typed: Sequence[Typed], out: list[Uninterpreted]
+) -> tuple[list[GrubText], list[Text], Event | None]:
+    """grub's commands and kernel command lines from PCR 8, in extend order, paired (see above),
+    and the first event that started a kernel with a measured line."""
     commands: list[GrubText] = []
     cmdlines: list[Text] = []
+    anchor: Event | None = None
     previous: Typed | None = None
     pending: GrubText | None = None  # a kernel command still waiting for its command line
     for t in typed:
@@ -184,15 +205,17 @@ def _grub(typed: Sequence[Typed], out: list[Uninterpreted]) -> tuple[list[GrubTe
                     out.append(_stray(t, "kernel command line", "linux"))
                 else:
                     cmdlines.append(Text(t.event, t.text))
+                    anchor = anchor or pending.event
                 pending = None
             elif not (isinstance(previous, GrubText) and previous.word in GRUB_MODULE_COMMANDS):
                 out.append(_stray(t, "module command line", "module"))
         elif isinstance(t, LoaderCmdline):
             cmdlines.append(Text(t.event, t.text))
+            anchor = anchor or t.event
         previous = t
     if pending is not None:
         out.append(_unpaired(pending))
-    return commands, cmdlines
+    return commands, cmdlines, anchor
 
 
 def _same_grub(command: GrubText, line: GrubText) -> bool:
@@ -225,6 +248,7 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
     apps: list[Application] = []
     separators: list[Event] = []
     shim: list[ShimState] = []
+    vendor: list[VendorAction] = []
     seen7 = False
     h = hasher(bank)
     for ev in events:
@@ -257,12 +281,14 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
             authorities.append(t)  # type: ignore[arg-type]
         elif kind is ShimState:
             shim.append(t)  # type: ignore[arg-type]
+        elif kind is VendorAction:
+            vendor.append(t)  # type: ignore[arg-type]
         elif kind is Separator:
             separators.append(ev)
         if pcr == SECURE_BOOT_PCR:
             seen7 = True
             pcr7.add(ev, t, uninterpreted)
-    commands, cmdlines = _grub(pcr8, uninterpreted)
+    commands, cmdlines, anchor = _grub(pcr8, uninterpreted)
     pcr7 = _closed(pcr7, seen7 or (pcrs is not None and SECURE_BOOT_PCR in pcrs), uninterpreted)
     return BootFacts(
         bank=bank,
@@ -279,6 +305,8 @@ def facts(events: Iterable[Event], *, bank: str, pcrs: Collection[int] | None = 
         debug_mode=pcr7.debug_mode,
         shim_state=tuple(shim),
         typed=tuple(typed),
+        vendor_actions=tuple(vendor),
+        cmdline_anchor=anchor,
     )
 
 

@@ -5,10 +5,12 @@
       classes:
         - name: gpu-ubuntu-2404
           mode: enforce                    # or: warn (report, never refuse)
-          authorities: ["CN=Microsoft Corporation UEFI CA 2011,...", "sha256:9f2c..."]
+          authorities: ["sha256:<of the DER certificate>", ...]   # by digest, never by subject
           dbx_required: ["80b4d96931bf0d02fd91a61e19d14f1da452e66db2408ca8604d411f92659f0a"]
           boot_applications: ["<sha256 of shim>", "<sha256 of grub>", "<sha256 of the kernel>"]
           kernel_cmdlines: ["/vmlinuz-6.8.0-45-generic root=UUID=... ro"]
+          kernel_cmdline_chains: [["<sha256 of shim>", "<sha256 of grub>"]]
+          efi_actions: ["Security Level is Downgraded to 0"]
 
 A class lists what it allows; a rule it leaves out is not checked. A node passes when every rule
 of some enforced class holds (with no enforced class, it passes and the warn classes' findings
@@ -20,150 +22,46 @@ violation names the event (number, PCR, type) and the rule it broke. Pure.
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from attest import validation
 from attest.errors import MeasuredBootViolation
-from attest.measuredboot.events import BOOT_APPLICATION_PCR, GRUB_STRING_PCR, SECURE_BOOT_PCR
+from attest.measuredboot.events import (
+    BOOT_OPTION_RETURNS,
+    GRUB_IMAGE_COMMANDS,
+    Action,
+    Application,
+)
 from attest.measuredboot.facts import BootFacts
+from attest.measuredboot.model import (
+    JUDGED_BANKS,
+    KERNEL_CMDLINE_PCR,
+    RULE_PCRS,
+    SHA256_ONLY_RULES,
+    MeasuredBootClass,
+    MeasuredBootPolicy,
+    MeasuredBootPolicyError,
+    judged_bank,
+    policy_from_obj,
+)
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_MAX_LIST = 4096
+__all__ = [
+    "JUDGED_BANKS",
+    "KERNEL_CMDLINE_PCR",
+    "RULE_PCRS",
+    "SHA256_ONLY_RULES",
+    "Finding",
+    "MeasuredBootClass",
+    "MeasuredBootPolicy",
+    "MeasuredBootPolicyError",
+    "MeasuredBootResult",
+    "UnlearnableLog",
+    "enforce",
+    "evaluate",
+    "judged_bank",
+    "learn",
+    "policy_from_obj",
+]
 _MAX_REPORTED = 8
-KERNEL_CMDLINE_PCR = GRUB_STRING_PCR  # grub and systemd-boot measure the command line there
-# The PCRs each rule reads: they must be quoted, and nothing uninterpreted may be in them.
-RULE_PCRS: dict[str, tuple[int, ...]] = {
-    "secure_boot": (SECURE_BOOT_PCR,),
-    "authorities": (SECURE_BOOT_PCR,),
-    "dbx_required": (SECURE_BOOT_PCR,),
-    "boot_applications": (BOOT_APPLICATION_PCR,),
-    "kernel_cmdlines": (KERNEL_CMDLINE_PCR,),
-}
-
-
-class MeasuredBootPolicyError(ValueError):
-    """A measured-boot policy that cannot be used (raised at load time, never per join)."""
-
-
-def _digests(values: tuple[str, ...], what: str) -> tuple[str, ...]:
-    out = tuple(v.lower().removeprefix("sha256:") for v in values)
-    for v in out:
-        if not _HEX64.fullmatch(v):
-            raise ValueError(f"{what}: {v[:80]!r} is not a SHA-256 in hex")
-    return out
-
-
-class MeasuredBootClass(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(min_length=1, max_length=128, pattern=r"\A[A-Za-z0-9][A-Za-z0-9._-]*\z")
-    mode: Literal["enforce", "warn"] = "enforce"
-    secure_boot: Literal["required", "optional"] | None = None  # None: the policy's default
-    authorities: tuple[str, ...] | None = Field(default=None, max_length=_MAX_LIST)
-    dbx_required: tuple[str, ...] | None = Field(default=None, max_length=_MAX_LIST)
-    boot_applications: tuple[str, ...] | None = Field(default=None, max_length=_MAX_LIST)
-    kernel_cmdlines: tuple[str, ...] | None = Field(default=None, max_length=_MAX_LIST)
-
-    @field_validator("dbx_required", "boot_applications")
-    @classmethod
-    def _hex(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        return None if v is None else _digests(v, "digest list")
-
-    @field_validator("authorities")
-    @classmethod
-    def _authorities(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        if v is None:
-            return None
-        return tuple(
-            ("sha256:" + _digests((a,), "authority")[0]) if a.lower().startswith("sha256:") else a for a in v
-        )
-
-    @functools.cached_property
-    def dbx_required_bytes(self) -> tuple[bytes, ...]:
-        return tuple(bytes.fromhex(d) for d in self.dbx_required or ())
-
-    @functools.cached_property
-    def allows_authority_digests(self) -> bool:
-        """Whether some authority is listed by digest (else a certificate need not be hashed)."""
-        return any(a.startswith("sha256:") for a in self.authorities or ())
-
-    def rules(self, default_secure_boot: bool) -> tuple[str, ...]:
-        """The rules this class applies (secure_boot from the policy's default when unset)."""
-        sb = self.secure_boot == "required" if self.secure_boot else default_secure_boot
-        named = ("authorities", "dbx_required", "boot_applications", "kernel_cmdlines")
-        return (("secure_boot",) if sb else ()) + tuple(r for r in named if getattr(self, r) is not None)
-
-    @model_validator(mode="after")
-    def _some_rule(self) -> MeasuredBootClass:
-        rules = (
-            self.secure_boot,
-            self.authorities,
-            self.dbx_required,
-            self.boot_applications,
-            self.kernel_cmdlines,
-        )
-        if all(r is None for r in rules):
-            raise ValueError(f"class {self.name} has no rule (it would admit every node)")
-        return self
-
-
-class MeasuredBootPolicy(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    secure_boot: Literal["required", "optional"] = "optional"
-    classes: tuple[MeasuredBootClass, ...] = ()
-
-    @field_validator("classes")
-    @classmethod
-    def _unique(cls, v: tuple[MeasuredBootClass, ...]) -> tuple[MeasuredBootClass, ...]:
-        names = [c.name for c in v]
-        if len(set(names)) != len(names):
-            raise ValueError("measured_boot class names must be unique")
-        return v
-
-    @property
-    def enforces_anything(self) -> bool:
-        return self.secure_boot == "required" or bool(self.classes)
-
-    @property
-    def needs_kernel_cmdline_pcr(self) -> bool:
-        return any(c.kernel_cmdlines is not None for c in self.classes)
-
-    def rules(self) -> frozenset[str]:
-        """Every rule some class (or the top-level secure_boot) applies."""
-        out = {"secure_boot"} if self.secure_boot == "required" else set()
-        for c in self.classes:
-            out.update(c.rules(self.secure_boot == "required"))
-        return frozenset(out)
-
-    def required_pcrs(self) -> dict[int, tuple[str, ...]]:
-        """PCR -> the rules that read it; a quote selection without one of them is a config error."""
-        out: dict[int, list[str]] = {}
-        for rule in sorted(self.rules()):
-            for pcr in RULE_PCRS[rule]:
-                out.setdefault(pcr, []).append(rule)
-        return {pcr: tuple(rules) for pcr, rules in sorted(out.items())}
-
-    def missing_pcrs(self, quoted: Collection[int]) -> str | None:
-        """Why a quote selection of ``quoted`` cannot support this policy, or None."""
-        missing = {p: r for p, r in self.required_pcrs().items() if p not in quoted}
-        if not missing:
-            return None
-        return "; ".join(f"{', '.join(r)} needs PCR {p} in the quote selection" for p, r in missing.items())
-
-
-def policy_from_obj(data: object) -> MeasuredBootPolicy:
-    try:
-        return MeasuredBootPolicy.model_validate({} if data is None else data)
-    except ValidationError as exc:
-        reasons = validation.summary(exc, MeasuredBootPolicy, 10)
-        raise MeasuredBootPolicyError(f"invalid measured_boot policy: {reasons}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,26 +88,42 @@ class MeasuredBootResult:
     reason: str = ""
 
 
-def _problems(facts: BootFacts, rule: str, cls: str | None) -> list[Finding]:
+def _problems(facts: BootFacts, rule: str, cls: MeasuredBootClass | None) -> list[Finding]:
     """A rule holds only if every event in the PCRs it reads has a vouched-for meaning: an event
     the profile does not define there could be what the rule is about, relabelled (the type and
-    data are not signed)."""
-    return [
+    data are not signed). A vendor's action string has a vouched-for text but no defined meaning:
+    it passes only where the class names it."""
+    name = cls.name if cls is not None else None
+    allowed = cls.efi_actions if cls is not None else ()
+    out = [
         Finding(
             rule,
             f"{u.reason}: the TPM does not vouch for what it is, so the rule cannot hold",
             u.where(),
-            cls,
+            name,
         )
         for pcr in RULE_PCRS[rule]
         for u in facts.problems(pcr)
     ]
+    for pcr in RULE_PCRS[rule]:
+        for a in facts.vendor_problems(pcr, allowed):
+            out.append(
+                Finding(
+                    rule,
+                    f"EFI action {a.text!r} is not one the firmware profile defines, and the class "
+                    "does not allow it (efi_actions)",
+                    a.event.where(),
+                    name,
+                )
+            )
+    return out
 
 
-def _secure_boot(facts: BootFacts, required: bool, cls: str | None) -> list[Finding]:
+def _secure_boot(facts: BootFacts, required: bool, c: MeasuredBootClass | None) -> list[Finding]:
     if not required:
         return []
-    out = _problems(facts, "secure_boot", cls)
+    cls = c.name if c is not None else None
+    out = _problems(facts, "secure_boot", c)
     if facts.debug_mode is not None:
         out.append(
             Finding("secure_boot", "the firmware is in UEFI debug mode", facts.debug_mode.where(), cls)
@@ -230,31 +144,24 @@ def _secure_boot(facts: BootFacts, required: bool, cls: str | None) -> list[Find
 
 
 def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) -> list[Finding]:
-    out = _secure_boot(facts, c.secure_boot == "required" if c.secure_boot else default_sb, c.name)
+    out = _secure_boot(facts, c.secure_boot == "required" if c.secure_boot else default_sb, c)
     if c.authorities is not None:
-        out += _problems(facts, "authorities", c.name)
+        out += _problems(facts, "authorities", c)
         allowed = set(c.authorities)
-        by_digest = c.allows_authority_digests
-        subjects: dict[bytes, str | None] = {}  # firmware and shim log some certificates twice
         for a in facts.authorities:
-            if by_digest and f"sha256:{a.sha256}" in allowed:
-                continue
-            cert = a.certificate
-            if cert not in subjects:
-                subjects[cert] = a.subject
-            subject = subjects[cert]
-            if subject is None or subject not in allowed:
-                who = subject or f"sha256:{a.sha256}"
+            digest = f"sha256:{a.sha256}"
+            if digest not in allowed:
                 out.append(
                     Finding(
                         "authorities",
-                        f"authority {who} ({a.variable}) is not allowed",
+                        f"authority {a.subject or digest} ({a.variable}) is not allowed; its "
+                        f"certificate is {digest}",
                         a.event.where(),
                         c.name,
                     )
                 )
     if c.dbx_required is not None:
-        out += _problems(facts, "dbx_required", c.name)
+        out += _problems(facts, "dbx_required", c)
         present = facts.dbx_hashes()
         required = c.dbx_required_bytes
         # issuperset walks the (often hundreds of) entries in C; the list only names what lacks.
@@ -269,7 +176,7 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
                 )
             )
     if c.boot_applications is not None:
-        out += _problems(facts, "boot_applications", c.name)
+        out += _problems(facts, "boot_applications", c)
         allowed = set(c.boot_applications)
         for app in facts.boot_applications:
             if app.digest not in allowed:
@@ -283,7 +190,8 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
                     )
                 )
     if c.kernel_cmdlines is not None:
-        out += _problems(facts, "kernel_cmdlines", c.name)
+        out += _problems(facts, "kernel_cmdlines", c)
+        out += _cmdline_proof(c, facts)
         allowed = set(c.kernel_cmdlines)
         if not facts.kernel_cmdlines:
             out.append(
@@ -304,6 +212,59 @@ def _class_findings(c: MeasuredBootClass, facts: BootFacts, default_sb: bool) ->
                         c.name,
                     )
                 )
+    return out
+
+
+def _cmdline_proof(c: MeasuredBootClass, facts: BootFacts) -> list[Finding]:
+    """Whether the kernel's command line is the one in PCR 8. Root can append a grub ``linux``
+    command and an allowed line to PCR 8 after any boot, so a line counts only when PCR 4 (whose
+    order the replay vouches for, and which root can only append to) begins with a chain that
+    ends in a loader known to measure every line it starts a kernel with; after that loader the
+    firmware started nothing else (no return from the boot option), and grub started no image
+    by a command that measures no line (chainloader, exit...)."""
+    out: list[Finding] = []
+    pcr4 = facts.pcr4()
+    apps = [t for t in pcr4 if type(t) is Application]
+    digests = [a.digest for a in apps]
+    chains = [ch for ch in c.kernel_cmdline_chains or () if digests[: len(ch)] == list(ch)]
+    if not chains:
+        first = apps[0].event.where() if apps else None
+        out.append(
+            Finding(
+                "kernel_cmdlines",
+                "PCR 4's boot applications do not begin with a chain in kernel_cmdline_chains (a "
+                "loader that measures the kernel command line): this boot's line is not proven, "
+                "whatever PCR 8 shows",
+                first,
+                c.name,
+            )
+        )
+    else:
+        loader = apps[min(len(ch) for ch in chains) - 1].event  # the earliest: strictest
+        after = False
+        for t in pcr4:
+            if t[0] is loader:
+                after = True
+            elif after and type(t) is Action and t.text in BOOT_OPTION_RETURNS:
+                out.append(
+                    Finding(
+                        "kernel_cmdlines",
+                        f"{t.text!r} after the loader: the firmware went on to another boot "
+                        "option, so the kernel need not be the one the loader measured",
+                        t.event.where(),
+                        c.name,
+                    )
+                )
+    for cmd in facts.grub_commands:
+        if cmd.word in GRUB_IMAGE_COMMANDS:
+            out.append(
+                Finding(
+                    "kernel_cmdlines",
+                    f"grub's {cmd.command} command starts an image whose command line grub does not measure",
+                    cmd.event.where(),
+                    c.name,
+                )
+            )
     return out
 
 
@@ -345,29 +306,55 @@ def enforce(
     return result
 
 
+class UnlearnableLog(MeasuredBootPolicyError):
+    """A known-good log no class may admit (UEFI debug mode): ``learn`` says so in one line."""
+
+
 def learn(known_good: list[BootFacts], *, name: str = "learned", cmdlines: bool = False) -> MeasuredBootClass:
     """A class that admits exactly what the known-good logs show: Secure Boot required when every
-    log shows it on; every authority (by subject when it parses, else by digest) and boot
-    application seen; the dbx entries every log has; kernel command lines only with ``cmdlines``
-    (they need PCR 8 in the quote selection)."""
+    log shows it on; every authority (by certificate digest) and boot application seen; the dbx
+    entries every log has; the vendor EFI action strings seen; kernel command lines only with
+    ``cmdlines`` (they need PCRs 4 and 8 in the quote selection), with the chain of boot
+    applications logged before the loader measured the first line. A log in UEFI debug mode
+    raises :class:`UnlearnableLog` (the firmware's own checks are off: no class admits it)."""
     if not known_good:
         raise MeasuredBootPolicyError("learning a measured_boot class needs at least one event log")
     authorities: dict[str, None] = {}
     apps: dict[str, None] = {}
     lines: dict[str, None] = {}
-    for facts in known_good:
+    chains: dict[tuple[str, ...], None] = {}
+    actions: dict[str, None] = {}
+    for i, facts in enumerate(known_good):
+        if facts.debug_mode is not None:
+            raise UnlearnableLog(
+                f"log {i + 1} is from firmware in UEFI debug mode ({facts.debug_mode.where()}): "
+                "no class can admit it"
+            )
         for a in facts.authorities:
-            authorities[a.subject or f"sha256:{a.sha256}"] = None
+            authorities[f"sha256:{a.sha256}"] = None
         for app in facts.boot_applications:
             apps[app.digest] = None
         for line in facts.kernel_cmdlines:
             lines[line.text] = None
+        for act in facts.vendor_actions:
+            actions[act.text] = None
+        anchor = facts.cmdline_anchor
+        if anchor is not None:
+            # A known-good log's order between PCRs is trusted here (it is not at a join): the
+            # applications logged before the loader measured the line are the ones that led to it.
+            chain = tuple(a.digest for a in facts.boot_applications if a.event.number < anchor.number)
+            if chain:
+                chains[chain] = None
     dbx = set.intersection(*(set(f.dbx_digests()) for f in known_good))
+    # Chains are Authenticode SHA-256s: only a sha256 bank's application digests are those.
+    with_lines = cmdlines and bool(lines) and bool(chains) and all(f.bank == "sha256" for f in known_good)
     return MeasuredBootClass(
         name=name,
         secure_boot="required" if all(f.secure_boot is True for f in known_good) else "optional",
         authorities=tuple(authorities),
         dbx_required=tuple(sorted(dbx)) or None,
         boot_applications=tuple(apps),
-        kernel_cmdlines=tuple(lines) if cmdlines and lines else None,
+        kernel_cmdlines=tuple(lines) if with_lines else None,
+        kernel_cmdline_chains=tuple(chains) if with_lines else None,
+        efi_actions=tuple(actions),
     )

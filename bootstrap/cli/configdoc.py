@@ -46,6 +46,7 @@ COMMENTS: Final[dict[str, str]] = {
     "admission": "the admission webhooks",
     "admission.listen": "HOST:PORT of the webhooks' own listener (API server only)",
     "admission.max_inflight": "reviews worked on at once per webhook route; then 503 after 2 s",
+    "admission.operator_users": "the NodeWright operator's accounts: they remove package CRs unchecked",
     "admission.policy_files": "PackagePolicy YAML files; null: PackagePolicies from the cluster",
     "admission.rbac_files": "RBAC manifests for deploy/reboot checks; null: SubjectAccessReview",
     "admission.owner": "nodegate's own username, the only one that may lift the hold taint",
@@ -56,6 +57,9 @@ COMMENTS: Final[dict[str, str]] = {
     "limits.join_rate": "join requests per second per client address",
     "limits.join_burst": "burst above join_rate",
     "limits.max_inflight": "join requests being worked on at once",
+    "limits.admin_rate": "admin requests per second per client address",
+    "limits.admin_burst": "burst above admin_rate",
+    "limits.admin_reviews": "bearer-token TokenReviews and SubjectAccessReviews in flight at once",
     "admin": "who may use the admin API with an admin SVID",
     "admin.spiffe_ids": "SPIFFE ID -> permissions (list, revoke, forget, rotate, metrics)",
 }

@@ -76,6 +76,10 @@ def describe(log: eventlog.EventLog, *, events: bool = False) -> dict[str, Any]:
         ]
         out["kernel_cmdlines"] = [{"event": t.event.number, "text": t.text} for t in facts.kernel_cmdlines]
         out["grub_commands"] = [{"event": t.event.number, "text": t.text} for t in facts.grub_commands]
+        # Vendor EV_EFI_ACTION strings: vouched-for text, no defined meaning (a class allows them).
+        out["efi_actions"] = [
+            {"event": a.event.number, "pcr": a.event.pcr, "text": a.text} for a in facts.vendor_actions
+        ]
         dbx = facts.keys.get("dbx")
         out["dbx_entries"] = len(dbx.signatures or ()) if dbx is not None else 0
         out["uninterpreted"] = [
@@ -104,6 +108,7 @@ def _text(doc: dict[str, Any]) -> str:
         ("authorities", "authorities"),
         ("boot_applications", "boot applications"),
         ("kernel_cmdlines", "kernel command lines"),
+        ("efi_actions", "vendor EFI action strings (a class must allow them: efi_actions)"),
         ("uninterpreted", "events without a vouched-for meaning"),
     ):
         items = doc.get(key) or []
@@ -124,7 +129,8 @@ def _item(item: object) -> str:
     if not isinstance(item, dict):
         return str(item)
     if "subject" in item:
-        return f"event {item['event']}: {item['variable']}: {item['subject'] or 'sha256:' + item['sha256']}"
+        subject = f" ({item['subject']})" if item["subject"] else ""
+        return f"event {item['event']}: {item['variable']}: sha256:{item['sha256']}{subject}"
     if "digest" in item:
         return f"event {item['event']} (PCR {item['pcr']}): {item['digest']} {item['path']}"
     if "reason" in item:
@@ -169,13 +175,24 @@ def learn(args: argparse.Namespace) -> int:
             print(f"nodegate policy learn: {path}: the log has no sha256 digests", file=sys.stderr)
             return EXIT_INVALID
         pcrs = range(10) if args.kernel_cmdlines else range(8)
-        known.append(bootfacts.facts(log.events, bank="sha256", pcrs=pcrs))
+        facts = bootfacts.facts(log.events, bank="sha256", pcrs=pcrs)
+        if facts.debug_mode is not None:  # one line, not a failed self-check: nothing admits it
+            print(
+                f"nodegate policy learn: {path}: the firmware is in UEFI debug mode "
+                f"({facts.debug_mode.where()}); no class admits such a boot",
+                file=sys.stderr,
+            )
+            return EXIT_INVALID
+        known.append(facts)
     try:
         cls = measuredboot.learn(known, name=args.name, cmdlines=args.kernel_cmdlines)
     except (measuredboot.MeasuredBootPolicyError, ValueError) as exc:
         print(f"nodegate policy learn: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    policy = {"measured_boot": {"classes": [cls.model_dump(mode="json", exclude_none=True)]}}
+    dumped = cls.model_dump(mode="json", exclude_none=True)
+    if not dumped.get("efi_actions"):
+        dumped.pop("efi_actions", None)
+    policy = {"measured_boot": {"classes": [dumped]}}
     refused = mbcheck.self_check(cls, args.event_log, cmdlines=args.kernel_cmdlines)
     if refused:  # the class must accept every log it was learned from, or it is not written
         print("nodegate policy learn: self-check failed: the class would refuse", file=sys.stderr)
@@ -186,5 +203,7 @@ def learn(args: argparse.Namespace) -> int:
         print(json.dumps(policy, sort_keys=True))
         return EXIT_OK
     print(f"# learned from {len(known)} event log(s); review before use", file=sys.stdout)
-    print(mbcheck.annotated(yaml.safe_dump(policy, sort_keys=False), cls, len(known)), end="")
+    subjects = {f"sha256:{a.sha256}": a.subject for f in known for a in f.authorities if a.subject}
+    text = yaml.safe_dump(policy, sort_keys=False, width=1000)
+    print(mbcheck.annotated(text, cls, len(known), subjects), end="")
     return EXIT_OK

@@ -160,23 +160,40 @@ def self_check(cls: measuredboot.MeasuredBootClass, paths: list[Path], *, cmdlin
     return problems
 
 
-def annotated(text: str, cls: measuredboot.MeasuredBootClass, logs: int) -> str:
+def annotated(
+    text: str, cls: measuredboot.MeasuredBootClass, logs: int, subjects: dict[str, str] | None = None
+) -> str:
     """The learned YAML with a comment above each list saying what it holds and how many, so a
-    reviewer need not read hundreds of dbx digests to know what they are."""
+    reviewer need not read hundreds of dbx digests to know what they are; each authority digest
+    carries its certificate's subject (shown, never matched: issue 33)."""
     notes = {
         "dbx_required": (
             f"{len(cls.dbx_required or ())} entries in the dbx of all {logs} log(s): SHA-256s of revoked "
             "boot binaries and certificates; a node whose dbx lacks one is refused (stale revocations)"
         ),
-        "authorities": f"{len(cls.authorities or ())} Secure Boot authorities seen (db/shim certificates)",
+        "authorities": (
+            f"{len(cls.authorities or ())} Secure Boot authorities seen (db/shim certificates, by the "
+            "SHA-256 of the DER certificate; the subject beside each is for people)"
+        ),
         "boot_applications": f"{len(cls.boot_applications or ())} boot applications seen (PE image SHA-256s)",
         "kernel_cmdlines": f"{len(cls.kernel_cmdlines or ())} kernel command lines seen (grub, PCR 8)",
+        "kernel_cmdline_chains": (
+            f"{len(cls.kernel_cmdline_chains or ())} chain(s) of boot applications (PCR 4, in order) "
+            "up to the loader that measured the command line: a line counts only after one of them"
+        ),
+        "efi_actions": (
+            f"{len(cls.efi_actions)} vendor EV_EFI_ACTION string(s) seen, not defined by the TCG "
+            "profile: allowed by name; see docs/measured-boot.md for what each means"
+        ),
     }
     out = []
     for line in text.splitlines(keepends=True):
-        key = line.strip().split(":", 1)[0]
+        stripped = line.strip()
+        key = stripped.split(":", 1)[0]
         if key in notes and line.rstrip().endswith(":"):
             indent = line[: len(line) - len(line.lstrip())]
             out.append(f"{indent}# {notes[key]}\n")
-        out.append(line)
+        entry = stripped.removeprefix("- ").strip("'\"")
+        shown = subjects.get(entry) if subjects else None
+        out.append(f"{line.rstrip()}  # {shown}\n" if shown else line)
     return "".join(out)

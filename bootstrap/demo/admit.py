@@ -1,51 +1,45 @@
 """The API server's admission chain for package CRs, as the demo plays it against the emulated API
 (kmock runs no webhooks): the object goes to nodegate's ``/admission/mutate``, the JSONPatch it
 answers is applied, the result goes to ``/admission/validate``, and only an allowed object is
-stored. Also upstream's sample CR, shipped unedited as package data (``data/nodewright``, listed
-with its source, commit and SHA-256 in ``manifest.json``)."""
+stored. Also the demo's own sample CR, in the shape of NodeWright's simplest example."""
 
 from __future__ import annotations
 
 import base64
 import copy
-import hashlib
 import json
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import aiohttp
-import yaml
 
+from bootstrap.demo.manifests import SAMPLE_IMAGE, SAMPLE_NAME, SAMPLE_POOL
 from bootstrap.demo.narration import DemoFailed
 
-SAMPLE_FILE = "examples/simple/scr.yaml"
-_DATA = ("data", "nodewright")
 
-
-@dataclass(frozen=True)
-class Sample:
-    obj: dict[str, Any]
-    repository: str
-    commit: str
-    path: str
-    sha256: str
-    licence: str
-
-
-def upstream_sample() -> Sample:
-    """Upstream's ``examples/simple/scr.yaml``, read as shipped; a file that does not match its
-    manifest's SHA-256 stops the demo (it must be upstream's, unedited)."""
-    folder = resources.files("bootstrap.demo").joinpath(*_DATA)
-    manifest = json.loads(folder.joinpath("manifest.json").read_text(encoding="utf-8"))
-    (entry,) = [e for e in manifest["entries"] if e["file"] == SAMPLE_FILE]
-    raw = folder.joinpath(*SAMPLE_FILE.split("/")).read_bytes()
-    if hashlib.sha256(raw).hexdigest() != entry["sha256"]:
-        raise DemoFailed(f"{SAMPLE_FILE} does not match its manifest: not upstream's file")
-    obj = yaml.safe_load(raw)
-    if not isinstance(obj, dict):
-        raise DemoFailed(f"{SAMPLE_FILE} is not one object")
-    return Sample(obj, entry["repository"], entry["commit"], entry["path"], entry["sha256"], entry["licence"])
+def sample_cr() -> dict[str, Any]:
+    """The demo's own Skyhook CR, written for nodegate in the shape of NodeWright's simplest example
+    (one ``shellscript`` package whose apply and check steps are inline scripts, selecting one pool
+    by label): what a team applies first. It carries no hold toleration: the mutating webhook adds
+    them, which is what step 10 shows."""
+    return {
+        "apiVersion": "skyhook.nvidia.com/v1alpha1",
+        "kind": "Skyhook",
+        "metadata": {"name": SAMPLE_NAME, "labels": {"app.kubernetes.io/part-of": "nodegate-demo"}},
+        "spec": {
+            "nodeSelectors": {"matchLabels": dict(SAMPLE_POOL)},
+            "packages": {
+                "motd": {
+                    "version": "1.0.0",
+                    "image": SAMPLE_IMAGE,
+                    "configMap": {
+                        "apply.sh": "#!/bin/sh\nprintf 'attested by nodegate\\n' > /etc/motd.d/50-nodegate\n",
+                        "apply_check.sh": "#!/bin/sh\ngrep -q nodegate /etc/motd.d/50-nodegate\n",
+                    },
+                }
+            },
+        },
+    }
 
 
 def apply_patch(doc: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:

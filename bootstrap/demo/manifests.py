@@ -22,15 +22,17 @@ CR_NAME = "gpu-stack"
 CR_GROUP, CR_VERSION, CR_PLURAL = "nodewright.nvidia.com", "v1alpha1", "nodewrights"
 PACKAGES = {"gpu-driver": "550.54.15", "ib-tuning": "1.2.0"}
 TAINT_KEY = "nodegate.io/hold"
-# The pool upstream's sample (examples/simple/scr.yaml, shipped unedited) selects, and a
-# PackagePolicy for it: its one package, shellscript from ghcr.io/nvidia, no interrupt, no budget.
-SAMPLE_POOL = {"skyhook.nvidia.com/test-node": "skyhooke2e"}
-SAMPLE_POLICY = "upstream-samples"
+# The pool the demo's sample CR (bootstrap/demo/admit.py, in the shape of NodeWright's simplest
+# example) selects, and a PackagePolicy for it: one shellscript package, no interrupt, no budget.
+SAMPLE_NAME = "hello-hosts"
+SAMPLE_POOL = {"nodegate.io/demo-pool": "first-packages"}
+SAMPLE_POLICY = "first-packages"
+SAMPLE_IMAGE = "ghcr.io/nvidia/skyhook-packages/shellscript"
 
 
 def service_config(golden: dict[int, str], authority: str, applications: list[str]) -> dict[str, Any]:
     """`nodegate serve`'s config: paths relative to the demo's folder, ``golden`` the PCR class;
-    ``authority`` (the db CA's subject) and ``applications`` (shim, grub and kernel digests) the
+    ``authority`` (the db CA certificate's digest) and ``applications`` (shim, grub and kernel digests) the
     measured-boot class."""
     return {
         "trust_domain": TRUST_DOMAIN,

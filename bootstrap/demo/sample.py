@@ -1,5 +1,6 @@
-"""The demo's step 10: upstream NodeWright's own sample CR (``examples/simple/scr.yaml``, shipped
-unedited), applied to the held node's pool through nodegate's admission chain, is picked for the
+"""The demo's step 10: a first package CR as a team writes it (the demo's own, in the shape of
+NodeWright's simplest example, with no hold toleration), applied to the held node's pool through
+nodegate's admission chain, is picked for the
 held node by NodeWright (played by the demo: its picker's rule is the gate's
 :func:`bootstrap.gate.nodewright.untolerated`), its package completes and the gate releases the
 node."""
@@ -12,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from bootstrap.demo.admit import admit, upstream_sample
+from bootstrap.demo.admit import admit, sample_cr
 from bootstrap.demo.manifests import (
     CR_GROUP,
     CR_NAME,
@@ -35,23 +36,21 @@ _SKYHOOK = ("skyhook.nvidia.com", "v1alpha1", "Skyhook")
 async def sample_step(
     kube: Kube, http: aiohttp.ClientSession, url: str, gate_pass: Callable[[], Awaitable[str]]
 ) -> tuple[list[str], str]:
-    """Upstream's sample CR, unedited: admitted and mutated, picked for the held node by
-    NodeWright (played by the demo), its package completes and the node is released."""
+    """A first package CR, written with no hold toleration: admitted and mutated, picked for the
+    held node by NodeWright (played by the demo), its package completes and the node is released."""
     held = NODES[-1]
-    sample = upstream_sample()
-    cr = sample.obj
+    cr = sample_cr()
     name = str(cr["metadata"]["name"])
-    step(10, f"upstream's own sample CR, unedited, reaches the held {held} (played: NodeWright's operator)")
+    step(10, f"a package CR written without hold tolerations reaches the held {held} (played: NodeWright)")
+    package = next(iter(cr["spec"]["packages"]))
     detail(
-        f"Skyhook {name}: {sample.repository}@{sample.commit[:12]}:{sample.path} "
-        f"(sha256 {sample.sha256[:16]}..., {sample.licence}), shipped with the demo and applied as is"
+        f"Skyhook {name}: one shellscript package ({package}), the shape of NodeWright's simplest "
+        "example; applied as written"
     )
-    if cr["spec"]["nodeSelectors"] != {"matchLabels": SAMPLE_POOL}:
-        raise DemoFailed(f"upstream's sample selects {cr['spec']['nodeSelectors']}, not {SAMPLE_POOL}")
     labels = dict(SAMPLE_POOL)
     await kube.patch_node(held, {"metadata": {"labels": labels}})
     label = ",".join(f"{k}={v}" for k, v in labels.items())
-    detail(f"$ kubectl label node {held} {label}   (the pool the sample selects)")
+    detail(f"$ kubectl label node {held} {label}   (the pool the CR selects)")
     node = await kube.get_node(held)
     taints = tuple(((node or {}).get("spec") or {}).get("taints") or [])
     skipped = untolerated(parse_cr(cr), taints)
@@ -96,7 +95,7 @@ async def sample_step(
 
 
 async def _complete_on(kube: Kube, held: str, sample: dict[str, Any]) -> None:
-    """NodeWright (played) runs the sample's packages on ``held`` and retries gpu-stack's failed
+    """NodeWright (played) runs the sample CR's packages on ``held`` and retries gpu-stack's failed
     driver there: everything complete, written to the Node and to each CR's status."""
     name = str(sample["metadata"]["name"])
     states = {

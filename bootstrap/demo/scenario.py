@@ -104,13 +104,13 @@ def run() -> int:
         print(f"nodegate demo: failed: {type(exc).__name__}: {str(exc)[:300]}", file=sys.stderr)
         return 1
     # the counts of the steps as they were shown: the gate's first release (step 7) held one node
-    # that upstream's sample released later (step 10); the webhook allowed a CR in steps 6, 9 and 10
+    # that the sample CR released later (step 10); the webhook allowed a CR in steps 6, 9 and 10
     print(
         f"demo complete in {time.monotonic() - started:.1f} s: {len(summary.spiffe_ids)} nodes attested, "
         f"1 refused ({summary.refused}), gate released {len(summary.released)} and held "
         f"{len(summary.held)} ({', '.join(summary.held.values())}), 1 rebooted and re-attested "
         f"({summary.rebooted}), webhook allowed {summary.allowed} CRs (steps 6, 9, 10) and denied "
-        f"{summary.denied} (step 9), upstream's sample given {len(summary.tolerations)} hold tolerations "
+        f"{summary.denied} (step 9), the sample CR given {len(summary.tolerations)} hold tolerations "
         f"reached and released {summary.sample_released}: "
         f"{len(summary.released) + 1} of {len(summary.spiffe_ids)} nodes released",
         flush=True,

@@ -1,12 +1,13 @@
 """The demo's steps, in order: software TPMs, the emulated API, `nodegate serve`, three joins and a
 refused one, the hold gate holding and releasing, a reboot, the admission webhook's decisions, and
-(step 10, :mod:`bootstrap.demo.sample`) upstream's own sample CR reaching a held node."""
+(step 10, :mod:`bootstrap.demo.sample`) a package CR written without hold tolerations reaching a held node."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import re
 import ssl
@@ -67,8 +68,8 @@ class Summary:
     allowed: int
     denied: int
     rebooted: str
-    tolerations: list[str]  # what the mutating webhook added to upstream's sample
-    sample_released: str  # the held node upstream's sample reached, released once it completed
+    tolerations: list[str]  # what the mutating webhook added to the sample CR
+    sample_released: str  # the held node the sample CR reached, released once it completed
 
 
 class Demo:
@@ -165,7 +166,8 @@ class Demo:
         (self.root / "policies.yaml").write_text(yaml.safe_dump_all(policy_documents()))
         (self.root / "rbac.yaml").write_text(yaml.safe_dump_all(rbac_documents()))
         apps = [firmware.image_digest(a).hex() for a in ("shimx64.efi", "grubx64.efi", KERNEL)]
-        config = service_config(golden, self.db_subject, apps)
+        # authorities by certificate digest: a subject alone admits any key under it (issue 33)
+        config = service_config(golden, "sha256:" + hashlib.sha256(self.db_der).hexdigest(), apps)
         self.config.write_text(yaml.safe_dump(config, sort_keys=False))
         self.url, self.admission_url = await start_serve(self.stack, self.config, self.root)
         # What an operator distributes to nodes: the CA certificates from state_dir.
@@ -397,7 +399,7 @@ class Demo:
                     detail(f"         {short(reason, 240)}")
         return allowed, denied
 
-    async def upstream_sample_step(self) -> tuple[list[str], str]:
+    async def sample_cr_step(self) -> tuple[list[str], str]:
         ctx = ssl.create_default_context(cafile=str(self.bundle))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
             return await sample_step(self._kube(), http, self.admission_url, self.gate_pass)
@@ -424,7 +426,7 @@ class Demo:
             released, held = await self.gate_release_step()
             rebooted = await self.reboot_step()
             allowed, denied = await self.webhook_step()
-            tolerations, sample_released = await self.upstream_sample_step()
+            tolerations, sample_released = await self.sample_cr_step()
         except KubeUnavailable as exc:
             raise DemoFailed(f"emulated Kubernetes API: {exc}") from None
         finally:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from admission.selection import selector_matches  # the webhook reads selectors the same way
 from bootstrap.gate.mirror import superseded
 from bootstrap.gate.nodewright import (
     GROUPS,
@@ -26,7 +27,6 @@ from bootstrap.gate.nodewright import (
     judge,
     node_state,
     parse_cr,
-    selector_matches,
 )
 from bootstrap.times import parse_time, rfc3339
 

@@ -240,41 +240,6 @@ def parse_cr(obj: Mapping[str, Any]) -> PackageCr:
     )
 
 
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Kubernetes LabelSelector semantics; a selector the gate cannot read matches (fail closed:
-    the node is held rather than released by a CR nobody can interpret)."""
-    if not selector:
-        return True
-    match_labels = selector.get("matchLabels") or {}
-    expressions = selector.get("matchExpressions") or []
-    if not isinstance(match_labels, Mapping) or not isinstance(expressions, list):
-        return True
-    for key, value in match_labels.items():
-        if labels.get(str(key)) != value:
-            return False
-    for expr in expressions:
-        if not isinstance(expr, Mapping):
-            return True
-        key, op = expr.get("key"), expr.get("operator")
-        values = expr.get("values") or []
-        if not isinstance(key, str) or not isinstance(values, list):
-            return True
-        present = key in labels
-        if op == "In":
-            ok = present and labels[key] in values
-        elif op == "NotIn":
-            ok = not present or labels[key] not in values
-        elif op == "Exists":
-            ok = present
-        elif op == "DoesNotExist":
-            ok = not present
-        else:
-            return True
-        if not ok:
-            return False
-    return True
-
-
 def node_state(annotations: Mapping[str, Any], cr_name: str) -> tuple[dict[str, Any] | None, str | None]:
     """The node's ``nodeState_<cr>`` annotation: (state, None), (None, None) when absent, or
     (None, why) when malformed. The new prefix wins over the legacy one."""

@@ -1,5 +1,6 @@
 """Who may call the admin endpoints: an admin SVID (mTLS, IDs listed in ``admin.spiffe_ids``) or a
-Kubernetes bearer token (TokenReview, then a SubjectAccessReview per endpoint permission).
+Kubernetes bearer token (TokenReview, then a SubjectAccessReview per endpoint permission, within
+the budget and refusal cache of ``bootstrap.service.bearer``).
 
 Permissions map to RBAC requests on nodeattestations.nodegate.io (``list``, ``revoke``, and
 ``delete`` for ``forget``), authorities.nodegate.io (``rotate``) and metrics.nodegate.io (``get``,
@@ -18,8 +19,9 @@ from cryptography import x509
 from admission.rbac import ResourceAttributes
 from attest import ca, svid
 from attest.errors import AttestationError
-from bootstrap.kube import Kube, KubeUnavailable
+from bootstrap.kube import KubeUnavailable
 from bootstrap.problems import Forbidden, Unauthenticated, Unavailable
+from bootstrap.service.bearer import TokenChecks
 
 GROUP = "nodegate.io"
 PERMISSIONS: Mapping[str, tuple[str, str]] = {
@@ -44,14 +46,14 @@ class AdminAuth:
         trust_domain: str,
         spiffe_ids: Mapping[str, tuple[str, ...]],
         authorities: Callable[[], ca.CaSet],
-        kube: Kube | None,
+        tokens: TokenChecks | None,
         audiences: tuple[str, ...] = (),
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._td = trust_domain
         self._ids = {k: frozenset(v) for k, v in spiffe_ids.items()}
         self._authorities = authorities
-        self._kube = kube
+        self._tokens = tokens
         self._audiences = audiences
         self._now = now
 
@@ -84,13 +86,13 @@ class AdminAuth:
         token = token.strip()
         if scheme.lower() != "bearer" or not token or len(token) > MAX_TOKEN:
             raise Unauthenticated("Authorization must be 'Bearer <token>'")
-        if self._kube is None:
+        if self._tokens is None:
             raise Unauthenticated("bearer tokens need a cluster (kubernetes.kubeconfig or in-cluster)")
         try:
-            user = await self._kube.token_review(token, self._audiences)
+            user = await self._tokens.user(token, self._audiences)
             if user is None:
                 raise Unauthenticated("the token was not accepted by the cluster")
-            decision = await self._kube.subject_access_review(
+            decision = await self._tokens.decision(
                 user, ResourceAttributes(verb=verb, group=GROUP, resource=resource, name=name)
             )
         except KubeUnavailable as exc:

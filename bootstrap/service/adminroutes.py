@@ -15,7 +15,7 @@ from bootstrap.names import is_node_name
 from bootstrap.problems import NotFound, Unavailable
 from bootstrap.protocol import RevokeRequest, parse_request
 from bootstrap.service import authority, startup
-from bootstrap.service.inputs import peer_certificate, read_json
+from bootstrap.service.inputs import client_address, peer_certificate, read_json
 from bootstrap.service.state import SERVICE, Service
 from bootstrap.store import AuditEntry, NodeRecord, StoreUnavailable
 from bootstrap.times import rfc3339
@@ -133,6 +133,7 @@ async def admin_rotate(request: web.Request) -> web.StreamResponse:
 
 async def _admin(request: web.Request, permission: str, name: str = "") -> str:
     service: Service = request.app[SERVICE]
+    service.admin_rate(client_address(request))  # before any credential is looked at
     caller = await service.admin.authorize(
         permission,
         peer=peer_certificate(request),

@@ -1,5 +1,6 @@
 """The service's background tasks, started and stopped with the aiohttp app: reload the CA and
-the TLS certificate, prune expired sessions, run the hold gate and the PackagePolicy watch."""
+the TLS certificate, prune expired sessions, run the hold gate, the PackagePolicy watch and the
+package CRs' selector watch."""
 
 from __future__ import annotations
 
@@ -32,10 +33,10 @@ async def start(app: web.Application) -> None:
     if service.gate is not None:
         # gate.run() never ends on API errors; only the leader of its Lease writes.
         tasks.append(asyncio.get_running_loop().create_task(service.gate.run(), name="gate"))
-    source = service.decider.policy_source
-    run = getattr(source, "run", None)
-    if callable(run):
-        tasks.append(asyncio.get_running_loop().create_task(run()))
+    for source in (service.decider.policy_source, service.decider.selector_source):
+        run = getattr(source, "run", None)
+        if callable(run):
+            tasks.append(asyncio.get_running_loop().create_task(run()))
     app[_TASKS] = tasks
 
 

@@ -33,6 +33,7 @@ from bootstrap.service import (
 )
 from bootstrap.service.admin import AdminAuth
 from bootstrap.service.authz import SarAuthorizer
+from bootstrap.service.bearer import TokenChecks
 from bootstrap.service.decisions import CountingDecider
 from bootstrap.service.join import JoinService, load_ek_trust
 from bootstrap.service.metrics import Metrics
@@ -40,6 +41,7 @@ from bootstrap.service.middleware import problems
 from bootstrap.service.policyload import load_policies, load_rbac
 from bootstrap.service.policywatch import NO_POLICY_SOURCE, PolicyWatcher
 from bootstrap.service.ratelimit import RateLimiter
+from bootstrap.service.selectorwatch import SelectorWatcher
 from bootstrap.service.state import SERVICE, Service
 from bootstrap.store import open_store
 
@@ -112,7 +114,7 @@ async def build_service(
         trust_domain=settings.trust_domain,
         spiffe_ids=settings.admin.spiffe_ids,
         authorities=current,
-        kube=kube,
+        tokens=TokenChecks(kube, budget=settings.limits.admin_reviews) if kube is not None else None,
     )
     service = Service(
         settings=settings,
@@ -122,6 +124,7 @@ async def build_service(
         admin=admin,
         metrics=metrics,
         limiter=RateLimiter(settings.limits.join_rate, settings.limits.join_burst),
+        admin_limiter=RateLimiter(settings.limits.admin_rate, settings.limits.admin_burst),
         kube=kube,
         decider=decider,
         cas=cas,
@@ -162,7 +165,11 @@ def _decider(settings: Settings, kube: Kube | None) -> tuple[CountingDecider, li
         authorizer = SarAuthorizer(kube)
     else:
         authorizer = LocalRbac(load_rbac([]))
-    return CountingDecider(source, authorizer, owner, settings.gate.taint_key), ready
+    decider = CountingDecider(source, authorizer, owner, settings.gate.taint_key)
+    # Which package CRs select a node (a node's own label changes); no cluster: never known.
+    decider.selector_source = SelectorWatcher(kube) if kube is not None else None
+    decider.operators = frozenset(adm.operator_users)
+    return decider, ready
 
 
 def make_app(service: Service) -> web.Application:

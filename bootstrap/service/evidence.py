@@ -67,7 +67,7 @@ def judge_event_log(
     eventlog.verify_replay(parsed, quoted)
     if not policy.enforces_anything:
         return None
-    bank = next(b for b in ("sha256", "sha384", "sha512", "sha1") if b in quoted)
+    bank = measuredboot.judged_bank(policy, quoted)  # 403 naming the banks, never StopIteration
     facts = bootfacts.facts(parsed.events, bank=bank, pcrs=frozenset(quoted[bank]))
     result = measuredboot.enforce(policy, facts)
     if result.warnings:

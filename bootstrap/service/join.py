@@ -197,6 +197,7 @@ class JoinService:
             if self._recently_used(session):
                 raise SessionReused("this session already renewed the SVID; start again")
             judged = await self._judge(session, req, record)
+            await self._relabel(session, judged.pcr_class)
             issued = await self._issue(session, sid, judged, action="renew")
         except AttestationError as exc:
             await self._refused(session.node_name, exc)
@@ -317,11 +318,26 @@ class JoinService:
             ),
         )
 
+    def _labels(self, session: Session, pcr_class: str | None) -> dict[str, str]:
+        entry = self._inventory.get(session.ek_sha256)
+        return kubelet.attested_labels(session.ek_sha256, pcr_class, entry.labels if entry else {})
+
+    async def _relabel(self, session: Session, pcr_class: str | None) -> None:
+        """The Node's attested labels follow every accepted re-attestation, written before the
+        attestation is committed: pools built on the PCR class label must never keep a node of
+        another class (issue 33, finding 9). When the Node cannot be written nothing is
+        committed, so a rebooted node stays held by the gate until a renewal gets through."""
+        if self.kube is None:
+            return
+        try:
+            await kubelet.relabel_node(self.kube, session.node_name, self._labels(session, pcr_class))
+        except (KubeUnavailable, KubeConflict) as exc:
+            raise Unavailable(f"node labels: {exc}"[:500], retry_after=5) from None
+
     async def _kubelet(self, session: Session, spiffe_id: str, pcr_class: str | None) -> str:
         if self.kube is None:
             raise Unavailable("no cluster configured")
-        entry = self._inventory.get(session.ek_sha256)
-        labels = kubelet.attested_labels(session.ek_sha256, pcr_class, entry.labels if entry else {})
+        labels = self._labels(session, pcr_class)
         csr_pem = x509.load_der_x509_csr(session.csr_der).public_bytes(serialization.Encoding.PEM)
         k8s = self.settings.kubernetes
         try:

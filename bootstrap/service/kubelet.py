@@ -15,11 +15,12 @@ from typing import Any
 
 import yaml
 
-from bootstrap.kube import Conflict, Kube
+from bootstrap.kube import Conflict, Kube, NotFound
 
 SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
 USAGES = ("digital signature", "client auth")
 LABEL_PREFIX = "node-restriction.kubernetes.io/"
+PCR_CLASS_LABEL = f"{LABEL_PREFIX}nodegate.io-pcr-class"
 HOLD_VALUE = "packages-pending"
 _PATCH_ATTEMPTS = 5
 
@@ -31,10 +32,31 @@ def attested_labels(ek_sha256: str, pcr_class: str | None, extra: Mapping[str, s
         f"{LABEL_PREFIX}nodegate.io-ek-sha256": ek_sha256[:63],
     }
     if pcr_class:
-        labels[f"{LABEL_PREFIX}nodegate.io-pcr-class"] = pcr_class[:63]
+        labels[PCR_CLASS_LABEL] = pcr_class[:63]
     for key, value in extra.items():
         labels[key if key.startswith(LABEL_PREFIX) else LABEL_PREFIX + key] = value
     return labels
+
+
+def label_patch(labels: Mapping[str, str]) -> dict[str, str | None]:
+    """The merge patch of ``metadata.labels`` that leaves the Node with ``labels``: a PCR class
+    label that the latest attestation no longer names is removed (null), never kept from an
+    earlier boot (issue 33, finding 9)."""
+    patch: dict[str, str | None] = dict(labels)
+    patch.setdefault(PCR_CLASS_LABEL, None)
+    return patch
+
+
+async def relabel_node(kube: Kube, node_name: str, labels: Mapping[str, str]) -> bool:
+    """Write the attested labels of an accepted re-attestation (renewal, ``nodegate attest``) onto
+    the Node; False when there is no Node (nothing to keep in step). Labels only, so no
+    resourceVersion: a merge patch of the label map leaves every other label and the taints as
+    they are."""
+    try:
+        await kube.patch_node(node_name, {"metadata": {"labels": label_patch(labels)}})
+    except NotFound:
+        return False
+    return True
 
 
 def hold_taint(taint_key: str) -> dict[str, str]:
@@ -61,7 +83,7 @@ async def ensure_node(kube: Kube, node_name: str, labels: Mapping[str, str], tai
         meta = node.get("metadata") or {}
         taints = list((node.get("spec") or {}).get("taints") or [])
         patch: dict[str, Any] = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": dict(labels)}
+            "metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": label_patch(labels)}
         }
         if not any(isinstance(t, dict) and t.get("key") == taint_key for t in taints):
             patch["spec"] = {"taints": [*taints, hold_taint(taint_key)]}

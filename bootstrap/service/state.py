@@ -46,6 +46,9 @@ class Service:
     cas: ca.CaSet
     stamp: int = 0
     ready_checks: list[Callable[[], bool]] = field(default_factory=list)
+    # Per client address on the admin routes (limits.admin_rate): a bearer token costs the cluster
+    # a TokenReview, so these are bounded like the joins (issue 33, finding 3).
+    admin_limiter: RateLimiter = field(default_factory=lambda: RateLimiter(5.0, 20))
     tls: ssl.SSLContext | None = None
     gate: Gate | None = None  # the hold gate, when a cluster is configured and gate.enabled
     tls_stamp: tuple[int, ...] = ()  # of tls.cert_file + tls.key_file as last loaded
@@ -99,9 +102,9 @@ class Service:
         """One join request in flight from ``client``, within the rate and concurrency limits."""
         wait = self.limiter.acquire(client)
         if wait > 0:
-            err = RateLimited(f"too many join requests from {client}; retry in {wait:.1f} s")
-            err.retry_after = wait  # type: ignore[attr-defined]
-            raise err
+            raise RateLimited(
+                f"too many join requests from {client}; retry in {wait:.1f} s", retry_after=wait
+            )
         if self._inflight >= self.settings.limits.max_inflight:
             raise Unavailable("the service is at its concurrency limit", retry_after=1)
         self._inflight += 1
@@ -111,6 +114,14 @@ class Service:
         finally:
             self._inflight -= 1
             self.metrics.inflight.dec()
+
+    def admin_rate(self, client: str) -> None:
+        """One admin request from ``client``, within ``limits.admin_rate``; RateLimited if not."""
+        wait = self.admin_limiter.acquire(client)
+        if wait > 0:
+            raise RateLimited(
+                f"too many admin requests from {client}; retry in {wait:.1f} s", retry_after=wait
+            )
 
     async def refused(self, node_name: str, code: str, detail: str) -> None:
         self.metrics.refusals.labels(code).inc()

@@ -125,14 +125,17 @@ async def test_pause_with_a_spec_change_is_judged_as_a_change() -> None:
     assert "registry" in {v.rule for v in d.violations}
 
 
-async def test_delete_is_not_judged() -> None:
+async def test_delete_needs_deploy_but_nothing_about_pending_uninstalls() -> None:
     """Upstream's e2e tests delete paused and disabled CRs with uninstalls pending: the operator's
-    finalizer keeps them until the uninstalls ran."""
+    finalizer keeps them until the uninstalls ran, so nodegate asks nothing about them. Since issue
+    33 (finding 5) a DELETE needs deploy on a pool that contains the CR, like a change."""
     paused = copy.deepcopy(UNINSTALL)
     paused["metadata"]["annotations"] = {"skyhook.nvidia.com/pause": "true"}
     paused["status"] = {"nodeState": {"gpu-1": {"mypkg|2.1.4": {"state": "complete"}}}}
     d = await decide(decider(), review(None, op="DELETE", old=paused, user="mallory"))
-    assert d.allowed
+    assert not d.allowed
+    d = await decide(decider(), review(None, op="DELETE", old=paused, user="root"))
+    assert d.allowed, d.message
 
 
 def _uninstalling(apply: bool, *, on_nodes: bool) -> dict[str, Any]:

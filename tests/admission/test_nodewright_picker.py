@@ -6,7 +6,7 @@ and package pods (:mod:`tests.admission.upstream.picker`, written from upstream'
   held ``packages-pending`` or ``validation-failed`` exactly when it would select the same node
   without the hold, and never one held ``unattested`` (also: rebooted since its attestation) or
   ``quarantined``; whenever it selects one, the package pods tolerate the hold;
-- upstream's sample and documentation CRs, unedited (``tests/fixtures/nodewright``), go through
+- upstream's sample and documentation CRs, unedited (the public test data's ``nodewright/``), go through
   mutate -> validate -> picker -> package pod tolerations.
 """
 
@@ -17,7 +17,6 @@ import base64
 import copy
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -35,9 +34,10 @@ from tests.admission.test_upstream_corpus import FULL_RBAC, OPEN_POLICY
 from tests.admission.upstream import picker
 from tests.admission.upstream.model import NODEWRIGHT, admit, schema_errors, stamp_create
 from tests.admission.upstream.pods import OPERATOR_TOLERATIONS, package_pod
+from tests.support.shared_data import shared
 
 KEY = "nodegate.io/hold"
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "nodewright"
+SAMPLES = shared("nodewright")  # upstream's CRs: public test data, not committed
 PACKAGE_HOLDS = ("packages-pending", "validation-failed")
 OTHER_HOLDS = ("unattested", "quarantined")  # a rebooted node is held unattested
 MUTATOR = CrMutator(KEY)
@@ -178,16 +178,14 @@ def test_after_mutation_held_nodes_are_picked_exactly_when_they_would_be_without
 
 # -- upstream's samples and documentation CRs, unedited ------------------------------------------
 
-MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
-CRS = [e for e in MANIFEST["entries"] if e["file"].endswith(".yaml")]
 
-
-def test_the_fixtures_are_as_the_manifest_lists_them() -> None:
-    listed = {e["file"] for e in MANIFEST["entries"]}
-    present = {str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*") if p.is_file()} - {"manifest.json"}
-    assert listed == present
-    for e in MANIFEST["entries"]:
-        assert hashlib.sha256((FIXTURES / e["file"]).read_bytes()).hexdigest() == e["sha256"], e["file"]
+def test_the_samples_are_as_the_manifest_lists_them() -> None:
+    entries = list(SAMPLES.manifest().values())
+    listed = {e["file"] for e in entries}
+    present = {str(p.relative_to(SAMPLES.path)) for p in SAMPLES.path.rglob("*") if p.is_file()}
+    assert listed == present - {"manifest.json"}
+    for e in entries:
+        assert hashlib.sha256(SAMPLES.read(e["file"])).hexdigest() == e["sha256"], e["file"]
         assert e["repository"] == "NVIDIA/nodewright"
         assert len(e["commit"]) == 40
         assert e["licence"] == "Apache-2.0"
@@ -200,9 +198,23 @@ def test_the_fixtures_are_as_the_manifest_lists_them() -> None:
 CRD_REFUSES = {"operator/README.md.block0.yaml"}
 
 
-@pytest.mark.parametrize("entry", CRS, ids=[e["file"] for e in CRS])
-def test_an_unedited_upstream_cr_reaches_a_held_node(entry: dict[str, Any]) -> None:
-    raw = yaml.safe_load((FIXTURES / entry["file"]).read_text())
+def _package_crs() -> list[Any]:
+    """The folder's files that are package CRs with packages (the folder also holds the
+    DeploymentPolicies and policy-only Skyhooks of the documentation, for the upstream corpus)."""
+    if not SAMPLES.present:
+        return SAMPLES.params("*.yaml")
+
+    def has_packages(name: str) -> bool:
+        doc = yaml.safe_load(SAMPLES.read(name))
+        return doc.get("kind") == "Skyhook" and bool((doc.get("spec") or {}).get("packages"))
+
+    return SAMPLES.params(names=[n for n in SAMPLES.names("*.yaml") if has_packages(n)])
+
+
+@pytest.mark.parametrize("name", _package_crs())
+def test_an_unedited_upstream_cr_reaches_a_held_node(name: str) -> None:
+    entry = SAMPLES.entry(name)
+    raw = yaml.safe_load(SAMPLES.read(name))
     sent = admit(stamp_create(raw, entry["file"]), NODEWRIGHT)  # pruned and defaulted, as sent
     if entry["file"] in CRD_REFUSES:
         assert schema_errors(sent)
@@ -237,10 +249,10 @@ def test_an_unedited_upstream_cr_reaches_a_held_node(entry: dict[str, Any]) -> N
             assert picker.runs_on(mutated, node, operator)
         for value in OTHER_HOLDS:
             assert not picker.selects(mutated, held[value], operator)
-    for name, pkg in mutated["spec"]["packages"].items():
+    for package, pkg in mutated["spec"]["packages"].items():
         pod = package_pod(
             mutated["metadata"]["name"],
-            name,
+            package,
             pkg["version"],
             "apply",
             "gpu-1",

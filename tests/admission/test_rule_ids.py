@@ -19,13 +19,28 @@ ROOT = Path(__file__).resolve().parents[2]
 def _ids_in_code() -> set[str]:
     found: set[str] = set()
     for path in sorted((ROOT / "admission").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        # module-level NAME = "rule-id" constants, for Violation(NAME, ...)
+        constants = {
+            target.id: node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and node.args):
                 continue
             name = getattr(node.func, "id", getattr(node.func, "attr", None))
             first = node.args[0]
-            if name == "Violation" and isinstance(first, ast.Constant) and isinstance(first.value, str):
+            if name != "Violation":
+                continue
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
                 found.add(first.value)
+            elif isinstance(first, ast.Name) and first.id in constants:
+                found.add(constants[first.id])
     return found
 
 

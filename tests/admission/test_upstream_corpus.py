@@ -66,7 +66,6 @@ FULL_RBAC: list[dict[str, Any]] = [
         ],
     },
 ]
-CASES = all_cases()
 
 
 def _decider() -> Decider:
@@ -93,11 +92,12 @@ def _kind(case: Case) -> str:
 
 
 def test_the_corpus_has_every_source_and_both_verdicts() -> None:
-    sources = Counter(c.source for c in CASES)
+    cases = all_cases()
+    sources = Counter(c.source for c in cases)
     assert set(sources) == set(SOURCES)
-    assert {c.verdict.wire for c in CASES} == {True, False}
-    assert {c.provenance.repo for c in CASES} == {"NVIDIA/nodewright", "NVIDIA/skyhook"}
-    assert all(c.provenance.path and c.provenance.item for c in CASES)
+    assert {c.verdict.wire for c in cases} == {True, False}
+    assert {c.provenance.repo for c in cases} == {"NVIDIA/nodewright", "NVIDIA/skyhook"}
+    assert all(c.provenance.path and c.provenance.item for c in cases)
 
 
 @pytest.mark.parametrize("mutated", [False, True], ids=["as-sent", "behind-upstream-mutating-webhook"])
@@ -105,7 +105,7 @@ async def test_nodegate_agrees_with_upstream(mutated: bool, capsys: pytest.Captu
     decider = _decider()
     counts: Counter[tuple[str, str]] = Counter()
     disagreements = []
-    for original in CASES:
+    for original in all_cases():
         case = behind_mutating_webhook(original) if mutated else original
         kind = _kind(case)
         allowed, message = await _allowed(decider, case)
@@ -158,7 +158,7 @@ async def test_the_operators_own_updates_need_no_policy_and_no_rights(mutated: b
     UPDATE of every CR upstream admitted still passes, without a single access check."""
     nobody = _Nobody()
     decider = Decider(_NotLoaded(), nobody, "nodegate")
-    operator_cases = [c for c in CASES if c.source == "operator"]
+    operator_cases = [c for c in all_cases() if c.source == "operator"]
     assert len(operator_cases) > 100
     for original in operator_cases:
         case = behind_mutating_webhook(original) if mutated else original
@@ -170,14 +170,14 @@ async def test_the_operators_own_updates_need_no_policy_and_no_rights(mutated: b
 
 async def test_without_rights_only_unchanged_updates_pass() -> None:
     """The same corpus with an authorizer that grants nothing: every CREATE and every UPDATE that
-    changes the spec or pause/disable is refused; DELETEs are not judged."""
+    changes the spec or pause/disable is refused; so is every DELETE (issue 33, finding 5)."""
     decider = Decider(StaticPolicies([OPEN_POLICY]), _Nobody(), "nodegate")
-    for case in CASES:
+    for case in all_cases():
         if case.kind != "Skyhook" or case.verdict.crd_rejects:
             continue
         decision = await decider.decide(parse_review(_wire(case)).request)
         if case.operation == "DELETE":
-            assert decision.allowed
+            assert not decision.allowed
         elif decision.allowed:
             assert decision.audit.get("reason") == "spec unchanged", str(case.provenance)
             assert case.operation == "UPDATE"
@@ -207,7 +207,7 @@ async def test_nodegate_agrees_with_upstream_behind_its_own_mutating_webhook() -
     decider = _decider()
     disagreements = []
     checked = 0
-    for original in CASES:
+    for original in all_cases():
         case = _behind_nodegate(original)
         if _kind(case) != "checked":
             continue

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 from cryptography.hazmat.primitives import serialization
 
@@ -15,6 +17,8 @@ from tests.support.certs import self_signed
 SHIM = b"\x11" * 32
 _, CERT = self_signed("Fleet Secure Boot CA")
 CERT_DER = CERT.public_bytes(serialization.Encoding.DER)
+CERT_SHA256 = "sha256:" + hashlib.sha256(CERT_DER).hexdigest()
+CHAIN = [SHIM.hex(), "22" * 32]  # shim, then grub: the loader that measures the command line
 
 
 def _facts(events: list[el.Ev], pcrs: range = range(10)) -> bootfacts.BootFacts:
@@ -28,10 +32,11 @@ def _policy(**cls: object) -> measuredboot.MeasuredBootPolicy:
 
 GOOD = _policy(
     secure_boot="required",
-    authorities=["CN=Fleet Secure Boot CA"],
+    authorities=[CERT_SHA256],
     dbx_required=["aa" * 32],
     boot_applications=[SHIM.hex(), "22" * 32, "33" * 32],
     kernel_cmdlines=["/vmlinuz-6.8 root=/dev/sda1 ro"],
+    kernel_cmdline_chains=[CHAIN],
 )
 
 
@@ -78,7 +83,8 @@ def test_a_missing_dbx_entry_is_refused() -> None:
 
 def test_kernel_command_line_rules_need_pcr8_in_the_quote() -> None:
     result = measuredboot.evaluate(
-        _policy(kernel_cmdlines=["/vmlinuz-6.8 root=/dev/sda1 ro"]), _facts(el.boot(), pcrs=range(8))
+        _policy(kernel_cmdlines=["/vmlinuz-6.8 root=/dev/sda1 ro"], kernel_cmdline_chains=[CHAIN]),
+        _facts(el.boot(), pcrs=range(8)),
     )
     assert not result.ok
     assert "no kernel command line in PCR 8" in result.reason
@@ -158,7 +164,10 @@ def test_a_retyped_event_cannot_hide_from_a_rule(rule: str, index: int) -> None:
     events[index] = el.Ev(
         real.pcr, 0x800000FF, b"harmless", digests={b: real.digest(b) for b in ("sha1", "sha256")}
     )
-    policy = _policy(**{rule: GOOD.classes[0].model_dump()[rule]})
+    rules = {rule: GOOD.classes[0].model_dump()[rule]}
+    if rule == "kernel_cmdlines":
+        rules["kernel_cmdline_chains"] = [CHAIN]
+    policy = _policy(**rules)
     result = measuredboot.evaluate(policy, _facts(events))
     assert not result.ok
     assert f"(PCR {real.pcr}, EV_UNKNOWN_0x800000ff): an event type the firmware profile" in result.reason

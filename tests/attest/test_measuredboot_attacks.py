@@ -26,6 +26,8 @@ _, _FLEET = self_signed("Fleet Secure Boot CA")
 _, _EVIL = self_signed("Attacker db key")
 FLEET_DER = _FLEET.public_bytes(serialization.Encoding.DER)
 EVIL_DER = _EVIL.public_bytes(serialization.Encoding.DER)
+FLEET_SHA256 = "sha256:" + hashlib.sha256(FLEET_DER).hexdigest()
+CHAIN = ["11" * 32, "22" * 32]  # el.boot's shim and grub: grub measures the command line
 ALLOWED_CMDLINE = "/vmlinuz-6.8 root=/dev/sda1 ro"
 EVIL_KERNEL = b"MZ... the forbidden kernel's Authenticode-hashed bytes"
 
@@ -61,7 +63,7 @@ def _index(events: list[el.Ev], pred: object) -> int:
 def test_an_authority_retyped_as_an_efi_action_is_refused() -> None:
     """shim verified by an attacker's db key: its EV_EFI_VARIABLE_AUTHORITY event relabelled
     EV_EFI_ACTION keeps data that hashes to the digest, but that data is no action string."""
-    policy = _policy(authorities=["CN=Fleet Secure Boot CA"])
+    policy = _policy(authorities=[FLEET_SHA256])
     honest = el.boot(cert_der=EVIL_DER)
     with pytest.raises(MeasuredBootViolation, match=r"authority CN=Attacker db key \(db\) is not allowed"):
         judge(honest, policy)
@@ -111,7 +113,7 @@ def test_a_forbidden_kernel_retyped_as_a_separator_is_refused() -> None:
 def test_a_kernel_command_line_relabelled_as_a_grub_command_is_refused() -> None:
     """grub's prefix is outside the digest: ``kernel_cmdline: X`` rewritten as ``grub_cmd: X``
     hides the real command line, and root extends PCR 8 with an allowed one and appends it."""
-    policy = _policy(kernel_cmdlines=[ALLOWED_CMDLINE])
+    policy = _policy(kernel_cmdlines=[ALLOWED_CMDLINE], kernel_cmdline_chains=[CHAIN])
     honest = el.boot(kernel="/vmlinuz-6.8 init=/bin/sh")
     with pytest.raises(
         MeasuredBootViolation, match=r"kernel command line '/vmlinuz-6\.8 init=/bin/sh' is not"
@@ -199,10 +201,19 @@ def test_uefi_debug_mode_fails_secure_boot() -> None:
     ("rules", "pcrs", "reason"),
     [
         ({"boot_applications": ["11" * 32]}, range(4), "boot_applications needs PCR 4"),
-        ({"authorities": ["CN=x"]}, range(7), "authorities needs PCR 7"),
+        ({"authorities": ["sha256:" + "ab" * 32]}, range(7), "authorities needs PCR 7"),
         ({"dbx_required": ["11" * 32]}, range(7), "dbx_required needs PCR 7"),
         ({"secure_boot": "required"}, (0, 1, 2, 3, 4), "secure_boot needs PCR 7"),
-        ({"kernel_cmdlines": ["x"]}, range(8), "kernel_cmdlines needs PCR 8"),
+        (
+            {"kernel_cmdlines": ["x"], "kernel_cmdline_chains": [CHAIN]},
+            range(8),
+            "kernel_cmdlines needs PCR 8",
+        ),
+        (
+            {"kernel_cmdlines": ["x"], "kernel_cmdline_chains": [CHAIN]},
+            (5, 6, 7, 8),
+            "kernel_cmdlines needs PCR 4",
+        ),
     ],
 )
 def test_a_rule_whose_pcrs_are_not_quoted_is_a_config_error(

@@ -11,9 +11,11 @@ extending its digest into the PCR. Then:
   disappeared (authorities, boot applications, command lines), and whatever it added is allowed
   by the class that matched anyway.
 
-The bases are synthetic boots (accepted or refused for each rule) and real firmware logs from
-tests/fixtures/eventlogs with a class learned from each (accepted) or that class minus one entry
-(refused).
+The bases are synthetic boots (accepted or refused for each rule), boots that measured no kernel
+command line into PCR 8 (shim or the firmware starting the kernel with load options, grub's
+chainloader, systemd-boot v251+ with a UKI measuring into PCR 12: refused by a class with
+``kernel_cmdlines``, whatever root appends; issue 33 finding 2), and real firmware logs from the
+shared test data with a class learned from each (accepted) or that class minus one entry (refused).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
@@ -37,8 +38,9 @@ from attest.measuredboot import policy as measuredboot
 from attest.measuredboot.tcglog import EV_NO_ACTION, EVENT_TYPES
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
+from tests.support.shared_data import shared
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "eventlogs"
+LOGS = shared("eventlogs")
 REAL = [
     "gce-rhel8-uefi.bin",
     "keylime-secureboot.bin",
@@ -54,16 +56,27 @@ _, _FLEET = self_signed("Fleet Secure Boot CA")
 _, _EVIL = self_signed("Attacker db key")
 FLEET_DER = _FLEET.public_bytes(serialization.Encoding.DER)
 EVIL_DER = _EVIL.public_bytes(serialization.Encoding.DER)
-SYNTHETIC_POLICY = measuredboot.policy_from_obj(
+SHIM, GRUB, KERNEL, SD_BOOT, UKI = (bytes([b]) * 32 for b in (0x11, 0x22, 0x33, 0x55, 0x66))
+ALLOWED_CMDLINE = "/vmlinuz-6.8 root=/dev/sda1 ro"
+SYNTHETIC_CLASS: dict[str, Any] = {
+    "name": "fleet",
+    "secure_boot": "required",
+    "authorities": ["sha256:" + hashlib.sha256(FLEET_DER).hexdigest()],
+    "dbx_required": ["aa" * 32],
+    # systemd-boot and the UKI are allowed too: a boot through them fails only kernel_cmdlines
+    "boot_applications": [d.hex() for d in (SHIM, GRUB, KERNEL, SD_BOOT, UKI)],
+    "kernel_cmdlines": [ALLOWED_CMDLINE],
+    "kernel_cmdline_chains": [[SHIM.hex(), GRUB.hex()]],
+}
+SYNTHETIC_POLICY = measuredboot.policy_from_obj({"classes": [SYNTHETIC_CLASS]})
+# The same class without kernel_cmdlines: each boot path below joins where its policy allows it.
+NO_CMDLINE_POLICY = measuredboot.policy_from_obj(
     {
         "classes": [
             {
-                "name": "fleet",
-                "secure_boot": "required",
-                "authorities": ["CN=Fleet Secure Boot CA"],
-                "dbx_required": ["aa" * 32],
-                "boot_applications": ["11" * 32, "22" * 32, "33" * 32],
-                "kernel_cmdlines": ["/vmlinuz-6.8 root=/dev/sda1 ro"],
+                k: v
+                for k, v in SYNTHETIC_CLASS.items()
+                if k not in ("kernel_cmdlines", "kernel_cmdline_chains")
             }
         ]
     }
@@ -88,9 +101,53 @@ CRAFTED = [
     el.separator(4),
     el.authority(FLEET_DER),
     el.application(b"\x11" * 32),
+    el.application(GRUB, "\\EFI\\ubuntu\\grubx64.efi"),  # root claims grub ran after all
     el.Ev(7, el.EV_EFI_ACTION, b"DMA Protection Disabled"),
+    el.Ev(7, el.EV_EFI_ACTION, b"Security Level is Downgraded to 0"),
+    el.Ev(4, el.EV_EFI_ACTION, b"Calling EFI Application from Boot Option"),
 ]
 FLAWS = ["none", "secure-boot-off", "evil-authority", "evil-cmdline", "evil-shim", "dbx-missing"]
+EVIL_LOAD_OPTIONS = "/vmlinuz-6.8 init=/bin/sh lockdown=none"
+
+
+def _load_options(text: str) -> el.Ev:
+    """What a loader that measures no line into PCR 8 leaves: the kernel gets ``text`` as its
+    UTF-16 LoadOptions (shim, the firmware's boot manager) or systemd-stub measures it into
+    PCR 12; either way nothing a kernel_cmdlines rule can read."""
+    data = (text + "\x00").encode("utf-16-le")
+    return el.Ev(12, el.EV_IPL, data)
+
+
+def unmeasured_boots() -> dict[str, list[el.Ev]]:
+    """Genuine boots of the fleet's Secure Boot setup through paths that put no kernel command
+    line into PCR 8 (issue 33 finding 2); each ran a kernel with ``EVIL_LOAD_OPTIONS``."""
+    head = el.boot(cert_der=FLEET_DER)[:15]  # CRTM, PCR 7's configuration, separators 0-7
+    auth = el.authority(FLEET_DER)
+    shim = el.application(SHIM, "\\EFI\\ubuntu\\shimx64.efi")
+    kernel = el.application(KERNEL, "\\vmlinuz-6.8")
+    return {
+        "shim-kernel": [*head, auth, shim, kernel, _load_options(EVIL_LOAD_OPTIONS)],
+        "db-signed-kernel": [*head, auth, kernel, _load_options(EVIL_LOAD_OPTIONS)],
+        "grub-chainloader": [
+            *head,
+            auth,
+            shim,
+            el.application(GRUB, "\\EFI\\ubuntu\\grubx64.efi"),
+            el.grub("grub_cmd", "set root=hd0,gpt2"),
+            el.grub("grub_cmd", f"chainloader {EVIL_LOAD_OPTIONS}"),
+            kernel,
+        ],
+        "systemd-boot-uki": [
+            *head,
+            auth,
+            el.application(SD_BOOT, "\\EFI\\systemd\\systemd-bootx64.efi"),
+            el.application(UKI, "\\EFI\\Linux\\linux-6.8.efi"),
+            _load_options(EVIL_LOAD_OPTIONS),
+        ],
+    }
+
+
+UNMEASURED = unmeasured_boots()
 
 
 def _to_ev(ev: eventlog.Event) -> el.Ev:
@@ -103,7 +160,7 @@ def _build(events: list[el.Ev], banks: tuple[str, ...]) -> bytes:
 
 @cache
 def _real(name: str) -> tuple[list[el.Ev], tuple[str, ...], str]:
-    log = eventlog.parse((FIXTURES / name).read_bytes())
+    log = eventlog.parse(LOGS.read(name))
     bank = bootfacts.preferred_bank(log.banks)
     assert bank is not None
     return [_to_ev(e) for e in log.events if not (e.number == 0 and log.spec)], log.banks, bank
@@ -135,7 +192,7 @@ def _view(f: bootfacts.BootFacts) -> dict[str, Any]:
         "secure_boot": f.secure_boot,
         "debug": f.debug_mode is not None,
         "keys": {k: v.value for k, v in f.keys.items()},
-        "authorities": Counter(a.subject or "sha256:" + a.sha256 for a in f.authorities),
+        "authorities": Counter("sha256:" + a.sha256 for a in f.authorities),
         "apps": Counter(a.digest for a in f.boot_applications),
         "cmdlines": Counter(t.text for t in f.kernel_cmdlines),
     }
@@ -168,7 +225,11 @@ def _variants(events: list[el.Ev]) -> list[bytes]:
 
 @st.composite
 def _base(draw: st.DrawFn) -> tuple[list[el.Ev], tuple[str, ...], str, measuredboot.MeasuredBootPolicy]:
-    if draw(st.booleans()):  # a synthetic boot with at most one flaw, so the others cannot mask it
+    which = draw(st.sampled_from(["synthetic", "unmeasured", "real"]))
+    if which == "unmeasured":  # refused only for its unproven command line
+        events = UNMEASURED[draw(st.sampled_from(sorted(UNMEASURED)))]
+        return list(events), ("sha1", "sha256"), "sha256", SYNTHETIC_POLICY
+    if which == "synthetic":  # a synthetic boot with at most one flaw, so the others cannot mask it
         flaw = draw(st.sampled_from(FLAWS))
         events = el.boot(
             secure=flaw != "secure-boot-off",
@@ -356,3 +417,40 @@ def test_relabelled_grub_text_and_appended_lines_never_pass(which: int, data: st
         extra = el.grub(prefix, body)
         changed.append(el.Ev(8, extra.type, extra.data, digests={b: extra.digest(b) for b in banks}))
     assert not measuredboot.evaluate(policy, _facts(changed, banks, bank)).ok
+
+
+# -- focused: boots that measured no command line into PCR 8 (issue 33 finding 2) -----------------
+
+ROOT_APPENDS = [
+    el.grub("grub_cmd", f"linux {ALLOWED_CMDLINE}"),
+    el.grub("kernel_cmdline", ALLOWED_CMDLINE),
+    el.application(SHIM, "\\EFI\\ubuntu\\shimx64.efi"),
+    el.application(GRUB, "\\EFI\\ubuntu\\grubx64.efi"),
+    el.Ev(4, el.EV_EFI_ACTION, b"Calling EFI Application from Boot Option"),
+    el.separator(4),
+    el.Ev(8, el.EV_IPL, (ALLOWED_CMDLINE + "\x00").encode("utf-16-le")),  # systemd-boot's form
+]
+
+
+def test_unmeasured_paths_are_refused_for_their_line_and_join_without_the_rule() -> None:
+    """Each path's honest log: refused by a class with kernel_cmdlines (its line is not proven),
+    admitted by the same class without that rule (a genuine boot joins where its policy allows)."""
+    for name, events in UNMEASURED.items():
+        facts = _facts(events, ("sha1", "sha256"), "sha256")
+        refused = measuredboot.evaluate(SYNTHETIC_POLICY, facts)
+        assert not refused.ok, name
+        assert {f.rule for f in refused.violations} == {"kernel_cmdlines"}, (name, refused.reason)
+        assert measuredboot.evaluate(NO_CMDLINE_POLICY, facts).matched_class == "fleet", name
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(which=st.sampled_from(sorted(UNMEASURED)), data=st.data())
+def test_appended_events_never_prove_an_unmeasured_command_line(which: str, data: st.DataObject) -> None:
+    """Root extends PCRs 4 and 8 with any sequence of what a measured grub boot shows (grub's
+    linux command and an allowed line, shim and grub as applications, systemd-boot's line) and
+    appends the events: the boot that ran the kernel with an unmeasured line stays refused."""
+    events = list(UNMEASURED[which])
+    for ev in data.draw(st.lists(st.sampled_from(ROOT_APPENDS), min_size=1, max_size=5)):
+        events.append(el.Ev(ev.pcr, ev.type, ev.data, digests={b: ev.digest(b) for b in ("sha1", "sha256")}))
+    result = measuredboot.evaluate(SYNTHETIC_POLICY, _facts(events, ("sha1", "sha256"), "sha256"))
+    assert not result.ok, f"{which}: appended events made an unmeasured line pass"

@@ -1,4 +1,4 @@
-"""Real evidence from real machines (tests/fixtures/tpm/, provenance in its manifest.json), judged
+"""Real evidence from real machines (the public test data's tpm/, provenance in its manifest.json), judged
 through the public API: EK certificates against the vendor root store nodegate ships, real quotes
 against their AK and PCRs, real event logs replayed against the quoted PCRs."""
 
@@ -319,7 +319,8 @@ def test_the_real_windows_event_log_replays_to_its_sha1_pcrs() -> None:
 
 
 def test_the_fixture_manifest_is_valid_json_with_known_kinds() -> None:
-    doc = json.loads(realtpm.MANIFEST.read_text())
+    realtpm.TPM.require()
+    doc = json.loads((realtpm.TPM.path / "manifest.json").read_text())
     assert doc["format"] == "nodegate-fixtures/1"
     kinds = {
         "ek-certificate",

@@ -1,4 +1,4 @@
-"""Real firmware event logs (tests/fixtures/eventlogs, provenance in MANIFEST.json): physical
+"""Real firmware event logs (the public test data's eventlogs/, provenance in MANIFEST.json): physical
 servers, workstations and laptops, Google Compute Engine vTPMs (Shielded and Confidential VMs),
 OVMF virtual machines, SHA-1-only and crypto-agile logs, an H-CRTM platform with an SM3-256 bank.
 
@@ -31,10 +31,13 @@ from attest.measuredboot import events as typed
 from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from attest.measuredboot.tcglog import EV_NO_ACTION, hasher
+from tests.support.shared_data import shared
 
-FOLDER = Path(__file__).resolve().parents[1] / "fixtures" / "eventlogs"
+DATA = shared("eventlogs")
+DATA.require()  # every test here reads the real logs: the module skips (one line) without them
+FOLDER = DATA.path
 MANIFEST = json.loads((FOLDER / "MANIFEST.json").read_text())
-LOGS = sorted(entry["file"] for entry in MANIFEST["logs"])
+LOGS = DATA.names()
 # Not the log of a boot: go-attestation's 49-byte sample holds one StartupLocality record.
 NOT_A_BOOT = {"go-attestation-short-no-action.bin"}
 # tpm2-tools 5.x cannot read these two (it segfaults on the EV_NO_ACTION under PCR 0xFFFFFFFF of
@@ -46,7 +49,7 @@ HCRTM_SHA1_PCR0 = "15f4e6ca457d1af6bc49511a93ba3500ad69acc5"
 
 @cache
 def _data(name: str) -> bytes:
-    return (FOLDER / name).read_bytes()
+    return DATA.read(name)
 
 
 @cache
@@ -118,7 +121,7 @@ def _sp800_155(log: eventlog.EventLog) -> bool:
 def test_real_logs_agree_with_tpm2_eventlog(name: str) -> None:
     assert shutil.which("tpm2_eventlog"), "install tpm2-tools (make deps)"
     log = _log(name)
-    count, pcrs, _ = _tpm2_eventlog(FOLDER / name)
+    count, pcrs, _ = _tpm2_eventlog(DATA.file(name))
     assert len(log.events) == count
     replayed = log.replay()
     compared = 0
@@ -235,7 +238,17 @@ def test_mutated_real_logs_raise_only_event_log_invalid(which: int, at: int, fli
     assert bank is not None
     facts = bootfacts.facts(log.events, bank=bank, pcrs=range(24))
     policy = measuredboot.policy_from_obj(
-        {"secure_boot": "required", "classes": [{"name": "x", "authorities": [], "kernel_cmdlines": []}]}
+        {
+            "secure_boot": "required",
+            "classes": [
+                {
+                    "name": "x",
+                    "authorities": [],
+                    "kernel_cmdlines": [],
+                    "kernel_cmdline_chains": [["11" * 32]],
+                }
+            ],
+        }
     )
     measuredboot.evaluate(policy, facts)
     for a in facts.authorities:

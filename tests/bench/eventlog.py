@@ -1,7 +1,7 @@
 """Benchmark of the measured-boot check (``attest.eventlog`` + ``attest.measuredboot``) against
 keylime's measured-boot path, ``tpm2_eventlog`` alone, and the strict hashing floor.
 
-Inputs: by default the committed real firmware logs (``tests/fixtures/eventlogs``, 30 logs of
+Inputs: by default the real firmware logs of the public test data (``eventlogs/``, 30 logs of
 physical servers, workstations, cloud vTPMs and VMs, SHA-1-only and crypto-agile, one H-CRTM log
 with an SM3-256 bank); ``--synthetic`` for six server-sized synthetic logs
 (``tests.support.eventlogs.fleet_boot``), ``--logs DIR`` for any folder. Per log, the cases:
@@ -46,12 +46,13 @@ from attest.measuredboot import policy as measuredboot
 from attest.measuredboot.tcglog import EV_NO_ACTION, hasher
 from tests.bench import common
 from tests.support import eventlogs as el
+from tests.support.shared_data import shared
 
 SYNTHETIC = 6
 ROUNDS = 9
 BATCH = {"ours": 40, "floor": 40, "keylime": 2, "tpm2": 2}
 QUOTED = range(10)
-REAL_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "eventlogs"
+REAL_LOGS = shared("eventlogs")  # the public test data (tests/support/shared_data.py), not committed
 TARGET_VS_KEYLIME = 60.0
 TARGET_VS_FLOOR = 3.0
 
@@ -67,12 +68,16 @@ def _policy(facts: bootfacts.BootFacts) -> measuredboot.MeasuredBootPolicy:
     the bank they are written in)."""
     rules: dict[str, object] = {
         "secure_boot": "required" if facts.secure_boot else "optional",
-        "authorities": sorted({a.subject or f"sha256:{a.sha256}" for a in facts.authorities}),
+        "authorities": sorted({f"sha256:{a.sha256}" for a in facts.authorities}),
         "dbx_required": sorted(facts.dbx_digests()) or None,
-        "kernel_cmdlines": [t.text for t in facts.kernel_cmdlines] or None,
     }
     if facts.bank == "sha256":
         rules["boot_applications"] = [a.digest for a in facts.boot_applications]
+        learned = measuredboot.learn([facts], cmdlines=True)
+        if learned.kernel_cmdlines:
+            rules["kernel_cmdlines"] = list(learned.kernel_cmdlines)
+            rules["kernel_cmdline_chains"] = [list(c) for c in learned.kernel_cmdline_chains or ()]
+        rules["efi_actions"] = list(learned.efi_actions)
     cls = {k: v for k, v in rules.items() if v is not None}
     return measuredboot.policy_from_obj({"classes": [{"name": "c", **cls}]})
 
@@ -166,10 +171,14 @@ def run(*, rounds: int, quick: bool, logs: Path | None = None, synthetic: bool =
     with tempfile.TemporaryDirectory() as tmp:
         if synthetic:
             paths, source = _synthetic(Path(tmp)), "synthetic"
+        elif logs is not None:
+            paths = sorted(p for p in logs.iterdir() if p.is_file() and p.suffix != ".json")
+            source = str(logs)
+        elif REAL_LOGS.present:
+            paths, source = REAL_LOGS.verify_all(), f"the public real logs ({REAL_LOGS.path})"
         else:
-            folder = logs or REAL_LOGS
-            paths = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix != ".json")
-            source = str(logs) if logs else "the committed real logs (tests/fixtures/eventlogs)"
+            print(f"eventlog bench: {REAL_LOGS.absent_reason()}: synthetic logs instead", flush=True)
+            paths, source = _synthetic(Path(tmp)), "synthetic (the real logs are absent)"
         return _run(paths, rounds=rounds, quick=quick, source=source)
 
 

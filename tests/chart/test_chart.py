@@ -908,9 +908,11 @@ def test_rbac_decisions(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
 # -- webhook ----------------------------------------------------------------------------------------
 
 EXPECTED_RULES = {
-    # DELETE of package CRs is not judged (NodeWright's finalizer holds pending uninstalls).
-    "packages.nodegate.io": {("nodewright.nvidia.com", "nodewrights", op) for op in ("CREATE", "UPDATE")}
-    | {("skyhook.nvidia.com", "skyhooks", op) for op in ("CREATE", "UPDATE")}
+    # DELETE of package CRs is judged like a change (issue 33, finding 5); of DeploymentPolicies not.
+    "packages.nodegate.io": {
+        ("nodewright.nvidia.com", "nodewrights", op) for op in ("CREATE", "UPDATE", "DELETE")
+    }
+    | {("skyhook.nvidia.com", "skyhooks", op) for op in ("CREATE", "UPDATE", "DELETE")}
     | {
         (g, "deploymentpolicies", op)
         for g in ("nodewright.nvidia.com", "skyhook.nvidia.com")
@@ -1032,7 +1034,12 @@ def test_mutating_webhook_configuration(scenario: tuple[str, Doc, str, list[Doc]
         }
         for group, resource in (("nodewright.nvidia.com", "nodewrights"), ("skyhook.nvidia.com", "skyhooks"))
     ]
-    assert [r for r in packages["rules"] if r["resources"] != ["deploymentpolicies"]] == hook["rules"]
+    # The same package CRs; the validating webhook also judges their DELETE (nothing to mutate).
+    assert [
+        {**r, "operations": [op for op in r["operations"] if op != "DELETE"]}
+        for r in packages["rules"]
+        if r["resources"] != ["deploymentpolicies"]
+    ] == hook["rules"]
     assert "objectSelector" not in hook
     assert "matchConditions" not in hook
     assert hook["namespaceSelector"] == packages["namespaceSelector"]

@@ -30,6 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admission.nodes import node_violations
+from admission.selection import PackageSelector, selection_violations
 from tests.chart.test_chart import Doc, helm_path, one, render
 
 NODE = "gpu-7"
@@ -206,6 +207,7 @@ CASES = {
         SENT,
     ),
     "kubelet changes a label": (lambda: with_label("kubernetes.io/os", "windows"), SENT),
+    "kubelet changes the pool label a package CR selects it by": (lambda: with_label("pool", "other"), SENT),
     "an admin removes the hold taint": (lambda: without_hold("alice"), SENT),
     "nodegate lifts the hold (its own account: exempt)": (lambda: without_hold(OWNER), SKIPPED),
 }
@@ -285,22 +287,40 @@ def _node(
     return node
 
 
+# Package CRs whose selection a node's own label change may not leave (admission.selection).
+SELECTORS = [
+    PackageSelector("skyhook.nvidia.com/pool-a", {"matchLabels": {"pool": "a"}}),
+    PackageSelector(
+        "nodewright.nvidia.com/not-zone-b",
+        {"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["b"]}]},
+    ),
+]
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     user=st.sampled_from([KUBELET, "system:node:other", "alice", OWNER]),
     old=st.tuples(st.none() | ANNOTATIONS, st.none() | LABELS, st.none() | TAINTS),
     new=st.tuples(st.none() | ANNOTATIONS, st.none() | LABELS, st.none() | TAINTS),
     sub=st.sampled_from(["", "status"]),
+    selectors=st.sampled_from([SELECTORS, None]),
 )
 def test_no_refusable_write_is_skipped(
-    conditions: list[Any], user: str, old: tuple[Any, Any, Any], new: tuple[Any, Any, Any], sub: str
+    conditions: list[Any],
+    user: str,
+    old: tuple[Any, Any, Any],
+    new: tuple[Any, Any, Any],
+    sub: str,
+    selectors: list[PackageSelector] | None,
 ) -> None:
-    """For any Node UPDATE: if nodegate's rules (admission.nodes) would refuse it, the conditions
-    send it; a write that leaves annotations, labels and taints as they were is not sent."""
+    """For any Node UPDATE: if nodegate's rules (admission.nodes, admission.selection) would
+    refuse it, the conditions send it; a write that leaves annotations, labels and taints as they
+    were is not sent."""
     before = _node(*old, "2026-12-04T09:00:00Z")
     after = _node(*new, "2026-12-04T09:05:00Z")
     review = request("UPDATE", user, after, before, sub)
     refused = node_violations("UPDATE", after, before, username=user, owner=OWNER)
+    refused += selection_violations("UPDATE", after, before, username=user, selectors=selectors)
     is_sent = sent(conditions, review)
     if refused:
         assert is_sent, refused

@@ -66,11 +66,11 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert "budget exceeds the pool's 50%" in out
     assert "alice lacks verb reboot on packagepolicies/demo-fleet" in out
     assert "only nodegate may remove or change the nodegate.io/hold taint" in out
-    # upstream's own sample, unedited: skipped as written, mutated, admitted, picked, its package
-    # complete, and the held node released
+    # a CR written without hold tolerations: skipped as written, mutated, admitted, picked, its
+    # package complete, and the held node released
     assert (
-        "Skyhook demo: NVIDIA/nodewright@71ca22b89874:examples/simple/scr.yaml (sha256 7cec8287dd982274..., "
-        "Apache-2.0), shipped with the demo and applied as is"
+        "Skyhook hello-hosts: one shellscript package (motd), the shape of NodeWright's simplest "
+        "example; applied as written"
     ) in out
     assert (
         "as written, NodeWright would skip it (TaintNotTolerable: "
@@ -80,15 +80,15 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
         "POST /admission/mutate: JSONPatch adds 2 tolerations, nothing else: "
         "nodegate.io/hold=packages-pending:NoSchedule, nodegate.io/hold=validation-failed:NoSchedule"
     ) in out
-    assert "ALLOWED  alice (ml-platform) creates Skyhook demo (PackagePolicy upstream-samples)" in out
-    assert "NodeWright picks gpu-node-3; its package pod demo-baz-1-1-0-apply-gpu-node-3-" in out
+    assert "ALLOWED  alice (ml-platform) creates Skyhook hello-hosts (PackagePolicy first-packages)" in out
+    assert "NodeWright picks gpu-node-3; its package pod hello-hosts-motd-1-0-0-apply-gpu-node-3-" in out
     assert "3 nodes: 3 released; held: none;" in out
-    assert "gpu-node-3: released: hold taint removed; packages of gpu-stack and demo complete" in out
+    assert "gpu-node-3: released: hold taint removed; packages of gpu-stack and hello-hosts complete" in out
     assert lines[-1].startswith("demo complete in ")
     assert lines[-1].endswith(
         "3 nodes attested, 1 refused (measured_boot_violation), gate released 2 and held 1 "
         "(validation-failed), 1 rebooted and re-attested (gpu-node-1), webhook allowed 3 CRs "
-        "(steps 6, 9, 10) and denied 4 (step 9), upstream's sample given 2 hold tolerations reached "
+        "(steps 6, 9, 10) and denied 4 (step 9), the sample CR given 2 hold tolerations reached "
         "and released gpu-node-3: 3 of 3 nodes released"
     )
     # cleaned up: the temp dir is gone and no process still uses it

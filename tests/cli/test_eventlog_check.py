@@ -13,7 +13,7 @@ from attest import eventlog
 from bootstrap import cli
 from tests.support import realtpm
 
-UBUNTU = "gce-ubuntu-2104-no-dbx.bin"  # tests/fixtures/eventlogs
+UBUNTU = "gce-ubuntu-2104-no-dbx.bin"  # the public test data's eventlogs/
 RHEL = "gce-rhel8-uefi.bin"
 
 

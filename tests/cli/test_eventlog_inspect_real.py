@@ -10,12 +10,13 @@ import pytest
 
 from bootstrap import cli
 from tests.support import eventlogs as el
+from tests.support.shared_data import shared
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "eventlogs"
+LOGS = shared("eventlogs")
 
 
 def test_inspect_shows_the_hcrtm_and_every_bank(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["eventlog", "inspect", "-o", "json", str(FIXTURES / "tss-hcrtm.bin")]) == 0
+    assert cli.main(["eventlog", "inspect", "-o", "json", str(LOGS.file("tss-hcrtm.bin"))]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["hcrtm"] is True
     assert doc["banks"] == ["sha1", "sha256", "sm3_256"]

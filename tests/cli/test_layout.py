@@ -92,6 +92,7 @@ for name in realtpm.named("ek-certificate"):
 def test_a_wheel_ships_the_vendor_store_and_verifies_real_eks_with_vendors_alone(tmp_path: Path) -> None:
     """`pip install nodegate` (a wheel, not this checkout) trusts real Google, STMicro, Infineon and
     Nuvoton EKs with `ek_roots: [vendors]` and nothing else configured: the store is package data."""
+    realtpm.TPM.require()  # the real EK certificates: public test data
     out = tmp_path / "wheel"
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],

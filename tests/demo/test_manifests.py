@@ -1,7 +1,7 @@
-"""The demo's NodeWright objects: upstream's sample is shipped unedited (the same bytes as the test
-fixture, listed in both manifests), its package pod matches the fuller upstream-derived builder of
-the admission tests, and the demo's JSONPatch application agrees with an independent RFC 6902
-implementation on what the mutating webhook answers."""
+"""The demo's NodeWright objects: its sample CR is the project's own, in the shape of upstream's
+simplest example (public test data, not shipped), its package pod matches the fuller
+upstream-derived builder of the admission tests, and the demo's JSONPatch application agrees with
+an independent RFC 6902 implementation on what the mutating webhook answers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch
-import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,11 +21,10 @@ from admission.mutate import CrMutator
 from admission.policy import PackagePolicy
 from admission.review import parse_review
 from bootstrap.demo import admit, manifests
-from bootstrap.demo.narration import DemoFailed
 from tests.admission.upstream import picker, pods
+from tests.support.shared_data import shared
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "nodewright"
-SHIPPED = Path(admit.__file__).parent / "data" / "nodewright"
+UPSTREAM = shared("nodewright-demo")  # upstream's examples/simple, public test data: not shipped
 SKYHOOK = ("skyhook.nvidia.com", "v1alpha1", "Skyhook")
 
 
@@ -37,32 +36,38 @@ def _patch(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
 
 
-def test_the_shipped_sample_is_upstreams_file_unedited() -> None:
-    shipped = json.loads((SHIPPED / "manifest.json").read_text())["entries"]
-    fixtures = {e["file"]: e for e in json.loads((FIXTURES / "manifest.json").read_text())["entries"]}
-    assert {e["file"] for e in shipped} == {admit.SAMPLE_FILE, "LICENSE"}
-    for entry in shipped:
-        assert entry == fixtures[entry["file"]]
-        assert (SHIPPED / entry["file"]).read_bytes() == (FIXTURES / entry["file"]).read_bytes()
-    sample = admit.upstream_sample()
-    assert sample.path == admit.SAMPLE_FILE
-    assert sample.licence == "Apache-2.0"
-    assert sample.obj["spec"]["nodeSelectors"] == {"matchLabels": manifests.SAMPLE_POOL}
+def test_the_demo_ships_no_upstream_file() -> None:
+    """The demo's CR is the project's own: nothing of upstream's is package data any more."""
+    package = Path(admit.__file__).parent
+    assert not (package / "data").exists()
+    assert "nodewright" not in json.dumps(admit.sample_cr()["metadata"])
 
 
-def test_a_changed_sample_stops_the_demo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / "data" / "nodewright" / "examples" / "simple").mkdir(parents=True)
-    for name in ("manifest.json", admit.SAMPLE_FILE):
-        (tmp_path / "data" / "nodewright" / name).write_bytes((SHIPPED / name).read_bytes())
-    edited = tmp_path / "data" / "nodewright" / admit.SAMPLE_FILE
-    edited.write_bytes(edited.read_bytes().replace(b"1.1.0", b"1.1.1"))
-    monkeypatch.setattr(admit.resources, "files", lambda _pkg: tmp_path)
-    with pytest.raises(DemoFailed, match="does not match its manifest"):
-        admit.upstream_sample()
+def _shape(value: Any) -> Any:
+    """The structure of a CR: its keys and the types of its leaves, names of packages aside."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shape(v) for v in value]
+    return type(value).__name__
+
+
+def test_the_sample_has_the_shape_of_upstreams_simplest_example() -> None:
+    theirs = yaml.safe_load(UPSTREAM.read("examples/simple/scr.yaml"))
+    mine = admit.sample_cr()
+    assert (mine["apiVersion"], mine["kind"]) == (theirs["apiVersion"], theirs["kind"])
+    assert mine["spec"]["nodeSelectors"] == {"matchLabels": manifests.SAMPLE_POOL}
+    assert set(mine["spec"]) == set(theirs["spec"])
+    (their_package,) = theirs["spec"]["packages"].values()
+    (my_package,) = mine["spec"]["packages"].values()
+    assert set(my_package) == set(their_package) == {"version", "image", "configMap"}
+    assert my_package["image"] == their_package["image"]
+    assert _shape(my_package["configMap"]) == {k: "str" for k in my_package["configMap"]}
+    assert mine != theirs
 
 
 def test_the_demos_policies_admit_the_mutated_sample_and_the_picker_reaches_the_held_node() -> None:
-    sample = admit.upstream_sample().obj
+    sample = admit.sample_cr()
     mutated = admit.apply_patch(sample, _patch(sample))
     decider = Decider(
         StaticPolicies([PackagePolicy.model_validate(p) for p in manifests.policy_documents()]),
@@ -83,13 +88,13 @@ def test_the_demos_policies_admit_the_mutated_sample_and_the_picker_reaches_the_
 
 
 def test_the_package_pod_is_named_labelled_and_tolerating_as_the_operators() -> None:
-    sample = admit.upstream_sample().obj
+    sample = admit.sample_cr()
     cr = admit.apply_patch(sample, _patch(sample))
-    mine = manifests.package_pod(cr, "baz", "gpu-node-3")
+    mine = manifests.package_pod(cr, "motd", "gpu-node-3")
     theirs = pods.package_pod(
-        "demo",
-        "baz",
-        "1.1.0",
+        manifests.SAMPLE_NAME,
+        "motd",
+        "1.0.0",
         "apply",
         "gpu-node-3",
         additional_tolerations=cr["spec"]["additionalTolerations"],

@@ -4,6 +4,7 @@ test (extend the TPM's PCRs with each event's digest, write the log), the real `
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,7 +32,7 @@ _, _CERT = self_signed("Fleet Secure Boot CA")
 CERT_DER = _CERT.public_bytes(serialization.Encoding.DER)
 POLICY = {
     "secure_boot": "required",
-    "classes": [{"name": "fleet", "authorities": ["CN=Fleet Secure Boot CA"]}],
+    "classes": [{"name": "fleet", "authorities": ["sha256:" + hashlib.sha256(CERT_DER).hexdigest()]}],
 }
 
 

@@ -1,5 +1,5 @@
 """Real answers of Intel's EK certificate service (ekop.intel.com) for real Intel PTT EKs
-(tests/fixtures/tpm/ftpm/, provenance in its manifest.json).
+(the public test data's tpm/ftpm/, provenance in its manifest.json).
 
 Every Intel PTT EK certificate published so far encodes DEFAULT values, which DER forbids (X.690
 11.5): ``critical BOOLEAN FALSE`` in the subjectDirectoryAttributes extension and ``cA BOOLEAN

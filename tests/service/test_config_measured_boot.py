@@ -11,9 +11,13 @@ from bootstrap.config import ConfigError, settings_from_obj
     ("rules", "pcrs", "reason"),
     [
         ({"boot_applications": ["11" * 32]}, [0, 1, 2, 3, 7], "boot_applications needs PCR 4"),
-        ({"authorities": ["CN=x"]}, [0, 4], "authorities needs PCR 7"),
+        ({"authorities": ["ab" * 32]}, [0, 4], "authorities needs PCR 7"),
         ({"dbx_required": ["11" * 32]}, [4], "dbx_required needs PCR 7"),
-        ({"kernel_cmdlines": ["ro"]}, [0, 1, 2, 3, 4, 5, 6, 7], "kernel_cmdlines needs PCR 8"),
+        (
+            {"kernel_cmdlines": ["ro"], "kernel_cmdline_chains": [["11" * 32]]},
+            [0, 1, 2, 3, 4, 5, 6, 7],
+            "kernel_cmdlines needs PCR 8",
+        ),
     ],
 )
 def test_rules_need_their_pcrs_quoted(rules: dict[str, object], pcrs: list[int], reason: str) -> None:
@@ -28,5 +32,5 @@ def test_top_level_secure_boot_needs_pcr7() -> None:
 
 
 def test_the_default_selection_covers_the_pcr0_to_7_rules() -> None:
-    rules = {"authorities": ["CN=x"], "boot_applications": ["11" * 32], "secure_boot": "required"}
+    rules = {"authorities": ["ab" * 32], "boot_applications": ["11" * 32], "secure_boot": "required"}
     assert settings_from_obj({"measured_boot": {"classes": [{"name": "c", **rules}]}}).measured_boot.classes

@@ -5,6 +5,7 @@ the TPM's resetCount does not back refused. Each refusal with its code, over rea
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ _, _CERT = self_signed("Fleet Secure Boot CA")
 CERT_DER = _CERT.public_bytes(serialization.Encoding.DER)
 POLICY = {
     "secure_boot": "required",
-    "classes": [{"name": "fleet", "authorities": ["CN=Fleet Secure Boot CA"]}],
+    "classes": [{"name": "fleet", "authorities": ["sha256:" + hashlib.sha256(CERT_DER).hexdigest()]}],
 }
 
 

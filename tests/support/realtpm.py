@@ -1,5 +1,6 @@
-"""Real TPM evidence from tests/fixtures/tpm/ (public data, each file listed in its manifest.json
-with source, SHA-256, licence and date fetched), and the little decoding the tests need.
+"""Real TPM evidence from the public test data's ``tpm/`` folder (not committed: read through
+tests/support/shared_data.py, each file checked against its manifest.json with source, SHA-256,
+licence and date fetched), and the little decoding the tests need.
 
 go-tpm-tools publishes its GCE attestations as protobuf ``attest.Attestation`` messages; the few
 fields used here are read by :func:`gce_attestation` (protobuf wire format: varint keys, length-
@@ -9,12 +10,9 @@ delimited fields), with the limits and trailing-byte checks every parser of ours
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -23,39 +21,29 @@ from attest import certparse
 from attest.templates import POLICY_A_SHA256
 from attest.wire import Alg
 from tests.support import fakes
+from tests.support.shared_data import shared
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tpm"
-MANIFEST = FIXTURES / "manifest.json"
+TPM = shared("tpm")
 # Firmware event logs have one home, with their own manifest (tests/attest/test_reallogs.py).
-FIRMWARE_LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "eventlogs"
+FIRMWARE_LOGS = shared("eventlogs")
 _MAX_MESSAGE = 1 << 20
 _EK_SYM = b"\x00\x06\x00\x80\x00\x43"  # AES-128-CFB, as the TCG EK templates have it
 
 
-@cache
 def manifest() -> dict[str, dict[str, Any]]:
     """file -> its manifest entry."""
-    doc = json.loads(MANIFEST.read_text())
-    return {e["file"]: e for e in doc["entries"]}
+    return TPM.manifest()
 
 
 def data(name: str) -> bytes:
-    """A fixture's bytes, refused unless they are the bytes the manifest records."""
-    raw = (FIXTURES / name).read_bytes()
-    want = manifest()[name]["sha256"]
-    if hashlib.sha256(raw).hexdigest() != want:
-        raise AssertionError(f"{name} differs from its manifest entry")
-    return raw
+    """A file's bytes, refused unless they are the bytes the manifest records."""
+    return TPM.read(name)
 
 
 def firmware_log(name: str) -> bytes:
-    """A real firmware event log from tests/fixtures/eventlogs, refused unless it is the file its
-    MANIFEST.json records."""
-    entries = {e["file"]: e for e in json.loads((FIRMWARE_LOGS / "MANIFEST.json").read_text())["logs"]}
-    raw = (FIRMWARE_LOGS / name).read_bytes()
-    if hashlib.sha256(raw).hexdigest() != entries[name]["sha256"]:
-        raise AssertionError(f"{name} differs from its manifest entry")
-    return raw
+    """A real firmware event log (``eventlogs/``), refused unless it is the file its MANIFEST.json
+    records."""
+    return FIRMWARE_LOGS.read(name)
 
 
 def named(kind: str, vendor: str | None = None) -> list[str]:

@@ -15,21 +15,38 @@ raw request; :func:`behind_mutating_webhook` gives the cases as they arrive then
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 from functools import cache
 from typing import Any
 
-from tests.admission.upstream import chainsaw_other, chainsaw_skyhook, documents, unit
+from tests.admission.upstream import documents, e2e, unit
 from tests.admission.upstream.gotypes import encode_deployment_policy_spec, encode_skyhook_spec
 from tests.admission.upstream.model import NODEWRIGHT, SKYHOOK, Case, admit
+from tests.admission.upstream.scenario import Scenario
 
 SOURCES = ("unit", "chainsaw", "samples", "docs", "operator")
 _VOLATILE = ("uid", "resourceVersion", "generation", "creationTimestamp")
 
 
+_RETYPED = ("chainsaw_skyhook", "chainsaw_other")  # PENDING SHARED DATA: upstream's e2e CRs retyped
+
+
+def _chainsaw(repo: str) -> list[Scenario]:
+    """Upstream's e2e tests: replayed from upstream's files in the public test data once it holds
+    them (``nodewright-e2e``); until then from the retyped copies, which then must go."""
+    if e2e.DATA.present:
+        left = [m for m in _RETYPED if importlib.util.find_spec(f"{__package__}.{m}") is not None]
+        assert not left, f"nodewright-e2e is in the public test data now: delete {left} (issue 31)"
+        return e2e.scenarios(repo)
+    from tests.admission.upstream import chainsaw_other, chainsaw_skyhook
+
+    return [*chainsaw_skyhook.scenarios(repo), *chainsaw_other.scenarios(repo)]
+
+
 def _collect(repo: str) -> list[Case]:
     out = unit.cases(repo)
-    for scenario in (*chainsaw_skyhook.scenarios(repo), *chainsaw_other.scenarios(repo)):
+    for scenario in _chainsaw(repo):
         out += scenario.cases
     return out + documents.cases(repo)
 

@@ -1,4 +1,8 @@
-"""Small builders for the package CRs of upstream's tests (written out again, not copied)."""
+"""Small builders for the package CRs of upstream's tests.
+
+PENDING SHARED DATA (issue 31): ``GAME`` and ``UI`` are the text of two configMap files of
+upstream's e2e CRs; they go with those CRs (``shared_data_wanted.json``). The builders are ours.
+"""
 
 from __future__ import annotations
 
