@@ -5,6 +5,7 @@ source."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ from cryptography.hazmat.primitives import serialization
 
 from bootstrap.cli.main import kubectl_main
 from bootstrap.cli.main import main as cli_main
+from bootstrap.cli.node import utc_text
 from bootstrap.service.policywatch import NO_POLICY_SOURCE
 from tests.support.service import EkCa, running, settings_for
 from tests.support.shared_data import shared
@@ -388,3 +390,12 @@ def test_ek_hash_of_a_ca_certificate_warns(bundle: Path, capsys: pytest.CaptureF
         f"nodegate ek hash: warning: {bundle} is a CA certificate (basicConstraints CA:TRUE), "
         "not an EK certificate: no TPM's EK has this hash"
     ]
+
+
+def test_every_node_command_writes_the_expiry_one_way() -> None:
+    """join and attest pass the server's text on, renew a datetime: all come out as ...Z."""
+    when = dt.datetime(2026, 12, 5, 11, 0, tzinfo=dt.UTC)
+    assert utc_text(when) == "2026-12-05T11:00:00Z"
+    assert utc_text("2026-12-05T11:00:00+00:00") == "2026-12-05T11:00:00Z"
+    assert utc_text("2026-12-05T12:00:00+01:00") == "2026-12-05T11:00:00Z"
+    assert utc_text("2026-12-05T11:00:00Z") == "2026-12-05T11:00:00Z"
