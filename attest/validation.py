@@ -87,13 +87,29 @@ def key_path(loc: tuple[int | str, ...]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            name = _shown(part)
+            out += f".{name}" if out else name
     return out
+
+
+def _shown(key: str) -> str:
+    """A key as sent (an unknown one comes from the input): printable, and at most 64 characters."""
+    text = "".join(c if c.isprintable() else "?" for c in key)
+    return text if len(text) <= 64 else text[:61] + "..."
+
+
+_TAG = re.compile(
+    r"(function-(after|before|wrap|plain)|list|tuple|dict|set|frozenset|union|tagged-union"
+    r"|lax-or-strict|json-or-python|nullable|chain|model|is-instance|literal|constrained-\w+)\[.*\]",
+    re.S,
+)
 
 
 def _is_tag(part: object) -> bool:
     # union members and wrapped validators appear in loc as "function-after[...]", "str", "list[...]"
-    return isinstance(part, str) and ("[" in part or part in ("str", "int", "float", "bool", "none"))
+    return isinstance(part, str) and (
+        _TAG.fullmatch(part) is not None or part in ("str", "int", "float", "bool", "none")
+    )
 
 
 def _what(err: Any, model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> str:
