@@ -13,13 +13,19 @@ RUN apt-get update -qq \
       build-essential pkg-config libtss2-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
+# The pins `make image` installs: the same versions, not whatever the ranges resolve to today.
+COPY scripts/image/requirements.txt requirements.txt
+RUN python -m venv /opt/nodegate \
+ && /opt/nodegate/bin/pip install --no-cache-dir "pip==$(sed -n 's/^# pip==//p' requirements.txt)" \
+ && /opt/nodegate/bin/pip install --no-cache-dir -r requirements.txt
 COPY pyproject.toml README.md ./
 COPY attest attest
 COPY admission admission
 COPY bootstrap bootstrap
-RUN python -m venv /opt/nodegate \
- && /opt/nodegate/bin/pip install --no-cache-dir --upgrade pip \
- && /opt/nodegate/bin/pip install --no-cache-dir .
+# --no-deps: every dependency came from the pins above; the wheel stays in the image for nodes
+RUN /opt/nodegate/bin/pip wheel --no-cache-dir --no-deps -w /opt/nodegate/wheels . \
+ && /opt/nodegate/bin/pip install --no-cache-dir --no-deps /opt/nodegate/wheels/nodegate-*.whl \
+ && /opt/nodegate/bin/pip check
 
 FROM python:3.11-slim-bookworm
 ARG VERSION=0.1.0

@@ -1,11 +1,13 @@
 # nodegate: one Makefile for a fresh Debian machine (root, or a user with sudo).
-#   make deps   Debian packages: swtpm, swtpm-tools, tpm2-tools (tpm2_eventlog), libtss2-dev, build tools
+#   make deps   Debian packages: swtpm, swtpm-tools, tpm2-tools (tpm2_eventlog), libtss2-dev, build tools,
+#               systemd (systemd-analyze verify checks the units docs/node-join.md ships)
 #   make venv   .venv with nodegate (editable) and the test extras
 #   make helm   .venv/bin/helm for the chart tests (scripts/get-helm.sh)
 #   make test   the test suite (what CI runs)
 #   make bench  benchmarks in tests/bench/
 #   make demo   local demo on the embedded defaults
 #   make lint   ruff + mypy --strict + import contracts (lint-imports, pyproject.toml)
+#   make wheel  build/wheel/nodegate-<version>-py3-none-any.whl, for nodes (docs/node-join.md)
 #   make image  the chart's image from Debian packages, no registry (scripts/image/build.py; root)
 #   make image-deps  mmdebstrap, podman, skopeo: what `make image` and tests/image need
 #   make spire  spire-server and spire-agent for tests/spire, built from source (Go) and cached by
@@ -16,9 +18,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
-          python3-venv python3-dev openssl ca-certificates
+          python3-venv python3-dev openssl ca-certificates systemd
 
-.PHONY: deps venv helm test bench demo lint clean image image-deps spire
+.PHONY: deps venv helm test bench demo lint clean image image-deps spire wheel
 
 $(VENV)/.deps-done:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -85,6 +87,10 @@ image-deps:
 	  $(SUDO) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(IMAGE_DEBS); \
 	fi
+
+# nodegate's wheel from the tracked files only (no stale build/ or egg-info), as the image has it.
+wheel: $(VENV)/.venv-done
+	$(PY) scripts/image/build.py --wheel-only --python $(PY)
 
 image: $(VENV)/.venv-done image-deps
 	$(SUDO) $(PYTHON) scripts/image/build.py --python $(PY)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from admission.violations import Violation
+from attest import validation
 
 PACKAGE_GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"}
 
@@ -137,8 +138,8 @@ def parse_package_cr(obj: Mapping[str, Any]) -> PackageCR | list[Violation]:
         return PackageCR.model_validate(obj)
     except ValidationError as exc:
         return [
-            Violation("schema", loc_path(e["loc"]), e["msg"], "fix the field's type")
-            for e in exc.errors(include_input=False)[:20]
+            Violation("schema", where or "<root>", what, "fix the field's type")
+            for where, what in validation.pairs(exc, PackageCR)
         ]
 
 

@@ -127,6 +127,12 @@ def _compile(policy: PackagePolicy) -> _Candidate:
 _NOT_LOADED = "PackagePolicies are not loaded yet; nodegate denies until they are (fail closed)"
 
 
+def _not_loaded(source: PolicySource) -> str:
+    """Why there are no policies: a source that can never load any says so (``why_none``)."""
+    why = getattr(source, "why_none", None)
+    return why if isinstance(why, str) else _NOT_LOADED
+
+
 @dataclass
 class Decider:
     policy_source: PolicySource
@@ -195,7 +201,7 @@ class Decider:
             return Decision(True)
         policies = self.policy_source.policies()
         if policies is None:
-            return _deny(_NOT_LOADED)
+            return _deny(_not_loaded(self.policy_source))
         found = deploymentpolicy.deployment_policy_violations(req.object, policies)
         return _deny("DeploymentPolicy refused by nodegate", found) if found else Decision(True)
 
@@ -240,7 +246,7 @@ class Decider:
             return _deny("package CR refused by nodegate", guarded, guarded[0].rule)
         compiled = self.compiled_policies()
         if compiled is None:
-            return _deny(_NOT_LOADED)
+            return _deny(_not_loaded(self.policy_source))
         try:
             if same_spec:  # pause/disable alone: the spec, which the limits judge, is as admitted
                 return await self._toggle(req, cr, compiled)

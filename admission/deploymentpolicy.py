@@ -18,11 +18,12 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from admission.budgetcaps import budget_cap_text, budget_within
-from admission.crs import LaxModel, Metadata, Selector, loc_path
+from admission.crs import LaxModel, Metadata, Selector
 from admission.labels import selector_problems
 from admission.policy import PackagePolicy
 from admission.pools import required_labels
 from admission.violations import Violation
+from attest import validation
 
 
 class DpBudget(LaxModel):
@@ -108,8 +109,8 @@ def deployment_policy_violations(obj: Mapping[str, Any], policies: list[PackageP
         dp = DeploymentPolicyCR.model_validate(obj)
     except ValidationError as exc:
         return [
-            Violation("schema", loc_path(e["loc"]), e["msg"], "fix the field's type")
-            for e in exc.errors(include_input=False)[:20]
+            Violation("schema", where or "<root>", what, "fix the field's type")
+            for where, what in validation.pairs(exc, DeploymentPolicyCR)
         ]
     out = _shape(obj, dp)
     if out:

@@ -14,6 +14,8 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import from_json
 
+from attest import validation
+
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
@@ -63,8 +65,9 @@ def parse_review(body: bytes) -> AdmissionReview:
         first = exc.errors(include_input=False)[0]
         if first["type"] == "json_invalid":
             raise ReviewError(f"body is not JSON: {first['msg']}") from None
-        where = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise ReviewError(f"not an AdmissionReview v1: {where}: {first['msg']}") from None
+        raise ReviewError(
+            f"not an AdmissionReview v1: {validation.problems(exc, AdmissionReview, 1)[0]}"
+        ) from None
     except RecursionError:
         raise ReviewError("not an AdmissionReview v1: nested too deeply") from None
 

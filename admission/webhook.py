@@ -143,8 +143,9 @@ def make_mutate_handler(mutator: CrMutator) -> Callable[[web.Request], Awaitable
                     "uid": req.uid,
                     "dry_run": req.dry_run,
                     "operation": req.operation,
+                    # cluster-scoped CRs (Skyhook, NodeWright) have no namespace: no "/demo"
                     "object": f"{req.kind.group or 'core'}/{req.kind.kind} "
-                    f"{req.namespace}/{req.name or '(generated name)'}",
+                    + "/".join(filter(None, (req.namespace, req.name or "(generated name)"))),
                     "user": req.user_info.username,
                 },
             )

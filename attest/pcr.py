@@ -24,7 +24,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from attest import yamlsafe
+from attest import validation, yamlsafe
 from attest.errors import PcrPolicyViolation
 from attest.wire import BANK_NAMES, DIGEST_SIZES
 
@@ -152,10 +152,7 @@ def policy_from_obj(data: object) -> PcrPolicy:
         return PcrPolicy.model_validate(data)
     except ValidationError as exc:
         # Never echo the input: it can be huge. Location and message are enough.
-        reasons = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
-            for e in exc.errors(include_input=False)[:10]
-        )
+        reasons = validation.summary(exc, PcrPolicy, 10)
         raise PolicyError(f"invalid PCR policy: {reasons}") from None
     except RecursionError:
         raise PolicyError("invalid PCR policy: nested too deeply") from None

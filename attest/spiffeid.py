@@ -103,6 +103,10 @@ def validate_trust_domain(td: str) -> str:
     """A configured trust-domain name (not a URI): must already be canonical (lowercase)."""
     if not isinstance(td, str):
         raise SpiffeIdError("trust domain must be a string")
+    if td[: len(SCHEME)].lower() == SCHEME:
+        raise SpiffeIdError(f"a trust domain is a name, not a SPIFFE ID: write {td[len(SCHEME) :]!r}")
+    if td != td.lower() and td.lower() == "".join(c.lower() if "A" <= c <= "Z" else c for c in td):
+        raise SpiffeIdError(f"trust domain {td!r} must be lowercase: {td.lower()!r}")
     _check_trust_domain(td)
     return td
 

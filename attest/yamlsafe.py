@@ -27,3 +27,18 @@ def load(text: str | bytes) -> object:
 def load_all(text: str | bytes) -> Iterator[object]:
     """Every document of a multi-document stream, lazily; same errors as :func:`load`."""
     return yaml.load_all(text, Loader=_NoAliasLoader)
+
+
+def describe(exc: yaml.YAMLError) -> str:
+    """One line with the line and column: ``line 3, column 1: expected ',' or ']', but got
+    '<stream end>' (in the flow sequence begun at line 1, column 4)``; the caller names the file.
+    PyYAML's own text spans several lines and names ``"<byte string>"``."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return " ".join(str(exc).split())
+    mark = exc.problem_mark
+    text = f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem or 'invalid YAML'}"
+    if exc.context and exc.context_mark is not None:
+        ctx = exc.context_mark
+        text += f" ({exc.context} begun at line {ctx.line + 1}, column {ctx.column + 1})"
+        text = text.replace("while parsing a ", "in the ").replace("while scanning a ", "in the ")
+    return " ".join(text.split())

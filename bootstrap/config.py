@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from admission.removals import DEFAULT_OPERATORS
-from attest import yamlsafe
+from attest import validation, yamlsafe
 from attest.measuredboot.policy import MeasuredBootPolicy
 from attest.pcr import PcrPolicy
 from attest.spiffeid import SpiffeIdError, render_spiffe_id, validate_trust_domain
@@ -48,22 +48,29 @@ class ConfigError(ValueError):
 
 
 def parse_duration(value: object) -> timedelta:
-    """``90s``, ``1h30m``, ``500ms``, ``2d``, or a number of seconds."""
+    """``90s``, ``1h30m``, ``500ms``, ``2d``. A bare number is refused: ``svid_ttl: 5`` reads as
+    five hours to some and five seconds to others, so the unit is always written."""
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or text such as 60s, 1h, 1h30m")  # noqa: TRY004 (pydantic)
+        raise ValueError("a duration is text such as 60s, 1h, 1h30m")  # noqa: TRY004 (pydantic)
+    if isinstance(value, int | float):
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        raise ValueError(  # noqa: TRY004 (pydantic reports only ValueError cleanly)
+            f"the duration {shown} has no unit: write {shown}s (seconds), {shown}m or {shown}h"
+        )
     try:
-        if isinstance(value, int | float):
-            seconds = float(value)
-        elif isinstance(value, str):
+        if isinstance(value, str):
             m = _DURATION.fullmatch(value.strip())
+            if value.strip().isdigit():
+                n = value.strip()
+                raise ValueError(f"the duration {n} has no unit: write {n}s (seconds), {n}m or {n}h")
             if not value.strip() or m is None or not any(m.groups()):
                 raise ValueError(f"{value!r} is not a duration such as 60s, 1h, 1h30m")
             d, h, mi, s, ms = (int(g) if g else 0 for g in m.groups())
             seconds = d * 86400 + h * 3600 + mi * 60 + s + ms / 1000
         else:
-            raise ValueError("a duration is a number of seconds or text such as 60s, 1h, 1h30m")  # noqa: TRY004 (pydantic)
+            raise ValueError("a duration is text such as 60s, 1h, 1h30m")  # noqa: TRY004 (pydantic)
         if not seconds > 0:  # also NaN
             raise ValueError("a duration must be positive")
         duration = timedelta(seconds=seconds)
@@ -283,6 +290,12 @@ class Settings(_Model):
     admin: AdminSettings = AdminSettings()
     spire: SpireSettings = SpireSettings()
 
+    @field_validator("trust_domain")
+    @classmethod
+    def _trust_domain(cls, v: str) -> str:
+        # the check the CA store makes at start (serve), so `config validate` refuses the same
+        return validate_trust_domain(v)
+
     @field_validator("ek_allowlist", "ek_denylist")
     @classmethod
     def _hexes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
@@ -396,7 +409,7 @@ def settings_from_obj(data: object, base: Path | None = None) -> Settings:
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors()]
+        lines = validation.problems(exc, Settings)
         raise ConfigError("invalid config: " + "; ".join(lines), tuple(lines)) from None
 
 
@@ -413,5 +426,5 @@ def load_settings(path: Path) -> Settings:
     except RecursionError:  # deeply nested flow collections exhaust the composer's stack
         raise ConfigError(f"config {path} is nested too deeply") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config {path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config {path} is not valid YAML: {yamlsafe.describe(exc)}") from None
     return settings_from_obj(data, path.parent)

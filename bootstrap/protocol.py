@@ -31,7 +31,7 @@ from pydantic import (
     field_validator,
 )
 
-from attest import wire
+from attest import validation, wire
 from attest.errors import AttestationError, MalformedInput
 from attest.svid import MAX_ID_BYTES
 from bootstrap.times import MAX_TIME_TEXT
@@ -254,6 +254,5 @@ def parse_request(model: type[M], body: object) -> M:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        errors = exc.errors(include_input=False, include_url=False)[:5]
-        reasons = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors)
-        raise MalformedInput(f"invalid {model.__name__}: {reasons}"[:500]) from None
+        reasons = validation.summary(exc, model)
+        raise MalformedInput(f"invalid request body: {reasons}"[:500]) from None

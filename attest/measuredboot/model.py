@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from attest import validation
 from attest.errors import MeasuredBootViolation
 from attest.measuredboot.events import (
     BOOT_APPLICATION_PCR,
@@ -226,8 +227,5 @@ def policy_from_obj(data: object) -> MeasuredBootPolicy:
     try:
         return MeasuredBootPolicy.model_validate({} if data is None else data)
     except ValidationError as exc:
-        reasons = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
-            for e in exc.errors(include_input=False)[:10]
-        )
+        reasons = validation.summary(exc, MeasuredBootPolicy, 10)
         raise MeasuredBootPolicyError(f"invalid measured_boot policy: {reasons}") from None

@@ -268,7 +268,7 @@ def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=Path,
         default=[],
         metavar="PATH",
-        help="PEM or DER files, folders, or the word vendors (as ek_roots in the config)",
+        help="PEM or DER files, folders, or the word vendors (as ek_roots in the config; default: vendors)",
     )
     check.add_argument(
         "--allowlist", nargs="+", action=_Several, default=[], metavar="HEX", help="allowlisted EK SHA-256s"

@@ -26,7 +26,12 @@ def run(args: argparse.Namespace) -> int:
     if args.config_command == "defaults":
         sys.stdout.write(defaults_yaml())
         return 0
-    return validate(args.config)
+    given = {p for p in (args.config, args.config_option) if p is not None}
+    if len(given) != 1:
+        what = "give one config file" if given else "give the config file"
+        print(f"nodegate config validate: {what}: nodegate config validate FILE", file=sys.stderr)
+        return _EXIT_PROBLEMS
+    return validate(given.pop())
 
 
 def validate(path: Path) -> int:

@@ -90,9 +90,13 @@ def _read(path: Path, what: str) -> bytes:
 def check(args: argparse.Namespace) -> int:
     cert_path, allowlist, now = _arguments(args)
     raw = _read(cert_path, "certificate")
-    evidence, form = _evidence(raw)
+    try:
+        evidence, form = _evidence(raw)
+    except _Usage as exc:
+        raise _Usage(f"{cert_path}: {exc}") from None
     ek_public = _ek_public(args.ek_public) if args.ek_public else None
-    roots = ekroots.load_roots(args.roots)
+    # no --roots: the vendors' store, as `ek roots` and the chart's ek_roots default
+    roots = ekroots.load_roots(args.roots or [Path(ekroots.VENDORS)])
     out: list[str] = []
     leaf = _describe_leaf(out, cert_path, evidence, form)
     _describe_roots(out, roots)
@@ -125,6 +129,8 @@ def check_json(cert: Path, code: int, verdict: str, lines: list[str]) -> dict[st
 def _evidence(raw: bytes) -> tuple[bytes, str]:
     """What a node would send: the DER (as read from NV, padding and all), from DER or PEM."""
     if not certparse.is_pem(raw):
+        if raw[:1] != b"\x30":  # not a DER SEQUENCE: a wrong file, not a refused certificate
+            raise _Usage("the file is neither a PEM nor a DER certificate")
         return raw, f"DER, {len(raw)} bytes"
     blocks = list(certparse.pem_blocks(raw))
     if not blocks:

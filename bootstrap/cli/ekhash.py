@@ -14,11 +14,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from attest import certparse, wire
 from attest.errors import AttestationError
 from attest.keys import public_key, spki_der
+from bootstrap.node.errors import JoinUsageError
+from bootstrap.node.tcti import check as tcti_check
 
 EXIT_USAGE = 2
 _MAX_INPUT = 64 * 1024
@@ -34,6 +37,13 @@ def run(args: argparse.Namespace) -> int:
     except _Usage as exc:
         print(f"nodegate ek hash: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if out.get("ca"):
+        # a root or intermediate hashes fine, but no TPM's EK will ever have that key
+        print(
+            f"nodegate ek hash: warning: {args.file} is a CA certificate (basicConstraints CA:TRUE), "
+            "not an EK certificate: no TPM's EK has this hash",
+            file=sys.stderr,
+        )
     if args.output == "json":
         print(json.dumps(out, sort_keys=True))
     else:
@@ -53,7 +63,8 @@ def _read(path: Path) -> bytes:
 
 
 def digest_of_file(data: bytes) -> tuple[str, str]:
-    """(hex digest, what the file was): an EK certificate (PEM or DER) or a TPM2B_PUBLIC."""
+    """(hex digest, what the file was): an EK certificate (PEM or DER, ``certificate``, or
+    ``ca-certificate`` for a CA's), or a TPM2B_PUBLIC."""
     if certparse.is_pem(data):
         blocks = list(certparse.pem_blocks(data))
         if len(blocks) != 1:
@@ -69,18 +80,32 @@ def digest_of_file(data: bytes) -> tuple[str, str]:
         return hashlib.sha256(spki_der(key)).hexdigest(), "tpm2b_public"
     if not isinstance(cert.key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
         raise _Usage("the certificate holds neither an RSA nor an ECC key")
-    return hashlib.sha256(spki_der(cert.key)).hexdigest(), "certificate"
+    return hashlib.sha256(spki_der(cert.key)).hexdigest(), "ca-certificate" if _is_ca(cert) else "certificate"
+
+
+def _is_ca(cert: certparse.Cert) -> bool:
+    try:
+        return bool(cert.view.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except (x509.ExtensionNotFound, ValueError):
+        return False
 
 
 def _from_file(path: Path) -> dict[str, Any]:
     digest, kind = digest_of_file(_read(path))
-    return {"ek_sha256": digest, "source": kind, "file": str(path)}
+    out: dict[str, Any] = {"ek_sha256": digest, "source": "certificate" if kind == "ca-certificate" else kind}
+    if kind == "ca-certificate":
+        out["ca"] = True
+    return {**out, "file": str(path)}
 
 
 def _from_tpm(tcti: str, kind: str) -> dict[str, Any]:
     # the TPM stack loads only for this branch (``nodegate ek hash FILE`` works without it)
     from bootstrap.node.tpm import Agent, TpmError  # noqa: PLC0415
 
+    try:
+        tcti_check(tcti)
+    except JoinUsageError as exc:
+        raise _Usage(str(exc)) from None
     try:
         with Agent(tcti) as agent:
             ek = agent.create_ek("ecc" if kind == "ecc" else "rsa")

@@ -8,11 +8,15 @@ serve`` never loads the TPM stack and ``nodegate join`` never loads the Kubernet
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Final
 
 from bootstrap import logs
 from bootstrap.cli.arguments import parser
+
+SIGPIPE_EXIT: Final = 141
 
 # command -> module under bootstrap.cli with run(args) -> exit code
 COMMANDS = {
@@ -46,15 +50,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.print_help()
         return 0
     module = importlib.import_module(f"bootstrap.cli.{COMMANDS[args.command]}")
-    code: int = module.run(args)
-    return code
+    return _closed_stdout_is_quiet(lambda: module.run(args))
 
 
 def kubectl_main(argv: Sequence[str] | None = None) -> int:
     """``kubectl nodegate status ...`` (kubectl finds ``kubectl-nodegate`` on PATH)."""
     module = importlib.import_module("bootstrap.gate.kubectl")
-    code: int = module.main(argv)
+    return _closed_stdout_is_quiet(lambda: module.main(argv))
+
+
+def _closed_stdout_is_quiet(command: Callable[[], int]) -> int:
+    """``nodegate ek roots | head``: the reader went away, which is not an error of ours. No
+    traceback, no message; exit 141 (128 + SIGPIPE), as a coreutils command in the same pipe."""
+    try:
+        code = command()
+        sys.stdout.flush()  # output still buffered fails here, not in the interpreter's exit
+    except BrokenPipeError:
+        _silence_stdout()
+        return SIGPIPE_EXIT
     return code
+
+
+def _silence_stdout() -> None:
+    # the interpreter flushes stdout once more at exit; point it at /dev/null so that is quiet too
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a replaced stdout (tests) has no descriptor
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

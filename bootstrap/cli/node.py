@@ -7,10 +7,13 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from bootstrap.cli.common import node_log
+from bootstrap.node import tcti
 from bootstrap.node.attest import AttestOptions, attest
-from bootstrap.node.errors import EXIT_OK, JoinFailed, JoinUsageError, report_failure
+from bootstrap.node.client import base_url
+from bootstrap.node.errors import EXIT_OK, JoinFailed, JoinUsageError, one_line, report_failure
 from bootstrap.node.eventlogfile import require_event_log
 from bootstrap.node.join import JoinOptions, join
 from bootstrap.node.renew import RenewOptions, renew
@@ -28,6 +31,11 @@ def run(args: argparse.Namespace) -> int:
 def _shared(args: argparse.Namespace) -> dict[str, Any]:
     """The options join, renew and attest take from the same flags (cli/arguments.py _node_common);
     a named event log that cannot be sent stops the command here, before the TPM or the server."""
+    if urlsplit(args.server).scheme.lower() != "https":
+        # before the TPM and the network: plain http cannot check the server against --ca-bundle
+        raise JoinUsageError(f"--server must be https://host[:port], not {one_line(args.server, 100)!r}")
+    base_url(args.server)
+    tcti.check(args.tcti)
     if args.event_log is not None:
         require_event_log(args.event_log)
     return {
@@ -46,13 +54,10 @@ def attest_main(args: argparse.Namespace) -> int:
         result = asyncio.run(attest(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate attest", exc)
+    until = utc_text(result.svid_expires_at)
     if args.output == "json":
-        return _json(
-            {"how": result.how, "spiffe_id": result.spiffe_id, "svid_expires_at": result.svid_expires_at}
-        )
-    print(
-        f"attested this boot ({result.how}) as {result.spiffe_id} (SVID valid until {result.svid_expires_at})"
-    )
+        return _json({"how": result.how, "spiffe_id": result.spiffe_id, "svid_expires_at": until})
+    print(f"attested this boot ({result.how}) as {result.spiffe_id} (SVID valid until {until})")
     return EXIT_OK
 
 
@@ -70,19 +75,31 @@ def join_main(args: argparse.Namespace) -> int:
         result = asyncio.run(join(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate join", exc)
+    until = utc_text(result.svid_expires_at)
     if args.output == "json":
         return _json(
             {
                 "node_name": result.node_name,
                 "spiffe_id": result.spiffe_id,
-                "svid_expires_at": result.svid_expires_at,
+                "svid_expires_at": until,
                 "files": {name: str(path) for name, path in result.files.items()},
             }
         )
-    print(f"joined as {result.spiffe_id} (SVID valid until {result.svid_expires_at})")
+    print(f"joined as {result.spiffe_id} (SVID valid until {until})")
     for name, path in result.files.items():
         print(f"  {name}: {path}")
     return EXIT_OK
+
+
+def utc_text(when: datetime | str) -> str:
+    """One form for every node command's expiry: ``2026-12-05T11:00:00Z`` (text and JSON)."""
+    try:
+        moment = when if isinstance(when, datetime) else datetime.fromisoformat(when)
+    except ValueError:
+        return str(when)  # checked as RFC 3339 when received; shown as sent otherwise
+    if moment.tzinfo is None:
+        return moment.isoformat()
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _left(d: timedelta) -> str:
@@ -96,7 +113,7 @@ def renew_main(args: argparse.Namespace) -> int:
         result = asyncio.run(renew(opts))
     except (JoinUsageError, JoinFailed) as exc:
         return report_failure("nodegate renew", exc)
-    until = result.svid_expires_at.isoformat().replace("+00:00", "Z")
+    until = utc_text(result.svid_expires_at)
     if args.output == "json":
         return _json(
             {

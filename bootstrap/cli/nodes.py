@@ -21,7 +21,7 @@ import yaml
 
 from bootstrap.cli.opsargs import ADMIN_ENV, BUNDLE_ENV, SERVER_ENV
 from bootstrap.node.client import base_url, tls_context
-from bootstrap.node.errors import JoinUsageError
+from bootstrap.node.errors import JoinUsageError, one_line
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 75
 MAX_ANSWER = 16 * 1024 * 1024  # a listing of a large fleet
@@ -86,8 +86,12 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]
 
 
 async def _call(args: argparse.Namespace) -> Any:
+    server = _option(args.server, SERVER_ENV, "--server")
+    if not server.lower().startswith("https://"):
+        # the admin API authenticates the admin SVID by mTLS: plain http can never work
+        raise AdminError(f"--server must be https://host[:port], not {one_line(server, 100)!r}", EXIT_USAGE)
     try:
-        base = base_url(_option(args.server, SERVER_ENV, "--server"))
+        base = base_url(server)
     except JoinUsageError as exc:
         raise AdminError(str(exc), EXIT_USAGE) from None
     ctx = _context(args)

@@ -21,7 +21,11 @@ def add_config(sub: Sub) -> None:
     validate = csub.add_parser(
         "validate", help="list every problem of a config (keys, values, files it names); exit 0 or 2"
     )
-    validate.add_argument("config", type=Path, metavar="FILE", help="the YAML config of nodegate serve")
+    # FILE or --config FILE: every other command takes --config
+    validate.add_argument(
+        "config", nargs="?", type=Path, metavar="FILE", help="the YAML config of nodegate serve"
+    )
+    validate.add_argument("--config", dest="config_option", type=Path, metavar="FILE", help="the same")
     csub.add_parser("defaults", help="the full config with every default and one comment per key")
 
 
@@ -89,6 +93,13 @@ def add_policy_test(test: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         help="a table of cases with the verdict each should get; prints PASS/FAIL per case",
+    )
+    test.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text: a verdict per file (default); json: the AdmissionReview response, one line per file",
     )
     test.add_argument(
         "reviews", nargs="*", type=Path, metavar="FILE", help="AdmissionReview files or plain objects"

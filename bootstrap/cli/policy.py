@@ -15,4 +15,6 @@ def run(args: argparse.Namespace) -> int:
     if args.policy_command == "audit":
         return policytest.audit(args.policy, args.objects)
     sender = policycases.Sender(args.user, tuple(args.group), args.operation)
-    return policytest.run(args.policy, args.rbac, args.reviews, args.owner, sender, args.expect)
+    return policytest.run(
+        args.policy, args.rbac, args.reviews, args.owner, sender, args.expect, output=args.output
+    )

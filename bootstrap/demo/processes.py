@@ -76,6 +76,7 @@ async def start_serve(stack: contextlib.AsyncExitStack, config: Path, root: Path
             stdout=asyncio.subprocess.DEVNULL,
             stderr=err,
             env=_env(),
+            start_new_session=True,  # Ctrl-C reaches the demo, which stops it in order
         )
     stack.push_async_callback(_stop, proc)
     deadline = time.monotonic() + START_TIMEOUT
@@ -144,6 +145,7 @@ async def _run_node(what: str, *args: str) -> Joined:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=_env(),
+        start_new_session=True,  # Ctrl-C reaches the demo, which stops it in order
     )
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), JOIN_TIMEOUT)

@@ -192,6 +192,7 @@ def start(ca: LocalCa, state: Path, attempts: int = 5) -> Swtpm:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C reaches the demo, which stops swtpm after its users
         )
         if _wait_ready(proc, port):
             return Swtpm(ca, state, proc, port, port + 1)

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import aiohttp
 from pydantic import BaseModel, ValidationError
 
+from attest import validation
 from bootstrap.names import is_loopback
 from bootstrap.node import tlsnames
 from bootstrap.node.errors import DETAIL_LIMIT, JoinFailed, JoinGaveUp, JoinUsageError, one_line
@@ -227,11 +228,9 @@ class ServiceClient:
             try:
                 return model.model_validate_json(raw)
             except ValidationError as exc:
-                first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid"}
-                where = ".".join(str(p) for p in first["loc"]) or "body"
+                reason = validation.summary(exc, model, 1)
                 raise _Transient(
-                    "bad_response",
-                    f"{path}: HTTP {status} answer is not protocol JSON ({where}: {first['msg']})",
+                    "bad_response", f"{path}: HTTP {status} answer is not protocol JSON ({reason})"
                 ) from None
         problem = _problem(content_type, raw)
         if status in _TRANSIENT_STATUS or status >= 500:

@@ -40,7 +40,7 @@ from bootstrap.service.join import JoinService, load_ek_trust
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.middleware import problems
 from bootstrap.service.policyload import load_policies, load_rbac
-from bootstrap.service.policywatch import PolicyWatcher
+from bootstrap.service.policywatch import NO_POLICY_SOURCE, PolicyWatcher
 from bootstrap.service.ratelimit import RateLimiter
 from bootstrap.service.selectorwatch import SelectorWatcher
 from bootstrap.service.state import SERVICE, Service
@@ -51,6 +51,8 @@ log = logging.getLogger("nodegate.server")
 
 class _NoPolicies:
     """No PackagePolicy source: the webhook denies every package CR and says why (fail closed)."""
+
+    why_none = NO_POLICY_SOURCE
 
     def policies(self) -> None:
         return None
@@ -160,6 +162,7 @@ def _decider(settings: Settings, kube: Kube | None) -> tuple[CountingDecider, li
         ready.append(lambda: source.ready)
     else:
         source = _NoPolicies()
+        log.warning(NO_POLICY_SOURCE)
     if adm.rbac_files is not None:
         authorizer = LocalRbac(load_rbac(adm.rbac_files))
     elif kube is not None:

@@ -13,11 +13,12 @@ verdict it should get, and prints PASS or FAIL per row, like ``kyverno test``:
         groups: [team-a]
         operation: CREATE                # default CREATE; UPDATE needs old_object
         expect: allowed                  # or denied
-        rules: [images.registries]       # optional: these rules must be among the denial's
+        rules: [registry]                # optional: rule ids (docs/admission.md) among the denial's
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import uuid
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from typing import Any, TextIO
 from admission.decider import Decider
 from admission.response import Decision
 from admission.review import ReviewError, parse_review
+from admission.ruleids import RULE_IDS
 from bootstrap.service.policyload import ToolError, documents
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE")
@@ -161,10 +163,26 @@ def load_cases(path: Path) -> list[Case]:
                 old=_object(row.get("old_object"), path.parent, what),
                 sender=Sender(user, tuple(groups), operation),
                 allowed=expect == "allowed",
-                rules=tuple(str(r) for r in row.get("rules") or ()),
+                rules=_rule_ids(row.get("rules"), what),
             )
         )
     return out
+
+
+def _rule_ids(given: object, what: str) -> tuple[str, ...]:
+    """The case's ``rules:``, each a rule id the code has: a typo would make a case that cannot pass."""
+    if given is None:
+        return ()
+    if not isinstance(given, list) or not all(isinstance(r, str) for r in given):
+        raise ToolError(f"{what}: rules must be a list of rule ids (docs/admission.md)")
+    for rule in given:
+        if rule not in RULE_IDS:
+            close = difflib.get_close_matches(rule, RULE_IDS, n=1, cutoff=0.5)
+            if not close:  # images.registries -> registry: the last word may be the id
+                close = difflib.get_close_matches(rule.rsplit(".", 1)[-1], RULE_IDS, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise ToolError(f"{what}: no rule has the id {rule!r}{hint}; the ids are in docs/admission.md")
+    return tuple(given)
 
 
 async def run_cases(decider: Decider, cases: Sequence[Case], out: TextIO) -> int:

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from admission.policy import PackagePolicy
 from admission.rbac import RbacError, RbacEvaluator
-from attest import yamlsafe
+from attest import validation, yamlsafe
 
 MAX_FILE = 8 * 1024 * 1024
 
@@ -41,7 +42,7 @@ def documents(path: Path) -> Iterator[Any]:
             else:
                 yield doc
     except yaml.YAMLError as exc:
-        raise ToolError(f"{path}: not YAML/JSON: {exc}") from None
+        raise ToolError(f"{path}: not YAML/JSON: {yamlsafe.describe(exc)}") from None
 
 
 def load_policies(paths: Sequence[Path]) -> list[PackagePolicy]:
@@ -50,8 +51,10 @@ def load_policies(paths: Sequence[Path]) -> list[PackagePolicy]:
         for doc in documents(path):
             try:
                 out.append(PackagePolicy.model_validate(doc))
-            except ValueError as exc:
-                raise ToolError(f"{path}: not a PackagePolicy: {exc}") from None
+            except ValidationError as exc:
+                raise ToolError(
+                    f"{path}: not a PackagePolicy: {validation.summary(exc, PackagePolicy)}"
+                ) from None
     return out
 
 

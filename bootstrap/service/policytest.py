@@ -2,8 +2,9 @@
 
     nodegate policy test --policy policies.yaml --rbac rbac.yaml review1.json review2.yaml
 
-Prints one AdmissionReview response (JSON, one line) per input, in order; exits 0 when every
-review was allowed, 1 when any was denied, 2 for unusable inputs.
+Prints a verdict per input, in order (``FILE: allowed`` or ``FILE: denied: MESSAGE`` and one
+indented line per violation and warning; ``-o json``: the AdmissionReview response, one JSON line
+per input); exits 0 when every review was allowed, 1 when any was denied, 2 for unusable inputs.
 """
 
 from __future__ import annotations
@@ -18,13 +19,20 @@ from typing import Any, TextIO
 from admission import rules
 from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.policy import PackagePolicy
+from admission.response import Decision
 from bootstrap.service.policycases import Sender, judge, load_cases, run_cases
 from bootstrap.service.policyload import ToolError, documents, load_policies, load_rbac
 
 DEFAULT_OWNER = "system:serviceaccount:nodegate:nodegate"
 
 
-async def _run(decider: Decider, reviews: Sequence[Path], out: TextIO, sender: Sender | None = None) -> int:
+async def _run(
+    decider: Decider,
+    reviews: Sequence[Path],
+    out: TextIO,
+    sender: Sender | None = None,
+    output: str = "text",
+) -> int:
     denied = False
     for path in reviews:
         docs = list(documents(path))
@@ -33,13 +41,27 @@ async def _run(decider: Decider, reviews: Sequence[Path], out: TextIO, sender: S
         # an AdmissionReview as is, or a plain object sent by --user/--group (policycases)
         uid, decision = await judge(decider, docs[0], sender or Sender(None), str(path))
         denied |= not decision.allowed
-        body = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "response": decision.response(uid),
-        }
-        print(json.dumps(body, sort_keys=True), file=out)
+        if output == "json":
+            body = {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": decision.response(uid),
+            }
+            print(json.dumps(body, sort_keys=True), file=out)
+        else:
+            print("\n".join(verdict_lines(path, decision)), file=out)
     return 1 if denied else 0
+
+
+def verdict_lines(path: Path, decision: Decision) -> list[str]:
+    """``FILE: allowed`` or ``FILE: denied: MESSAGE``, then ``  RULE PATH: MESSAGE (FIX)`` per
+    violation and ``  warning: TEXT`` per warning."""
+    head = f"{path}: allowed" if decision.allowed else f"{path}: denied: {decision.message}"
+    lines = [head]
+    lines += [f"  {v.rule} {v}" for v in decision.violations]
+    # a warning's "- item" lines (the tolerations to add) continue the warning before them
+    lines += [f"    {w}" if w.startswith("- ") else f"  warning: {w}" for w in decision.warnings]
+    return lines
 
 
 def audit_objects(policies: list[PackagePolicy], objects: Sequence[Any]) -> list[dict[str, Any]]:
@@ -90,12 +112,13 @@ def run(
     owner: str = DEFAULT_OWNER,
     sender: Sender | None = None,
     expect: Path | None = None,
+    output: str = "text",
 ) -> int:
     try:
         decider = Decider(StaticPolicies(load_policies(policies)), LocalRbac(load_rbac(rbac)), owner)
         if expect is not None:
             return asyncio.run(run_cases(decider, load_cases(expect), sys.stdout))
-        return asyncio.run(_run(decider, _given(reviews), sys.stdout, sender))
+        return asyncio.run(_run(decider, _given(reviews), sys.stdout, sender, output))
     except ToolError as exc:
         print(f"nodegate policy test: {exc}", file=sys.stderr)
         return 2

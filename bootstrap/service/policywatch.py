@@ -12,7 +12,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from admission.policy import PackagePolicy
+from attest import validation
 from bootstrap.kube import Kube, KubeUnavailable, WatchExpired
+
+# what /readyz and the start-up warning say when the webhook has no policies
+NO_POLICY_SOURCE = (
+    "no PackagePolicy source: no cluster and no admission.policy_files, so the webhook denies every "
+    "package CR (fail closed); set admission.policy_files or run with a cluster"
+)
+WAITING_FOR_POLICIES = (
+    "the webhook is waiting for the first list of PackagePolicies from the cluster "
+    "(CRD installed? list/watch on packagepolicies?)"
+)
 
 log = logging.getLogger("nodegate.policies")
 
@@ -58,7 +69,7 @@ class PolicyWatcher:
             self._invalid.pop(name, None)
         except ValidationError as exc:
             into.pop(name, None)  # an invalid update revokes what the old version granted
-            reason = "; ".join(e["msg"] for e in exc.errors(include_input=False)[:3])
+            reason = validation.summary(exc, PackagePolicy, 3)
             self._invalid[name] = reason
             log.warning("PackagePolicy %s is invalid and grants nothing: %s", name, reason)
 

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Final
 
 from bootstrap.config import Settings, host_port
+from bootstrap.kube.configuration import check_kubeconfig_file
+from bootstrap.kube.errors import KubeConfigError
 from bootstrap.names import is_loopback
 from bootstrap.service import ekroots, hostnames
 from bootstrap.service.startup import StartupError
@@ -49,7 +51,11 @@ def check(settings: Settings, *, insecure_plaintext: bool = False) -> list[str]:
 
 def check_files(settings: Settings) -> None:
     """Every other file the config names can be read."""
-    _files("kubernetes.kubeconfig", [settings.kubernetes.kubeconfig])
+    if settings.kubernetes.kubeconfig is not None:
+        try:  # the words `gate` and `kubectl nodegate` use for the same mistake
+            check_kubeconfig_file(settings.kubernetes.kubeconfig)
+        except KubeConfigError as exc:
+            raise StartupError(f"kubernetes.kubeconfig: {exc}") from None
     _files("kubernetes.kubelet_api_ca_file", [settings.kubernetes.kubelet_api_ca_file])
     _files("admission.policy_files", settings.admission.policy_files or ())
     _files("admission.rbac_files", settings.admission.rbac_files or ())

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from attest import svid
 from attest.errors import MalformedInput
+from bootstrap.service.policywatch import WAITING_FOR_POLICIES
 from bootstrap.service.state import SERVICE, Service
 from bootstrap.store import StoreUnavailable
 
@@ -42,7 +43,7 @@ async def readyz(request: web.Request) -> web.StreamResponse:
     service: Service = request.app[SERVICE]
     waiting = [i for i, check in enumerate(service.ready_checks) if not check()]
     if waiting:
-        return web.Response(status=503, text="PackagePolicies not loaded\n")
+        return web.Response(status=503, text=f"PackagePolicies not loaded: {WAITING_FOR_POLICIES}\n")
     try:
         await service.store.get("readyz.nodegate.io")
     except StoreUnavailable as exc:
@@ -50,4 +51,7 @@ async def readyz(request: web.Request) -> web.StreamResponse:
         return web.Response(status=503, text="store unavailable\n")
     # Ready still: a skipped EK root only narrows trust, but the operator should see which.
     skipped = "".join(f"ek_roots skipped: {line}\n" for line in service.join.ek_trust.skipped_lines())
-    return web.Response(text="ok\n" + skipped)
+    # Ready for joins; the webhook, with no policy source, never will be: say so where people look
+    why = getattr(service.decider.policy_source, "why_none", None)
+    webhook = f"webhook: {why}\n" if isinstance(why, str) else ""
+    return web.Response(text="ok\n" + skipped + webhook)

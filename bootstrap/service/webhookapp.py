@@ -41,6 +41,7 @@ from admission.webhook import MAX_REVIEW_BYTES, WebhookProblem, make_handler, ma
 from bootstrap.problems import MethodNotAllowed, NotFound
 from bootstrap.service.listener import connection_of
 from bootstrap.service.metrics import Metrics
+from bootstrap.service.policywatch import WAITING_FOR_POLICIES
 from bootstrap.service.problemjson import problem, webhook_problem
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -186,7 +187,7 @@ def make_app(
 
     async def readyz(_request: web.Request) -> web.Response:
         if decider.policy_source.policies() is None:
-            return web.Response(status=503, text="PackagePolicies not loaded\n")
+            return web.Response(status=503, text=f"PackagePolicies not loaded: {WAITING_FOR_POLICIES}\n")
         return web.Response(text="ok\n")
 
     async def elsewhere(request: web.Request) -> web.Response:

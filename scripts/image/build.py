@@ -11,7 +11,9 @@ with no base image from a container registry.
      man pages or locales, no apt (the essential variant has none), no caches or logs.
   3. /opt/nodegate: a virtualenv of the image's own python3 with the wheels installed by pip (run
      from its wheel, so pip itself stays out of the image); all bytecode compiled as unchecked-hash
-     .pyc files, which embed no timestamps and are never rewritten on the read-only root.
+     .pyc files, which embed no timestamps and are never rewritten on the read-only root; and
+     nodegate's wheel at /opt/nodegate/wheels/ for nodes (docs/node-join.md). `--wheel-only`
+     builds just that wheel into build/wheel (`make wheel`).
   4. an SPDX SBOM of the Debian and Python packages, inside the image at SBOM_PATH and beside it.
   5. oci.py packs the folder (sorted entries, times clamped to SOURCE_DATE_EPOCH, gzip without a
      time) into build/image/oci and build/image/nodegate-<version>.tar.
@@ -47,6 +49,7 @@ VENV = "/opt/nodegate"
 # What the Dockerfile copies into its build stage: the wheel's sources (README.md is its
 # long description, so it is in the image too).
 WHEEL_SOURCES = ("attest", "admission", "bootstrap", "pyproject.toml", "README.md")
+WHEEL_DIR = "/opt/nodegate/wheels"  # nodegate's own wheel, for nodes to install
 STAGE = "/tmp/wheels"  # noqa: S108  (inside the chroot, which nothing else uses during the build)
 SBOM_PATH = "usr/share/doc/nodegate/sbom.spdx.json"
 DESCRIPTION = "TPM-attested node bootstrap, hold gate and package admission"
@@ -220,6 +223,10 @@ def install_nodegate(rootfs: Path, wheels: Path, wheel: Path) -> None:
     ]
     chroot.append("PYTHONDONTWRITEBYTECODE=1")  # only compileall below writes bytecode
     run(*chroot, "/usr/bin/python3", "-m", "venv", "--without-pip", VENV)
+    # The wheel itself too, for nodes: `podman cp` it out, or an init container hands it out
+    # (docs/node-join.md, "Installing nodegate on a machine").
+    (rootfs / WHEEL_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(wheel, rootfs / WHEEL_DIR.lstrip("/") / wheel.name)
     run(
         *chroot,
         f"{VENV}/bin/python3",
@@ -302,9 +309,12 @@ def build(out: Path, python: str) -> dict[str, object]:
     inodes = {(st.st_dev, st.st_ino): st.st_size for st in files}
     size = sum(inodes.values())  # hard links once, as in the layer
     layer = json.loads(oci.Blobs(out / "oci").path(manifest).read_bytes())["layers"][0]
+    config_digest = json.loads(oci.Blobs(out / "oci").path(manifest).read_bytes())["config"]["digest"]
     result: dict[str, object] = {
         "name": name,
         "digest": manifest["digest"],
+        # the image ID podman/docker show after loading the tar (the manifest digest is not kept)
+        "image_id": config_digest,
         "revision": info["revision"],
         "source_date_epoch": int(epoch),
         "uncompressed_bytes": size,
@@ -324,9 +334,20 @@ def build(out: Path, python: str) -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "build" / "image")
+    parser.add_argument("--out", type=Path, default=None, help="default build/image (build/wheel)")
     parser.add_argument("--python", default=sys.executable, help="builds the wheels (needs pip)")
+    parser.add_argument(
+        "--wheel-only",
+        action="store_true",
+        help="only nodegate's wheel, from the tracked files (make wheel; no root needed)",
+    )
     args = parser.parse_args()
+    if args.wheel_only:
+        out = (args.out or REPO / "build" / "wheel").resolve()
+        wheel = nodegate_wheel(args.python, inputs()["epoch"], out)
+        print(wheel)
+        return 0
+    args.out = args.out or REPO / "build" / "image"
     if os.geteuid() != 0:
         log("needs root (mmdebstrap --mode=root, chroot): run it with sudo")
         return 2

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -323,3 +324,19 @@ async def test_the_service_serves_the_mutating_webhook(tmp_path: Path, inject: b
             assert resp.content_type == "application/problem+json"
         async with http.post(url, data=b"x", headers={"Content-Type": "text/plain"}) as resp:
             assert resp.status == 415
+
+
+async def test_the_mutate_log_line_names_a_cluster_scoped_cr_without_a_slash(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Skyhook and NodeWright are cluster-scoped: the line says ``Skyhook demo``, not ``Skyhook /demo``."""
+    config = settings_for(tmp_path, EkCa.create())
+    with caplog.at_level(logging.INFO, logger="nodegate.admission"):
+        async with (
+            running(config) as svc,
+            svc.http() as http,
+            http.post(f"{svc.admission_base}/admission/mutate", json=review(cr())) as resp,
+        ):
+            assert resp.status == 200
+    (record,) = [r for r in caplog.records if r.getMessage() == "admission mutated: hold-taint tolerations"]
+    assert record.__dict__["object"] == "skyhook.nvidia.com/Skyhook demo"

@@ -391,7 +391,7 @@ def test_policy_test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         "--rbac",
         str(tmp_path / "rbac.yaml"),
     ]
-    assert cli.main([*args, str(tmp_path / "good.json"), str(tmp_path / "bad.yaml")]) == 1
+    assert cli.main([*args, "-o", "json", str(tmp_path / "good.json"), str(tmp_path / "bad.yaml")]) == 1
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["response"]["uid"], r["response"]["allowed"]) for r in lines] == [
         (good["request"]["uid"], True),

@@ -90,10 +90,40 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
+# What every install must set (the chart refuses to render without them): the trust domain, and
+# the webhook port's sources while the NetworkPolicy is on (test_required_values_are_refused_*).
+TRUST_DOMAIN = "fleet.test"
+WEBHOOK_SOURCES = ["192.0.2.0/24"]
+
+
+REQUIRED_SETS = (
+    "--set",
+    f"config.trust_domain={TRUST_DOMAIN}",
+    "--set",
+    "networkPolicy.apiServer.webhookSourceCidrs={" + ",".join(WEBHOOK_SOURCES) + "}",
+)
+
+
+def with_required(values: Doc) -> Doc:
+    """``values`` with the required keys filled where the test leaves them out (``None``: keep
+    them out, to test the refusal)."""
+    out = copy.deepcopy(values)
+    config = out.setdefault("config", {})
+    if "trust_domain" not in config:
+        config["trust_domain"] = TRUST_DOMAIN
+    elif config["trust_domain"] is None:
+        del config["trust_domain"]
+    api = out.setdefault("networkPolicy", {}).setdefault("apiServer", {})
+    if "webhookSourceCidrs" not in api and "cidrs" not in api:
+        api["webhookSourceCidrs"] = WEBHOOK_SOURCES
+    return out
+
+
 def _helm(
     helm: str, tmp: Path, command: str, values: Doc, namespace: str, release: str, chart: Path = CHART
 ) -> subprocess.CompletedProcess[str]:
     vfile = tmp / f"values-{len(list(tmp.iterdir()))}.yaml"
+    values = with_required(values)  # the chart, or a copy of it (lookup_chart)
     vfile.write_text(yaml.safe_dump(values))
     args = [helm, command]
     if command == "template":
@@ -484,7 +514,7 @@ def test_config_is_accepted_by_nodegate(scenario: tuple[str, Doc, str, list[Doc]
     assert settings.kubernetes.events_namespace == namespace
     assert settings.gate.lease_namespace == namespace
     assert settings.admission.owner == service_account(docs, namespace)
-    assert settings.trust_domain == values.get("config", {}).get("trust_domain", "example.org")
+    assert settings.trust_domain == with_required(values)["config"]["trust_domain"]
     # TLS files are where the TLS Secret is mounted; the CA Secret is mounted at state_dir/ca.
     mounts = {m["mountPath"]: m for m in container(docs)["volumeMounts"]}
     assert settings.tls.cert_file is not None
@@ -671,10 +701,11 @@ def test_service_pdb_networkpolicy(scenario: tuple[str, Doc, str, list[Doc]]) ->
         [{"port": "admission", "protocol": "TCP"}],
     ]
     # The webhook port: only the API server's source addresses (its egress CIDRs by default).
-    api = values.get("networkPolicy", {}).get("apiServer", {})
+    api = with_required(values)["networkPolicy"]["apiServer"]
     sources = api.get("webhookSourceCidrs") or api.get("cidrs") or []
+    assert sources  # required: the port is never open to every source by default
     webhook_rule = np["ingress"][1]
-    assert webhook_rule.get("from", []) == [{"ipBlock": {"cidr": c}} for c in sources]
+    assert webhook_rule["from"] == [{"ipBlock": {"cidr": c}} for c in sources]
     egress_ports = {(p["protocol"], p["port"]) for r in np["egress"] for p in r["ports"]}
     assert {("UDP", 53), ("TCP", 53)} <= egress_ports
     api_ports = values.get("networkPolicy", {}).get("apiServer", {}).get("ports", [443, 6443])
@@ -1050,11 +1081,19 @@ def test_install_notes(helm: str) -> None:
     """NOTES.txt renders (helm template skips it) and tells how to back up the CA Secret."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     for args, needles in (
-        ([], ["ng-nodegate-ca", "Back it up", "kubectl delete validatingwebhookconfiguration ng-nodegate"]),
+        (
+            [],
+            [
+                "ng-nodegate-ca",
+                "then back it up",
+                "kubectl delete validatingwebhookconfiguration ng-nodegate",
+            ],
+        ),
         (["--set", "store=sqlite", "--set", "replicaCount=1"], ["WARNING: store: sqlite", "emptyDir"]),
     ):
         out = subprocess.run(
-            [helm, "install", "ng", str(CHART), "--dry-run=client", "--namespace", "nodegate", *args],
+            [helm, "install", "ng", str(CHART), "--dry-run=client", "--namespace", "nodegate",
+             *REQUIRED_SETS, *args],
             capture_output=True, text=True, check=False, timeout=120, env=env,
         )  # fmt: skip
         assert out.returncode == 0, out.stderr

@@ -86,9 +86,10 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert "gpu-node-3: released: hold taint removed; packages of gpu-stack and hello-hosts complete" in out
     assert lines[-1].startswith("demo complete in ")
     assert lines[-1].endswith(
-        "3 nodes attested, 1 refused (measured_boot_violation), 2 released, 1 held (validation-failed), "
-        "1 rebooted and re-attested (gpu-node-1), webhook 3 allowed / 4 denied, "
-        "the sample CR given 2 hold tolerations reached and released gpu-node-3"
+        "3 nodes attested, 1 refused (measured_boot_violation), gate released 2 and held 1 "
+        "(validation-failed), 1 rebooted and re-attested (gpu-node-1), webhook allowed 3 CRs "
+        "(steps 6, 9, 10) and denied 4 (step 9), the sample CR given 2 hold tolerations reached "
+        "and released gpu-node-3: 3 of 3 nodes released"
     )
     # cleaned up: the temp dir is gone and no process still uses it
     (cleanup,) = [line for line in lines if line.startswith("[11/11]")]

@@ -87,7 +87,7 @@ def test_validate_checks_the_files_the_config_names(
     err = capsys.readouterr().err
     assert f"tls.cert_file: {tmp_path / 'tls.crt'} does not exist" in err
     assert f"ek_roots: {tmp_path / 'nowhere.pem'} does not exist" in err
-    assert f"kubernetes.kubeconfig: {tmp_path / 'kc'} does not exist" in err
+    assert f"kubernetes.kubeconfig: kubeconfig {tmp_path / 'kc'} does not exist" in err
     assert err.strip().endswith("3 problems")
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,9 @@ def test_join_renew_attest_json(served: Served, swtpm: TpmInfo, tmp_path: Path) 
         "spiffe_id": joined["spiffe_id"],
         "svid_expires_at": attested["svid_expires_at"],
     }
+    # one form of the expiry everywhere (issue 34: renew said ...Z, attest ...+00:00)
+    for doc in (joined, renewed, attested):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", str(doc["svid_expires_at"])), doc
 
 
 def test_gate_once_report_json() -> None:

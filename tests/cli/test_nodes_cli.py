@@ -170,7 +170,7 @@ async def test_usage_mistakes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
         capsys, "list", "--server", "http://10.0.0.1:1", "--ca-bundle", "x", "--admin", "y"
     )
     assert code == 2
-    assert "plain http://" in err
+    assert "--server must be https://host[:port], not 'http://10.0.0.1:1'" in err
     missing = tmp_path / "nowhere.pem"
     code, _, err = await nodes(
         capsys,

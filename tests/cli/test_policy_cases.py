@@ -39,11 +39,17 @@ def test_a_plain_cr_with_user_and_group(
     tmp_path: Path, files: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     cr = str(tmp_path / "cr.yaml")
-    assert cli.main([*files, "--user", "alice", cr]) == 0
+    assert cli.main([*files, "-o", "json", "--user", "alice", cr]) == 0
     (allowed,) = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
     assert allowed["response"]["allowed"] is True
+    assert cli.main([*files, "--user", "alice", cr]) == 0
+    allowed_text = capsys.readouterr().out.splitlines()  # a readable verdict by default
+    assert allowed_text[0] == f"{cr}: allowed"
+    assert all(line.startswith(("  warning: ", "    - ")) for line in allowed_text[1:]), allowed_text
     assert cli.main([*files, "--user", "mallory", cr]) == 1
-    capsys.readouterr()
+    denied = capsys.readouterr().out.splitlines()
+    assert denied[0].startswith(f"{cr}: denied: ")
+    assert any(line.startswith("  rbac ") for line in denied[1:]), denied
     assert cli.main([*files, "--user", "bob", "--group", "ml-platform", cr]) == 0  # through the group
     capsys.readouterr()
     assert cli.main([*files, cr]) == 2

@@ -32,7 +32,9 @@ def helm_path() -> str:
 
 def render(namespace: str, *sets: str) -> list[dict[str, Any]]:
     args = [helm_path(), "template", "nodegate", str(ROOT / "charts" / "nodegate"), "-n", namespace]
-    for item in sets:
+    # what every install must set; a later --set of the same key wins
+    required = ("config.trust_domain=fleet.test", "networkPolicy.apiServer.webhookSourceCidrs={192.0.2.0/24}")
+    for item in (*required, *sets):
         args += ["--set", item]
     out = subprocess.run(args, capture_output=True, text=True, check=False, timeout=120)
     assert out.returncode == 0, out.stderr

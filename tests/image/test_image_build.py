@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import tarfile
 
-from tests.image.runtime import ROOT, Built, build, input_key, require_root_and_tools
+from tests.image.runtime import ROOT, Built, Podman, build, input_key, require_root_and_tools
 
 DOCKERFILE = ROOT / "Dockerfile"
 
@@ -166,3 +166,17 @@ def test_docker_archive_names_the_charts_default_image(built_image: Built) -> No
     assert repository
     assert app_version
     assert entry["RepoTags"] == [f"{repository.group(1)}:{app_version.group(1)}"]
+
+
+def test_the_image_carries_nodegates_wheel_for_nodes(built_image: Built) -> None:
+    """docs/node-join.md: nodes `podman cp` the wheel out of the image (issue 34, item 2)."""
+    (wheel,) = (built_image.rootfs / "opt" / "nodegate" / "wheels").glob("nodegate-*-py3-none-any.whl")
+    assert wheel.name == f"nodegate-{built_image.info['name'].split(':')[-1]}-py3-none-any.whl"  # type: ignore[union-attr]
+
+
+def test_build_json_names_the_image_id_podman_shows(built_image: Built, podman: Podman) -> None:
+    """The tar's manifest digest does not survive `podman load`; the image ID (config digest) does,
+    and docs/operations.md tells operators to compare that."""
+    shown = podman.call("images", "--no-trunc", "--format", "{{.ID}}", str(built_image.info["name"]))
+    assert shown.returncode == 0, shown.stderr
+    assert f"sha256:{shown.stdout.strip().removeprefix('sha256:')}" == built_image.info["image_id"]

@@ -170,7 +170,7 @@ async def test_the_image_runs_as_the_charts_pod_and_a_swtpm_machine_joins(
         await kubelet
         assert init.returncode == 0, err.decode()[-2000:]
         assert b"wrote a new CA and a session key" in out, out
-        assert b"CA ok: trust domain example.org" in out, out
+        assert b"CA ok: trust domain fleet.test" in out, out  # pod.render sets it
 
         # 2. the server: the chart's command, config, TLS Secret, volumes.
         serve = await podman_run(podman, "nodegate-serve", built_image.name, pod, "nodegate")

@@ -139,7 +139,7 @@ def state_dir_is_a_file(tmp: Path, doc: dict[str, Any]) -> str:
 
 def kubeconfig_missing(tmp: Path, doc: dict[str, Any]) -> str:
     doc["kubernetes"] = {"kubeconfig": str(tmp / "kube" / "config")}
-    return f"kubernetes.kubeconfig: {tmp / 'kube' / 'config'} does not exist"
+    return f"kubernetes.kubeconfig: kubeconfig {tmp / 'kube' / 'config'} does not exist"
 
 
 def kubeconfig_garbage(tmp: Path, doc: dict[str, Any]) -> str:
@@ -169,10 +169,14 @@ def a_list(tmp: Path, doc: dict[str, Any]) -> str:
 
 
 MISTAKES: dict[str, Setup] = {
-    "a typo in a key": set_("trust_domian", "fleet.test", "trust_domian: Extra inputs are not permitted"),
+    "a typo in a key": set_(
+        "trust_domian", "fleet.test", "trust_domian: unknown key (did you mean trust_domain?)"
+    ),
     "listen without a port": set_("listen", "8443", "listen must be HOST:PORT"),
-    "an unknown store": set_("store", "postgres", "store: Input should be 'sqlite' or 'kubernetes'"),
-    "a duration in words": set_("svid_ttl", "1 hour", "svid_ttl: Value error, '1 hour' is not a duration"),
+    "an unknown store": set_("store", "postgres", "store: expected one of 'sqlite' or 'kubernetes'"),
+    "a duration in words": set_(
+        "svid_ttl", "1 hour", "svid_ttl: '1 hour' is not a duration such as 60s, 1h, 1h30m"
+    ),
     "a long session_ttl": set_("session_ttl", "20m", "session_ttl above 10m"),
     "a short allowlist entry": set_("ek_allowlist", ["abc"], "'abc' is not a 64-character hex SHA-256"),
     "an unknown admin permission": set_("admin.spiffe_ids", {"spiffe://a/b": ["delete"]}, "admin.spiffe_ids"),

@@ -104,6 +104,13 @@ so a bad combination fails the whole render with one message.
 {{- if and (not .Values.ca.create) (not .Values.ca.secretName) -}}
 {{- fail "ca.create is false: set ca.secretName to the Secret that holds the CA and the session key" -}}
 {{- end -}}
+{{- if not $cfg.trust_domain -}}
+{{- fail "config.trust_domain is required: your SPIFFE trust domain, e.g. --set config.trust_domain=fleet.example.com (the CA Secret is made for it on the first start and cannot change later)" -}}
+{{- end -}}
+{{- $np := .Values.networkPolicy -}}
+{{- if and $np.enabled (not (or $np.apiServer.webhookSourceCidrs $np.apiServer.cidrs)) -}}
+{{- fail "networkPolicy.apiServer.webhookSourceCidrs is required: the API server's source addresses, the only ones the webhook port admits (e.g. the control-plane nodes' subnet; ['0.0.0.0/0', '::/0'] admits any source on purpose), or set networkPolicy.enabled=false" -}}
+{{- end -}}
 {{- if and .Values.certManager.enabled .Values.certManager.issuerRef.name (not (has .Values.certManager.issuerRef.kind (list "Issuer" "ClusterIssuer"))) -}}
 {{- fail "certManager.issuerRef.kind must be Issuer or ClusterIssuer" -}}
 {{- end -}}
