@@ -8,7 +8,6 @@ the built image (tests/image/test_image_ekroots.py)."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import AuthorityInformationAccessOID, NameOID
 
 from bootstrap.config import settings_from_obj
 from bootstrap.service import ekroots, vendorroots
@@ -36,7 +35,7 @@ from tests.support.softtpm import SoftTpm
 
 
 @pytest.fixture
-def vendors(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def vendors(monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = vendor_folder()
     monkeypatch.setenv(vendorroots.STORE_ENV, str(folder))
     return folder
@@ -191,7 +190,7 @@ def _with_aia(der: bytes, key: ec.EllipticCurvePrivateKey, url: str) -> bytes:
         x509.CertificateBuilder()
         .subject_name(cert.subject)
         .issuer_name(cert.issuer)
-        .public_key(cert.public_key())  # type: ignore[arg-type]
+        .public_key(cert.public_key())  # type: ignore[arg-type]  # an EC or RSA key
         .serial_number(cert.serial_number)
         .not_valid_before(cert.not_valid_before_utc)
         .not_valid_after(cert.not_valid_after_utc)
@@ -201,7 +200,7 @@ def _with_aia(der: bytes, key: ec.EllipticCurvePrivateKey, url: str) -> bytes:
     aia = x509.AuthorityInformationAccess(
         [
             x509.AccessDescription(
-                x509.AuthorityInformationAccessOID.CA_ISSUERS, x509.UniformResourceIdentifier(url)
+                AuthorityInformationAccessOID.CA_ISSUERS, x509.UniformResourceIdentifier(url)
             )
         ]
     )
