@@ -19,7 +19,6 @@ import hashlib
 import ipaddress
 import json
 import logging
-import os
 import socket
 import time
 from collections import deque
@@ -37,6 +36,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, pkcs7
 from attest import certparse
 from attest.certparse import Cert
 from attest.errors import MalformedInput
+from bootstrap import files
 from bootstrap.config import EkAia
 
 log = logging.getLogger("nodegate.aia")
@@ -51,6 +51,10 @@ _SUFFIX = ".der"
 
 class AddressRefused(aiohttp.ClientError):
     """The URL's host is (or resolves to) an address the configuration does not allow."""
+
+
+# What a bounded fetch may raise: each is "not fetched", with a reason.
+FETCH_ERRORS = (TimeoutError, aiohttp.ClientError, ValueError, OSError)
 
 
 def public(address: str) -> bool:
@@ -134,14 +138,9 @@ class AiaFetcher:
             return None
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         meta = {"url": url, "sha256": cert.sha256, "subject": cert.name(), "fetched": int(time.time())}
-        for target, data in ((path, cert.der), (path.with_suffix(".json"), json.dumps(meta).encode())):
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
+        # The certificate last: a listing never shows metadata without its certificate.
+        files.write_atomic(path.with_suffix(".json"), json.dumps(meta).encode())
+        files.write_atomic(path, cert.der)
         return path
 
     # -- fetching ------------------------------------------------------------------------------
@@ -159,7 +158,7 @@ class AiaFetcher:
         for url in dict.fromkeys(urls):
             try:
                 got.append(await self._one(url))
-            except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as exc:
+            except FETCH_ERRORS as exc:
                 reason = str(exc) or type(exc).__name__
                 why.append(f"AIA {url}: {reason}")
         return got, why
@@ -184,33 +183,42 @@ class AiaFetcher:
         try:
             body = await self._download(self.rewrite(url))
             cert = _ca_certificate(body)
-        except (TimeoutError, aiohttp.ClientError, ValueError, OSError) as exc:
+        except FETCH_ERRORS as exc:
             self._failed[url] = (self._clock(), str(exc) or type(exc).__name__)
             raise
-        self._store(url, cert)
+        try:
+            self._store(url, cert)
+        except OSError as exc:  # the cache is an optimisation: the join goes on without it
+            log.warning("ek_aia: cannot cache %s", url, extra={"error": str(exc)})
         log.info("ek_aia: fetched %s", url, extra={"subject": cert.name(), "sha256": cert.sha256})
         return cert
 
     async def _download(self, url: str) -> bytes:
-        host = _check_url(url, self._settings.allow_private_addresses)
-        timeout = aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)
-        connector = aiohttp.TCPConnector(resolver=_CheckedResolver(self._settings.allow_private_addresses))
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector, trust_env=False) as http:
-            for _ in range(MAX_REDIRECTS + 1):
-                async with http.get(url, allow_redirects=False) as resp:
-                    if resp.status in (301, 302, 303, 307, 308):
-                        target = urljoin(url, resp.headers.get("Location", ""))
-                        if _check_url(target, self._settings.allow_private_addresses) != host:
-                            raise ValueError(f"redirect to another host ({target}) not followed")
-                        url = target
-                        continue
-                    if resp.status != 200:
-                        raise ValueError(f"HTTP {resp.status}")
-                    body = await resp.content.read(MAX_BYTES + 1)
-                    if len(body) > MAX_BYTES:
-                        raise ValueError(f"larger than {MAX_BYTES} bytes")
-                    return body
-        raise ValueError(f"more than {MAX_REDIRECTS} redirects")
+        return await download(url, allow_private=self._settings.allow_private_addresses)
+
+
+async def download(url: str, *, allow_private: bool, limit: int = MAX_BYTES) -> bytes:
+    """One bounded GET (module docstring): http(s), same-host redirects, 10 s, ``limit`` bytes,
+    public addresses unless ``allow_private``."""
+    host = _check_url(url, allow_private)
+    timeout = aiohttp.ClientTimeout(total=TIMEOUT_SECONDS)
+    connector = aiohttp.TCPConnector(resolver=_CheckedResolver(allow_private))
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector, trust_env=False) as http:
+        for _ in range(MAX_REDIRECTS + 1):
+            async with http.get(url, allow_redirects=False) as resp:
+                if resp.status in (301, 302, 303, 307, 308):
+                    target = urljoin(url, resp.headers.get("Location", ""))
+                    if _check_url(target, allow_private) != host:
+                        raise ValueError(f"redirect to another host ({target}) not followed")
+                    url = target
+                    continue
+                if resp.status != 200:
+                    raise ValueError(f"HTTP {resp.status}")
+                body = await resp.content.read(limit + 1)
+                if len(body) > limit:
+                    raise ValueError(f"larger than {limit} bytes")
+                return bytes(body)
+    raise ValueError(f"more than {MAX_REDIRECTS} redirects")
 
 
 def _check_url(url: str, allow_private: bool) -> str:

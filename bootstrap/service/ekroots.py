@@ -221,7 +221,7 @@ def load_roots(paths: Iterable[Path], *, state_dir: Path | None = None) -> Roots
     for path, cert, source in got.certs:
         if cert.sha256 in origins:
             continue  # the same certificate from two files
-        problem = _unusable(cert)
+        problem = unusable(cert)
         if problem is not None:
             got.skipped.append((path, problem))
             continue
@@ -280,7 +280,7 @@ def _package_entry(entry: vendorroots.VendorFile, cert: Cert) -> ManifestEntry:
     )
 
 
-def _unusable(cert: Cert) -> str | None:
+def unusable(cert: Cert) -> str | None:
     try:
         bc = cert.view.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
