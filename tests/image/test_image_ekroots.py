@@ -50,7 +50,7 @@ def test_the_image_carries_the_package_roots_and_no_ruby(built_image: Built) -> 
 async def serving(podman: Podman, image: str, folder: Path, config: dict[str, Any]) -> AsyncIterator[str]:
     """`nodegate serve` in the image on a loopback port (plaintext: the loopback-only dev flag)."""
     port = free_port()
-    config = {"listen": f"127.0.0.1:{port}", "state_dir": "/var/lib/nodegate", **config}
+    config = {"listen": f"127.0.0.1:{port}", "state_dir": "/var/lib/nodegate/state", **config}
     config["admission"] = {"listen": f"127.0.0.1:{free_port()}"}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
@@ -59,7 +59,12 @@ async def serving(podman: Podman, image: str, folder: Path, config: dict[str, An
     name = f"nodegate-ekroots-{port}"
     argv = podman.argv(
         *podman.run_args(name),
-        *("-v", f"{folder}:/etc/nodegate:ro", "--tmpfs", "/var/lib/nodegate:uid=65532,gid=65532,mode=0700"),
+        *(
+            "-v",
+            f"{folder}:/etc/nodegate:ro",
+            "--mount",
+            "type=tmpfs,destination=/var/lib/nodegate,tmpfs-mode=0777",
+        ),
         image,
         *("serve", "--config", "/etc/nodegate/config.yaml", "--insecure-plaintext"),
     )
