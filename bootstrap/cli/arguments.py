@@ -281,6 +281,14 @@ def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "certificate's key is not compared with a TPM's EK",
     )
     check.add_argument("--at", metavar="TIME", help="judge validity at this RFC 3339 time (default: now)")
+    check.add_argument(
+        "--gce-project",
+        nargs="+",
+        action=_Several,
+        default=[],
+        metavar="ID",
+        help="as ek_cloud.gce.projects: GCE projects whose vTPM EKs are accepted through Google's CA",
+    )
     check.add_argument("cert", nargs="?", type=Path, metavar="CERT", help="the EK certificate (DER or PEM)")
     roots = esub.add_parser(
         "roots",

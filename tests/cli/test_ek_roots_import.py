@@ -16,7 +16,8 @@ from bootstrap.config import EkAia
 from bootstrap.service import ekroots
 from bootstrap.service.aia import AiaFetcher
 from tests.service.test_ekroots import INTEL_ROOT, NUVOTON_ROOT, VENDOR_ROOT, _write, pem
-from tests.support.ekvendors import aia_server, collection_der
+from tests.support.ekvendors import GCE_PROJECT_ID, aia_server, collection_der, real_ek
+from tests.support.shared_data import shared
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -130,3 +131,17 @@ async def test_fetched_intermediates_are_listed_with_their_url(
     line = next(x for x in out.splitlines() if "STM TPM EK Intermediate CA 05" in x)
     assert " fetched " in line
     assert line.endswith(f"<-  {url}")
+
+
+def test_ek_check_judges_a_gce_ek_as_the_service_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Google's CAs configured: refused without a project binding, trusted with the one it names."""
+    ek = real_ek("ek/google-ek-rsa-ekak-ca.pem")
+    cert = _write(tmp_path / "ek.der", ek.der)
+    roots = [str(shared("ek-roots").file(n)) for n in shared("ek-roots").names("google/EK-AK-CA-*")]
+    assert cli.main(["ek", "check", "--roots", *roots, str(cert)]) == 1
+    assert "configure ek_cloud.gce.projects" in capsys.readouterr().out
+    args = ["ek", "check", "--roots", *roots, "--gce-project", GCE_PROJECT_ID, str(cert)]
+    assert cli.main(args) == 0
+    assert "verdict      trusted (chain:CN=EK/AK CA Root" in capsys.readouterr().out
