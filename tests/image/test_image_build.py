@@ -108,7 +108,7 @@ def test_file_system_layout_matches_the_dockerfile(built_image: Built) -> None:
     missing = set(intent["debs"]) - installed  # type: ignore[arg-type]
     assert not missing, f"the Dockerfile installs {sorted(missing)}, make image does not"
     assert (root / "usr/bin/python3").exists()
-    # the vendor EK roots, from ruby-tpm-key-attestation's .deb in both builds (tests/image/test_image_ekroots.py)
+    # the vendor EK roots from ruby-tpm-key-attestation's .deb, in both builds (test_image_ekroots.py)
     assert "/usr/share/nodegate" in intent["copies"]  # type: ignore[operator]
     assert (root / "usr/share/nodegate/ek-roots/Nuvoton/RootCA/Nuvoton TPM Root CA 2111.cer").is_file()
 
