@@ -108,6 +108,7 @@ class AiaFetcher:
         self._recent: deque[float] = deque()  # times of the fetches in the last minute
         self._failed: dict[str, tuple[float, str]] = {}  # url -> (when, why)
         self._memory: dict[str, Cert] = {}
+        self._inflight: dict[str, asyncio.Future[Cert]] = {}
         self._lock = asyncio.Lock()
 
     # -- the cache -----------------------------------------------------------------------------
@@ -167,6 +168,20 @@ class AiaFetcher:
         cached = self._cached(url)
         if cached is not None:
             return cached
+        # Joins of one vendor's TPMs arrive together: one fetch per URL, the others wait for it.
+        running = self._inflight.get(url)
+        if running is None:
+            running = asyncio.ensure_future(self._fetch(url))
+            self._inflight[url] = running
+            running.add_done_callback(lambda done: self._finished(url, done))
+        return await asyncio.shield(running)
+
+    def _finished(self, url: str, done: asyncio.Future[Cert]) -> None:
+        self._inflight.pop(url, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: every waiter already got it (or has gone)
+
+    async def _fetch(self, url: str) -> Cert:
         async with self._lock:
             now = self._clock()
             failed = self._failed.get(url)

@@ -139,3 +139,14 @@ def test_only_the_missing_issuers_urls_are_asked_for() -> None:
     )
     with pytest.raises(ValueError, match="not an http or https URL prefix"):
         EkAia.model_validate({"mirrors": {"file:///": "http://x/"}})
+
+
+async def test_joins_of_one_vendor_arriving_together_share_one_fetch() -> None:
+    import asyncio
+
+    der = collection_der(STM05)
+    async with server({"/a": der}) as (base, hits):
+        f = fetcher(None, max_fetches_per_minute=1)
+        results = await asyncio.gather(*(f.fetch([f"{base}/a"]) for _ in range(20)))
+    assert all(len(got) == 1 and why == [] for got, why in results)
+    assert hits == {"/a": 1}
