@@ -126,7 +126,9 @@ def check_ek_roots(settings: Settings) -> None:
             roots = ekroots.load_roots([entry], state_dir=settings.state_dir)
             if not roots.anchors:
                 why = roots.skipped[0][1] if roots.skipped else "no usable root"
-                raise StartupError(f"ek_roots: {entry}: yields no trust anchor: {why}")
+                if entry == Path(ekroots.VENDORS):
+                    raise StartupError(f"ek_roots: vendors: yields no trust anchor: {why}")
+                raise StartupError(f"ek_roots: imported: yields no trust anchor: {why}")
             continue
         path = entry
         if not path.exists():
@@ -160,9 +162,9 @@ def _check_cloud_cas(settings: Settings) -> None:
             else "remove it from ek_roots and allowlist those EKs (no per-VM binding exists for it)"
         )
         raise StartupError(
-            f"ek_roots: {cert.name()} ({roots.origins.get(cert.sha256)}) is a {provider} cloud vTPM CA, "
-            f"which certifies every VM of that cloud; with enrollment: tofu and no binding any such VM "
-            f"could join: {fix} (docs/ek-roots.md)"
+            f"ek_roots: {cert.name()} ({roots.origins.get(cert.sha256)}) is a {provider} "
+            "cloud vTPM CA, which certifies every VM of that cloud; "
+            f"with enrollment: tofu and no binding any such VM could join: {fix} (docs/ek-roots.md)"
         )
 
 
