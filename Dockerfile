@@ -26,6 +26,17 @@ COPY bootstrap bootstrap
 RUN /opt/nodegate/bin/pip wheel --no-cache-dir --no-deps -w /opt/nodegate/wheels . \
  && /opt/nodegate/bin/pip install --no-cache-dir --no-deps /opt/nodegate/wheels/nodegate-*.whl \
  && /opt/nodegate/bin/pip check
+# The vendor EK roots (`ek_roots: [vendors]`): the certificate folder of Debian's
+# ruby-tpm-key-attestation, unpacked from its .deb (no Ruby) and checked file by file against
+# bootstrap/service/vendorroots.py, as scripts/image/build.py does for `make image`.
+RUN apt-get update -qq && cd /tmp \
+ && apt-get download -q "ruby-tpm-key-attestation=$(/opt/nodegate/bin/python -c 'from bootstrap.service import vendorroots as v; print(v.VERSION)')" \
+ && dpkg-deb -x ruby-tpm-key-attestation_*.deb /tmp/ek \
+ && /opt/nodegate/bin/python -c 'import sys; from pathlib import Path; from bootstrap.service import vendorroots as v; src = Path("/tmp/ek") / v.PACKAGE_DIR; [v.check_file(src, f) for f in v.FILES]; sys.exit(1 if v.unlisted(src) else 0)' \
+ && mkdir -p /usr/share/nodegate /usr/share/doc/ruby-tpm-key-attestation \
+ && cp -r /tmp/ek/usr/share/rubygems-integration/all/gems/tpm-key_attestation-*/lib/tpm/certificates /usr/share/nodegate/ek-roots \
+ && cp /tmp/ek/usr/share/doc/ruby-tpm-key-attestation/copyright /usr/share/doc/ruby-tpm-key-attestation/ \
+ && rm -rf /tmp/ek /tmp/*.deb /var/lib/apt/lists/*
 
 FROM python:3.11-slim-bookworm
 ARG VERSION=0.1.0
@@ -41,6 +52,8 @@ RUN apt-get update -qq \
       libtss2-rc0 libtss2-fapi1 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /opt/nodegate /opt/nodegate
+COPY --from=build /usr/share/nodegate /usr/share/nodegate
+COPY --from=build /usr/share/doc/ruby-tpm-key-attestation /usr/share/doc/ruby-tpm-key-attestation
 # python3 on PATH is the venv's, so the chart's `python3 ca-init.py` sees the installed package.
 ENV PATH=/opt/nodegate/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 # The chart runs as 65532 with a read-only root filesystem; state lives on mounted volumes.

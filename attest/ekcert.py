@@ -26,7 +26,16 @@ from attest.errors import EkUntrusted, MalformedInput
 
 MAX_CHAIN_DEPTH = 6
 TCG_KP_EK_CERTIFICATE = ObjectIdentifier("2.23.133.8.1")
-__all__ = ["MAX_CERT_DER", "MAX_CHAIN_DEPTH", "TCG_KP_EK_CERTIFICATE", "check_leaf", "verify_chain"]
+__all__ = [
+    "MAX_CERT_DER",
+    "MAX_CHAIN_DEPTH",
+    "TCG_KP_EK_CERTIFICATE",
+    "check_leaf",
+    "issuer_urls",
+    "missing_issuer_urls",
+    "verify_chain",
+]
+MAX_AIA_URL = 2048
 
 _DECODE_ERRORS = (
     ValueError,  # includes cryptography's ASN.1 parse errors
@@ -253,3 +262,48 @@ def _extend(
         if found is not None:
             return found
     return None
+
+
+def issuer_urls(cert: Cert) -> tuple[str, ...]:
+    """The http(s) caIssuers URLs of a certificate's Authority Information Access extension."""
+    try:
+        aia = cert.view.extensions.get_extension_for_class(x509.AuthorityInformationAccess).value
+    except x509.ExtensionNotFound:
+        return ()
+    except _DECODE_ERRORS:
+        return ()
+    out = []
+    for desc in aia:
+        loc = desc.access_location
+        if desc.access_method != x509.oid.AuthorityInformationAccessOID.CA_ISSUERS:
+            continue
+        if (
+            isinstance(loc, x509.UniformResourceIdentifier)
+            and len(loc.value) <= MAX_AIA_URL
+            and loc.value.lower().startswith(("http://", "https://"))
+        ):
+            out.append(loc.value)
+    return tuple(out)
+
+
+def missing_issuer_urls(
+    leaf: Cert, anchors: Sequence[Cert], intermediates: Sequence[Cert]
+) -> tuple[str, ...]:
+    """Where to look for the issuers no configured certificate provides: the caIssuers URLs of the
+    leaf and of every intermediate reachable from it (by name) whose issuer is neither an anchor
+    nor an intermediate. Empty when every name on the way is known (a fetch would add nothing)."""
+    known = set(_by_subject(tuple(anchors))) | set(_by_subject(tuple(intermediates)))
+    by_subject = _by_subject(tuple(intermediates))
+    seen: set[str] = set()
+    todo = [leaf]
+    urls: list[str] = []
+    while todo and len(seen) <= 4 * MAX_CHAIN_DEPTH:
+        cert = todo.pop()
+        if cert.sha256 in seen:
+            continue
+        seen.add(cert.sha256)
+        if cert.issuer not in known:
+            urls.extend(issuer_urls(cert))
+        elif not (cert.self_issued and cert is not leaf):
+            todo.extend(by_subject.get(cert.issuer, ()))
+    return tuple(dict.fromkeys(urls))

@@ -20,7 +20,7 @@ from typing import NamedTuple
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from attest import certparse, credential, ekcert, wire
+from attest import certparse, cloudek, credential, ekcert, wire
 from attest.certparse import Cert
 from attest.errors import AkInvalid, EkMismatch, EkUntrusted, MalformedInput
 from attest.keys import CURVE_BYTES, PublicKey, hashlib_name, object_name, public_key, spki_der
@@ -44,6 +44,7 @@ class EkIdentity:
     public: Public = field(repr=False)
     key: PublicKey = field(repr=False)
     links: tuple[Cert, ...] = ()  # the chain as verified (original bytes, quirks); like ``chain``
+    binding: str = ""  # for a cloud vTPM chain, what bound it (attest.cloudek), e.g. "gce project p ..."
 
     @property
     def quirks(self) -> tuple[str, ...]:
@@ -131,6 +132,7 @@ def verify_ek(
     denylist: Collection[str] = frozenset(),
     intermediates: Sequence[x509.Certificate | Cert] = (),
     now: datetime | None = None,
+    cloud: cloudek.CloudBindings = cloudek.NO_BINDINGS,
 ) -> EkIdentity:
     """Check that ``ek_public`` is a standard EK vouched for by a trusted chain or the allowlist.
 
@@ -139,6 +141,8 @@ def verify_ek(
     :class:`attest.certparse.Cert` (what ``certparse.read_certificate`` makes of vendor files
     ``cryptography`` refuses). Allow- and denylist entries are hex SHA-256 digests of the EK
     SubjectPublicKeyInfo DER; the denylist wins. An allowlisted EK needs no usable certificate.
+    A chain through a cloud vTPM CA also needs its binding in ``cloud`` (attest.cloudek; none by
+    default: such chains are refused).
     """
     require_bytes(ek_public, "ek_public")
     if ek_certificate is not None:
@@ -176,9 +180,10 @@ def verify_ek(
         if unusable or unusable_inter:  # say why a configured certificate played no part
             raise EkUntrusted("; ".join([exc.detail, *unusable, *unusable_inter])) from None
         raise
+    binding = cloudek.check_binding(chain, cloud)
     trusted_by = "chain:" + chain[-1].name()
     views = tuple(c.view for c in chain)
-    return EkIdentity(digest, template.name, trusted_by, cert.view, views, pub, key, tuple(chain))
+    return EkIdentity(digest, template.name, trusted_by, cert.view, views, pub, key, tuple(chain), binding)
 
 
 def _certs(given: Sequence[x509.Certificate | Cert], what: str) -> tuple[tuple[Cert, ...], tuple[str, ...]]:

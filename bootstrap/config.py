@@ -262,6 +262,44 @@ class AdminSettings(_Model):
     spiffe_ids: dict[str, tuple[AdminPermission, ...]] = Field(default_factory=dict)
 
 
+class GceBinding(_Model):
+    # The GCE projects (id or number) and instances (id) whose vTPM EKs may join through Google's
+    # vTPM CA (attest/cloudek.py); empty: none (docs/ek-roots.md, "Cloud vTPMs").
+    projects: tuple[str, ...] = ()
+    instances: tuple[str, ...] = ()
+
+    @field_validator("projects", "instances")
+    @classmethod
+    def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for x in v:
+            if not x or len(x) > 128 or not x.isprintable() or x != x.strip():
+                raise ValueError(f"{x!r} is not a project id, project number or instance id")
+        return v
+
+
+class EkCloud(_Model):
+    gce: GceBinding = GceBinding()
+
+
+class EkAia(_Model):
+    # Fetching an EK certificate's missing issuer from its AIA caIssuers URL (bootstrap/service/aia.py).
+    enabled: bool = True
+    # Off: only public addresses are fetched (no loopback, private, link-local, ... ranges).
+    allow_private_addresses: bool = False
+    max_fetches_per_minute: int = Field(default=30, ge=1, le=600)  # distinct URLs fetched
+    # URL prefix -> replacement prefix: fetch a vendor's AIA URLs from a mirror you run.
+    mirrors: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("mirrors")
+    @classmethod
+    def _mirrors(cls, v: dict[str, str]) -> dict[str, str]:
+        for prefix, target in v.items():
+            for url in (prefix, target):
+                if not url.startswith(("http://", "https://")) or len(url) > 2048:
+                    raise ValueError(f"{url!r} is not an http or https URL prefix")
+        return v
+
+
 class Settings(_Model):
     trust_domain: str = "example.org"
     listen: str = "0.0.0.0:8443"
@@ -271,6 +309,8 @@ class Settings(_Model):
     ek_roots: tuple[Path, ...] = ()
     ek_allowlist: tuple[str, ...] = ()
     ek_denylist: tuple[str, ...] = ()
+    ek_cloud: EkCloud = EkCloud()  # bindings for cloud vTPM CAs (not in DESIGN.md: docs/ek-roots.md)
+    ek_aia: EkAia = EkAia()  # fetching missing EK intermediates (not in DESIGN.md: docs/ek-roots.md)
     enrollment: Literal["tofu", "inventory"] = "tofu"
     inventory: tuple[InventoryEntry, ...] = ()
     pcr_policy: PcrPolicy = PcrPolicy()
@@ -379,8 +419,9 @@ def _resolve(base: Path, data: dict[str, Any]) -> dict[str, Any]:
     for key in ("state_dir",):
         if key in out:
             out[key] = fix(out[key])
-    if isinstance(out.get("ek_roots"), list):  # "vendors" names the vendor root store, not a path
-        out["ek_roots"] = [p if p == "vendors" else fix(p) for p in out["ek_roots"]]
+    # "vendors" names the vendor root store, "imported" the imported roots: not paths
+    if isinstance(out.get("ek_roots"), list):
+        out["ek_roots"] = [p if p in ("vendors", "imported") else fix(p) for p in out["ek_roots"]]
     for section, keys in (
         ("tls", ("cert_file", "key_file")),
         ("kubernetes", ("kubeconfig",)),

@@ -171,12 +171,18 @@ class _Response(BaseModel):
 M = TypeVar("M", bound=_Request)
 
 
+MAX_EK_CHAIN = 4  # EK intermediates a node may send (TCG EK chain NV indices); real chains have 1-3
+
+
 class StartRequest(_Request):
     node_name: NodeName
     ek_public: B64Public
     ek_certificate: B64Cert | None = None
     ak_public: B64Public
     csr: Pem
+    # Not in DESIGN.md (docs/protocol.md): intermediates the node read from its TPM's EK chain NV
+    # indices. They only help to build a path, exactly like ones fetched from AIA URLs.
+    ek_chain: Annotated[tuple[B64Cert, ...], Field(max_length=MAX_EK_CHAIN)] = ()
 
 
 class StartResponse(_Response):

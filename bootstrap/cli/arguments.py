@@ -281,6 +281,14 @@ def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "certificate's key is not compared with a TPM's EK",
     )
     check.add_argument("--at", metavar="TIME", help="judge validity at this RFC 3339 time (default: now)")
+    check.add_argument(
+        "--gce-project",
+        nargs="+",
+        action=_Several,
+        default=[],
+        metavar="ID",
+        help="as ek_cloud.gce.projects: GCE projects whose vTPM EKs are accepted through Google's CA",
+    )
     check.add_argument("cert", nargs="?", type=Path, metavar="CERT", help="the EK certificate (DER or PEM)")
     roots = esub.add_parser(
         "roots",
@@ -292,11 +300,28 @@ def _ek(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=Path,
         default=[],
         metavar="PATH",
-        help="as ek_roots in the config (default: vendors, the store shipped with nodegate)",
+        help="as ek_roots in the config: files, folders, vendors, imported (default: vendors)",
+    )
+    roots.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path("/var/lib/nodegate"),
+        metavar="DIR",
+        help="the service's state_dir: where `imported` and the fetched AIA intermediates are",
     )
     roots.add_argument("--expiring", type=int, default=365, metavar="DAYS", help="warn within DAYS (365)")
     roots.add_argument("--at", metavar="TIME", help="judge expiry at this RFC 3339 time (default: now)")
     roots.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    rsub = roots.add_subparsers(dest="roots_command", metavar="ACTION")
+    imp = rsub.add_parser("import", help="add EK root CAs you chose, pinned by SHA-256 (docs/ek-roots.md)")
+    imp.add_argument("sources", nargs="+", metavar="FILE|DIR|URL")
+    imp.add_argument("--sha256", nargs="+", required=True, metavar="HEX", help="the certificates' SHA-256s")
+    imp.add_argument("--state-dir", type=Path, default=Path("/var/lib/nodegate"), metavar="DIR")
+    imp.add_argument("--cloud", choices=("alibaba", "gce"), help="mark a cloud vTPM CA (needs ek_cloud)")
+    imp.add_argument("--vendor", metavar="NAME", help="a label for `nodegate ek roots` (default: imported)")
+    imp.add_argument(
+        "--allow-private-addresses", action="store_true", help="let a URL reach loopback or private addresses"
+    )
     check.add_argument("-o", "--output", choices=("text", "json"), default="text")
     opsargs.add_ek_hash(esub, DEFAULT_TCTI)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 
-from attest import certparse, ekcert, tpm, wire
+from attest import certparse, cloudek, ekcert, tpm, wire
 from attest.certparse import Cert
 from attest.errors import AttestationError, MalformedInput
 from attest.keys import spki_der
@@ -101,15 +101,20 @@ def check(args: argparse.Namespace) -> int:
     leaf = _describe_leaf(out, cert_path, evidence, form)
     _describe_roots(out, roots)
     if ek_public is not None:
-        code, verdict = _full(out, evidence, ek_public, roots, allowlist, now)
+        code, verdict = _full(out, evidence, ek_public, roots, allowlist, now, _cloud(args))
     else:
-        code, verdict = _chain_only(out, leaf, roots, allowlist, now)
+        code, verdict = _chain_only(out, leaf, roots, allowlist, now, _cloud(args))
     out.append(f"verdict      {verdict}")
     if getattr(args, "output", "text") == "json":
         print(json.dumps(check_json(cert_path, code, verdict, out), sort_keys=True))
     else:
         print("\n".join(out))
     return code
+
+
+def _cloud(args: argparse.Namespace) -> cloudek.CloudBindings:
+    """``--gce-project``: the ek_cloud.gce.projects binding a GCE vTPM's chain is judged with."""
+    return cloudek.CloudBindings(gce_projects=frozenset(getattr(args, "gce_project", None) or ()))
 
 
 def check_json(cert: Path, code: int, verdict: str, lines: list[str]) -> dict[str, object]:
@@ -239,6 +244,7 @@ def _full(
     roots: ekroots.Roots,
     allowlist: list[str],
     now: datetime,
+    cloud: cloudek.CloudBindings,
 ) -> tuple[int, str]:
     try:
         ident = tpm.verify_ek(
@@ -248,6 +254,7 @@ def _full(
             intermediates=roots.intermediates,
             allowlist=frozenset(allowlist),
             now=now,
+            cloud=cloud,
         )
     except AttestationError as exc:
         return _refused(out, exc)
@@ -259,7 +266,12 @@ def _full(
 
 
 def _chain_only(
-    out: list[str], leaf: Cert | None, roots: ekroots.Roots, allowlist: list[str], now: datetime
+    out: list[str],
+    leaf: Cert | None,
+    roots: ekroots.Roots,
+    allowlist: list[str],
+    now: datetime,
+    cloud: cloudek.CloudBindings,
 ) -> tuple[int, str]:
     out.append("EK public    not given: the certificate's key is not compared with a TPM's EK")
     if leaf is None:
@@ -270,6 +282,7 @@ def _chain_only(
             return EXIT_TRUSTED, "trusted (allowlist)"
     try:
         chain = ekcert.verify_chain(leaf, roots.anchors, roots.intermediates, now)
+        cloudek.check_binding(chain, cloud)  # as the service judges a cloud vTPM's chain
     except AttestationError as exc:
         return _refused(out, exc)
     _chain(out, chain, roots)

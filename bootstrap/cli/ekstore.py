@@ -1,12 +1,16 @@
 """``nodegate ek roots``: what ``ek_roots`` trusts, certificate by certificate.
 
-    nodegate ek roots [--roots vendors /etc/nodegate/ek-roots ...] [--expiring DAYS] [--at TIME] [-o json]
+    nodegate ek roots [--roots vendors imported /etc/nodegate/ek-roots ...] [--state-dir DIR]
+                      [--expiring DAYS] [--at TIME] [-o json]
+    nodegate ek roots import ...   (bootstrap/cli/ekimport.py)
 
 One line per CA certificate (vendor, role, expiry, SHA-256 fingerprint, subject, and where it came
-from: the vendor's download URL or the repository, commit and path a store's manifest records, or
-the file it was read from), then warnings on stderr for CAs that expire within ``--expiring`` days
-(default 365) or already have, and for every file skipped. Exit 0 (warnings included), 1 when not
-a single trust anchor is left, 2 usage.
+from: ORIGIN package (Debian's ruby-tpm-key-attestation, the file in it), imported (the URL or
+file it was imported from), config (the file ek_roots names) or fetched (an intermediate fetched
+from an AIA URL, cached in the state dir: it helps build paths, it is never an anchor)), then
+warnings on stderr for CAs that expire within ``--expiring`` days (default 365) or already have,
+and for every file skipped. Exit 0 (warnings included), 1 when not a single trust anchor is left,
+2 usage.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from attest import certparse
 from attest.certparse import Cert
-from bootstrap.service import ekroots
+from attest.errors import MalformedInput
+from bootstrap.service import aia, ekroots
 
 EXIT_OK, EXIT_NO_ANCHOR, EXIT_USAGE = 0, 1, 2
 
@@ -34,17 +40,22 @@ class Row:
     subject: str
     source: str
     file: Path
+    origin: str = ekroots.CONFIG  # package | imported | config | fetched
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "roots_command", None) == "import":
+        from bootstrap.cli import ekimport  # noqa: PLC0415
+
+        return ekimport.run(args)
     try:
         at = _at(args.at)
     except ValueError as exc:
         print(f"nodegate ek roots: {exc}", file=sys.stderr)
         return EXIT_USAGE
     entries = args.roots or [Path(ekroots.VENDORS)]
-    roots = ekroots.load_roots(entries)
-    rows = rows_of(roots)
+    roots = ekroots.load_roots(entries, state_dir=args.state_dir)
+    rows = rows_of(roots) + fetched_rows(args.state_dir)
     window = timedelta(days=args.expiring)
     if args.output == "json":
         print(json.dumps(_json(rows, roots, at, window), indent=1))
@@ -78,15 +89,36 @@ def rows_of(roots: ekroots.Roots) -> list[Row]:
 def _row(cert: Cert, role: str, roots: ekroots.Roots) -> Row:
     entry = roots.listed.get(cert.sha256)
     path = roots.origins[cert.sha256]
+    origin = roots.provenance.get(cert.sha256, ekroots.CONFIG)
     if entry is None:
         vendor, source = "-", str(path)
     else:
-        vendor, source = entry.vendor, _source(entry)
-    return Row(vendor, role, cert.view.not_valid_after_utc, cert.sha256, cert.name(), source, path)
+        vendor, source = entry.vendor + (f" ({entry.cloud} vTPM)" if entry.cloud else ""), _source(entry)
+    return Row(vendor, role, cert.view.not_valid_after_utc, cert.sha256, cert.name(), source, path, origin)
+
+
+def fetched_rows(state_dir: Path) -> list[Row]:
+    """The intermediates the service fetched from AIA URLs (never anchors; listed for the record)."""
+    out = []
+    for path, meta in aia.cached_files(ekroots.fetched_cache(state_dir)):
+        try:
+            cert = certparse.read_certificate(path.read_bytes()[: aia.MAX_BYTES + 1], "cached intermediate")
+        except (OSError, MalformedInput):
+            continue
+        url = str(meta.get("url", "?"))
+        role = "intermediate"
+        out.append(
+            Row(
+                "-", role, cert.view.not_valid_after_utc, cert.sha256, cert.name(), url, path, ekroots.FETCHED
+            )
+        )
+    return out
 
 
 def _source(entry: ekroots.ManifestEntry) -> str:
     src = entry.source
+    if src.get("package"):
+        return f"{src['package']}:{src.get('path', '?')}"
     if src.get("url"):
         return src["url"]
     if src.get("commit"):
@@ -95,15 +127,17 @@ def _source(entry: ekroots.ManifestEntry) -> str:
 
 
 def _table(entries: list[Path], rows: list[Row], roots: ekroots.Roots) -> str:
-    where = [
-        str(ekroots.vendor_store()) + " (vendors)" if e == Path(ekroots.VENDORS) else str(e) for e in entries
-    ]
+    where = [_where(e) for e in entries]
     lines = [f"ek_roots     {', '.join(where)}"]
-    lines.append(f"{'VENDOR':<10} {'ROLE':<12} {'EXPIRES':<10} {'SHA256':<16} SUBJECT  <-  SOURCE")
+    lines.append(
+        f"{'VENDOR':<10} {'ROLE':<12} {'EXPIRES':<10} {'SHA256':<16} {'ORIGIN':<9} SUBJECT  <-  SOURCE"
+    )
     for r in rows:
         lines.append(
-            f"{r.vendor:<10} {r.role:<12} {r.not_after.date()} {r.sha256[:16]} {r.subject}  <-  {r.source}"
+            f"{r.vendor:<10} {r.role:<12} {r.not_after.date()} {r.sha256[:16]} {r.origin:<9} {r.subject}"
+            f"  <-  {r.source}"
         )
+    lines += [f"left out    {path}: {why}" for path, why in roots.left_out]
     per_vendor: dict[str, int] = {}
     for r in rows:
         per_vendor[r.vendor] = per_vendor.get(r.vendor, 0) + 1
@@ -113,6 +147,12 @@ def _table(entries: list[Path], rows: list[Row], roots: ekroots.Roots) -> str:
         + ", ".join(f"{v} {n}" for v, n in sorted(per_vendor.items()))
     )
     return "\n".join(lines)
+
+
+def _where(entry: Path) -> str:
+    if entry == Path(ekroots.VENDORS):
+        return f"{ekroots.vendor_store() or 'not installed'} (vendors)"
+    return str(entry)
 
 
 def warnings(rows: list[Row], roots: ekroots.Roots, at: datetime, window: timedelta) -> list[str]:
@@ -141,6 +181,7 @@ def _json(rows: list[Row], roots: ekroots.Roots, at: datetime, window: timedelta
                 "expired": r.not_after < at,
                 "expiring": at <= r.not_after < at + window,
                 "source": r.source,
+                "origin": r.origin,
                 "file": str(r.file),
             }
             for r in rows

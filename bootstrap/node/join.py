@@ -178,6 +178,9 @@ async def _attempt(
         "ak_public": _b64e(ak.public),
         "csr": csr.public_bytes(serialization.Encoding.PEM).decode("ascii"),
     }
+    if ek.chain and ek_certificate is not None:
+        # Only when there is one: a server before ek_chain refuses unknown fields (docs/protocol.md).
+        start_body["ek_chain"] = [_b64e(der) for der in ek.chain]
     start = await client.post(JOIN_START_PATH, start_body, StartResponse)
     proof = await credential_proof(device, start.credential_blob, start.encrypted_secret, start.session)
     body = await quote_evidence(device, start.session, start.nonce, start.pcr_selection, csr_der, boot)

@@ -99,6 +99,7 @@ class Key:
 class Ek(Key):
     template: str  # the tpm2-pytss template name, e.g. "EK-RSA2048"
     certificate: bytes | None  # DER, trimmed of NV padding
+    chain: tuple[bytes, ...] = ()  # EK chain certificates from NV (read_ek_chain)
 
 
 def _tpm_rc(exc: TSS2_Exception) -> int:
@@ -136,6 +137,22 @@ def trim_der(data: bytes) -> bytes:
     if end > len(data):
         raise TpmError("EK certificate in NV is truncated")
     return data[:end]
+
+
+# TCG EK Credential Profile: the EK certificate chain (intermediates up to the vendor root) in
+# NV indices 0x01C00100-0x01C001FF, each holding one or more DER certificates back to back.
+EK_CHAIN_FIRST, EK_CHAIN_LAST = 0x01C00100, 0x01C001FF
+MAX_EK_CHAIN = 4  # what the server takes (bootstrap/protocol.py)
+
+
+def split_ders(data: bytes) -> list[bytes]:
+    """The DER certificates at the start of an NV index's data, up to the padding (0xFF or 0x00)."""
+    out: list[bytes] = []
+    while data[:1] == b"\x30" and len(out) < MAX_EK_CHAIN:
+        der = trim_der(data)
+        out.append(der)
+        data = data[len(der) :]
+    return out
 
 
 class Agent:
@@ -212,6 +229,24 @@ class Agent:
             return template, trim_der(bytes(raw))
         return _EK_SOURCES[kind][0][0], None
 
+    def read_ek_chain(self) -> tuple[bytes, ...]:
+        """The EK chain certificates the TPM's maker stored in NV (TCG EK chain range), at most
+        MAX_EK_CHAIN; empty when there are none. A certificate here adds no trust on the server:
+        it only helps build a path to a root the server trusts."""
+        try:
+            _, data = self.ctx.get_capability(TPM2_CAP.HANDLES, EK_CHAIN_FIRST, 256)
+        except TSS2_Exception:
+            return ()
+        handles = [int(h) for h in data.data.handles if EK_CHAIN_FIRST <= int(h) <= EK_CHAIN_LAST]
+        reader = NVReadEK(self.ctx)
+        out: list[bytes] = []
+        for index in handles:
+            try:
+                out += split_ders(bytes(reader(index)))
+            except (NoSuchIndex, TSS2_Exception, TpmError):
+                continue  # unreadable or not DER: the server may still find the path by AIA
+        return tuple(out[:MAX_EK_CHAIN])
+
     def create_ek(self, kind: EkKind = "rsa") -> Ek:
         """Create the EK from its TCG template (honouring vendor template/nonce NV indices)."""
         template_name, cert = self.read_ek_certificate(kind)
@@ -226,7 +261,7 @@ class Agent:
             raise TpmError(f"creating the EK: {exc}") from None
         self._handles.append(handle)
         uwa = bool(public.publicArea.objectAttributes & TPMA_OBJECT.USERWITHAUTH)
-        return Ek(handle, public.marshal(), uwa, template_name, cert)
+        return Ek(handle, public.marshal(), uwa, template_name, cert, self.read_ek_chain())
 
     # -- AK -----------------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
-"""EK trust from the config: ``ek_roots`` (PEM or DER files, folders, the vendor root store) and
-the allow- and denylists (docs/ek-roots.md).
+"""EK trust from the config: ``ek_roots`` (PEM or DER files, folders, the vendor root store, the
+imported roots) and the allow- and denylists (docs/ek-roots.md).
 
 A file that cannot be used (unreadable, not a certificate, not a CA, a store file whose
 fingerprint differs from its manifest) is skipped and reported by name, never fatal: skipping a
 root can only make fewer EKs trusted. The reports are kept on ``EkTrust.skipped`` for the log,
-``/readyz`` and the metrics.
+``/readyz`` and the metrics. Each certificate keeps where it came from (``Roots.provenance``:
+package, imported, config; the service adds fetched intermediates at join time).
 """
 
 from __future__ import annotations
@@ -19,22 +20,34 @@ from typing import Any
 
 from cryptography import x509
 
-from attest import certparse
+from attest import certparse, cloudek
 from attest.certparse import Cert
 from attest.errors import MalformedInput
 from bootstrap.config import Settings
+from bootstrap.service import vendorroots
 
 log = logging.getLogger("nodegate.ekroots")
 
 VENDORS = "vendors"  # the literal ek_roots entry that means "the vendor root store"
-STORE_ENV = "NODEGATE_EK_VENDOR_STORE"
-# The store ships inside the package (package data, like certifi's bundle), built by
-# scripts/refresh-ek-roots.py from public sources; the folder name is not importable on purpose.
-PACKAGED_STORE = Path(__file__).resolve().parent.parent / "data" / "ek-roots"
+IMPORTED = "imported"  # the literal entry for the roots `nodegate ek roots import` added
+STORE_ENV = vendorroots.STORE_ENV
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "nodegate-ek-roots/1"
 MAX_FILE_BYTES = 4 * 1024 * 1024  # a PEM bundle of every vendor CA is under 1 MiB
 CERT_SUFFIXES = frozenset({".pem", ".crt", ".cer", ".der", ".cert"})
+# Where provenance labels come from (``nodegate ek roots``' SOURCE column).
+PACKAGE, IMPORTED_FROM, CONFIG, FETCHED = "package", "imported", "config", "fetched"
+
+
+def imported_store(state_dir: Path) -> Path:
+    """``ek_roots: [imported]``: the folder `nodegate ek roots import` writes (a store with a
+    manifest.json recording each root's source)."""
+    return state_dir / "ek-roots" / "imported"
+
+
+def fetched_cache(state_dir: Path) -> Path:
+    """Intermediates fetched from AIA URLs (bootstrap/service/aia.py); they add no trust."""
+    return state_dir / "ek-roots" / "fetched"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +58,8 @@ class EkTrust:
     denylist: frozenset[str]
     skipped: tuple[tuple[Path, str], ...] = ()  # (file, why) for each certificate file not used
     origins: Mapping[str, Path] = field(default_factory=dict, compare=False)  # sha256 -> file
+    provenance: Mapping[str, str] = field(default_factory=dict, compare=False)  # sha256 -> source
+    cloud: cloudek.CloudBindings = cloudek.NO_BINDINGS  # bindings for cloud vTPM chains (ek_cloud)
 
     def skipped_lines(self) -> list[str]:
         """One line per skipped file, for ``/readyz`` and ``nodegate ek check``."""
@@ -65,6 +80,7 @@ class ManifestEntry:
     quirks: tuple[str, ...] = ()
     licence: str = ""  # of the source the file was taken from (SPDX id where known)
     fetched: str = ""  # the date the source was fetched (YYYY-MM-DD)
+    cloud: str = ""  # a cloud vTPM CA (e.g. "gce"): its EKs need a binding (docs/ek-roots.md)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,6 +94,7 @@ class ManifestEntry:
             "quirks": list(self.quirks),
             "licence": self.licence,
             "fetched": self.fetched,
+            **({"cloud": self.cloud} if self.cloud else {}),
         }
 
     @classmethod
@@ -96,6 +113,7 @@ class ManifestEntry:
                 quirks=tuple(str(q) for q in doc.get("quirks") or ()),
                 licence=str(doc.get("licence") or ""),
                 fetched=str(doc.get("fetched") or ""),
+                cloud=str(doc.get("cloud") or ""),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"entry {doc.get('file')!r}: {exc}") from None
@@ -111,14 +129,14 @@ def _text(doc: dict[str, Any], key: str, *, empty: bool = False) -> str:
     return value
 
 
-def vendor_store() -> Path:
-    """Where ``ek_roots: [vendors]`` points: $NODEGATE_EK_VENDOR_STORE, else the packaged store."""
-    return Path(os.environ.get(STORE_ENV) or PACKAGED_STORE)
+def vendor_store() -> Path | None:
+    """Where ``ek_roots: [vendors]`` reads (docs/ek-roots.md), or None when no copy is installed."""
+    return vendorroots.find_store()
 
 
 def load_ek_trust(settings: Settings) -> EkTrust:
     """The configured EK trust; every skipped file is logged by name (a warning each)."""
-    roots = load_roots(settings.ek_roots)
+    roots = load_roots(settings.ek_roots, state_dir=settings.state_dir)
     for path, why in roots.skipped:
         log.warning("ek_roots: skipped %s", path, extra={"error": why})
     log.info(
@@ -134,7 +152,27 @@ def load_ek_trust(settings: Settings) -> EkTrust:
         frozenset(settings.ek_denylist),
         roots.skipped,
         roots.origins,
+        roots.provenance,
+        cloud_bindings(settings, roots),
     )
+
+
+def cloud_bindings(settings: Settings, roots: Roots) -> cloudek.CloudBindings:
+    """``ek_cloud`` as attest takes it, with the CAs an import marked as cloud vTPM CAs."""
+    marked = {sha: e.cloud for sha, e in roots.listed.items() if e.cloud}
+    gce = settings.ek_cloud.gce
+    return cloudek.CloudBindings(frozenset(gce.projects), frozenset(gce.instances), marked)
+
+
+def unbound_cloud_cas(settings: Settings, roots: Roots) -> list[tuple[Cert, str]]:
+    """Configured cloud vTPM CAs whose provider has no binding: (certificate, provider)."""
+    bindings = cloud_bindings(settings, roots)
+    out = []
+    for cert in (*roots.anchors, *roots.intermediates):
+        provider = bindings.provider_of(cert.sha256)
+        if provider is not None and not bindings.binds(provider):
+            out.append((cert, provider))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,39 +182,105 @@ class Roots:
     skipped: tuple[tuple[Path, str], ...]
     origins: dict[str, Path]  # sha256 -> the first file it was read from
     listed: dict[str, ManifestEntry] = field(default_factory=dict)  # sha256 -> its store manifest entry
+    provenance: dict[str, str] = field(default_factory=dict)  # sha256 -> package | imported | config
+    left_out: tuple[tuple[Path, str], ...] = ()  # package files `vendors` does not use, and why
 
 
-def load_roots(paths: Iterable[Path]) -> Roots:
-    """Certificates from files and folders; ``vendors`` is the vendor root store. A folder with a
-    ``manifest.json`` is a store: only its listed files whose fingerprints match are used."""
-    found: list[tuple[Path, Cert]] = []
-    skipped: list[tuple[Path, str]] = []
-    listed: dict[str, ManifestEntry] = {}
+@dataclass
+class _Found:
+    certs: list[tuple[Path, Cert, str]] = field(default_factory=list)  # (file, cert, provenance)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    listed: dict[str, ManifestEntry] = field(default_factory=dict)
+    left_out: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def load_roots(paths: Iterable[Path], *, state_dir: Path | None = None) -> Roots:
+    """Certificates from files and folders; ``vendors`` is the vendor root store, ``imported`` the
+    roots imported into ``state_dir``. A folder with a ``manifest.json`` is a store: only its listed
+    files whose fingerprints match are used."""
+    got = _Found()
     for entry in paths:
-        path = vendor_store() if entry == Path(VENDORS) else entry
-        if entry == Path(VENDORS) and not (path / MANIFEST).is_file():
-            why = f"no vendor root store here (no {MANIFEST}; is ${STORE_ENV} right?); see docs/ek-roots.md"
-            skipped.append((path, why))
-        elif path.is_dir():
-            _folder(path, found, skipped, listed)
+        if entry == Path(VENDORS):
+            _vendors(got)
+        elif entry == Path(IMPORTED):
+            if state_dir is None:
+                got.skipped.append((entry, "imported roots need the state_dir (--state-dir)"))
+            elif (imported_store(state_dir) / MANIFEST).is_file():
+                _store(imported_store(state_dir), got, IMPORTED_FROM)
+            else:
+                why = "no roots imported yet (nodegate ek roots import); see docs/ek-roots.md"
+                got.skipped.append((imported_store(state_dir), why))
+        elif entry.is_dir():
+            _folder(entry, got)
         else:
-            _file(path, found, skipped)
+            _file(entry, got, CONFIG)
     anchors: list[Cert] = []
     intermediates: list[Cert] = []
     origins: dict[str, Path] = {}
-    for path, cert in found:
+    provenance: dict[str, str] = {}
+    for path, cert, source in got.certs:
         if cert.sha256 in origins:
             continue  # the same certificate from two files
-        problem = _unusable(cert)
+        problem = unusable(cert)
         if problem is not None:
-            skipped.append((path, problem))
+            got.skipped.append((path, problem))
             continue
         origins[cert.sha256] = path
+        provenance[cert.sha256] = source
         (anchors if cert.self_issued else intermediates).append(cert)
-    return Roots(tuple(anchors), tuple(intermediates), tuple(skipped), origins, listed)
+    return Roots(
+        tuple(anchors),
+        tuple(intermediates),
+        tuple(got.skipped),
+        origins,
+        got.listed,
+        provenance,
+        tuple(got.left_out),
+    )
 
 
-def _unusable(cert: Cert) -> str | None:
+def _vendors(got: _Found) -> None:
+    """The package's files, each checked against the committed table (vendorroots.FILES)."""
+    folder = vendor_store()
+    if folder is None:
+        where = ", ".join(str(p) for p in vendorroots.candidates())
+        why = (
+            f"no vendor root store installed (looked in {where}; `make image` puts it in the image, "
+            f"`apt-get install {vendorroots.PACKAGE}` on Debian, or set ${STORE_ENV}); see docs/ek-roots.md"
+        )
+        got.skipped.append((Path(VENDORS), why))
+        return
+    for entry in vendorroots.FILES:
+        path = folder / entry.file
+        if entry.left_out:
+            got.left_out.append((path, entry.left_out))
+            continue
+        try:
+            vendorroots.check_file(folder, entry)
+        except ValueError as exc:
+            got.skipped.append((path, str(exc)))
+            continue
+        before = len(got.certs)
+        _file(path, got, PACKAGE)
+        for _, cert, _ in got.certs[before:]:
+            got.listed.setdefault(cert.sha256, _package_entry(entry, cert))
+    for path in vendorroots.unlisted(folder):
+        got.skipped.append((path, f"not a file of {vendorroots.PACKAGE} {vendorroots.VERSION}: refused"))
+
+
+def _package_entry(entry: vendorroots.VendorFile, cert: Cert) -> ManifestEntry:
+    return ManifestEntry(
+        file=entry.file,
+        vendor=entry.vendor,
+        sha256=cert.sha256,
+        subject=cert.name(),
+        not_after=cert.view.not_valid_after_utc.isoformat(),
+        role="root" if cert.self_issued else "intermediate",
+        source={"package": f"{vendorroots.PACKAGE} {vendorroots.VERSION}", "path": entry.file},
+    )
+
+
+def unusable(cert: Cert) -> str | None:
     try:
         bc = cert.view.extensions.get_extension_for_class(x509.BasicConstraints).value
     except x509.ExtensionNotFound:
@@ -211,18 +315,18 @@ def read_cert_file(path: Path) -> list[Cert | str]:
     return out
 
 
-def _file(path: Path, found: list[tuple[Path, Cert]], skipped: list[tuple[Path, str]]) -> None:
+def _file(path: Path, got: _Found, source: str) -> None:
     try:
         certs = read_cert_file(path)
     except ValueError as exc:
-        skipped.append((path, str(exc)))
+        got.skipped.append((path, str(exc)))
         return
     for i, cert in enumerate(certs, 1):
         if isinstance(cert, Cert):
-            found.append((path, cert))
+            got.certs.append((path, cert, source))
         else:
             where = f"certificate {i} of {len(certs)}: " if len(certs) > 1 else ""
-            skipped.append((path, where + cert))
+            got.skipped.append((path, where + cert))
 
 
 def _visible(folder: Path) -> list[Path]:
@@ -231,25 +335,20 @@ def _visible(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
 
 
-def _folder(
-    folder: Path,
-    found: list[tuple[Path, Cert]],
-    skipped: list[tuple[Path, str]],
-    listed: dict[str, ManifestEntry],
-) -> None:
+def _folder(folder: Path, got: _Found) -> None:
     if (folder / MANIFEST).is_file():
-        _store(folder, found, skipped, listed)
+        _store(folder, got, CONFIG)
         return
     try:
         entries = _visible(folder)
     except OSError as exc:
-        skipped.append((folder, f"cannot list it: {exc.strerror or exc}"))
+        got.skipped.append((folder, f"cannot list it: {exc.strerror or exc}"))
         return
     for p in entries:
         if p.is_dir():
-            skipped.append((p, "a subfolder is not read; list it in ek_roots to use it"))
+            got.skipped.append((p, "a subfolder is not read; list it in ek_roots to use it"))
         else:
-            _file(p, found, skipped)
+            _file(p, got, CONFIG)
 
 
 def read_manifest(folder: Path) -> list[ManifestEntry]:
@@ -266,13 +365,9 @@ def read_manifest(folder: Path) -> list[ManifestEntry]:
     return [ManifestEntry.from_json(e) for e in files]
 
 
-def _store(
-    folder: Path,
-    found: list[tuple[Path, Cert]],
-    skipped: list[tuple[Path, str]],
-    by_sha: dict[str, ManifestEntry],
-) -> None:
+def _store(folder: Path, got: _Found, source: str) -> None:
     """A root store: every listed file must hold the one certificate its fingerprint names."""
+    skipped = got.skipped
     try:
         entries = read_manifest(folder)
     except (TypeError, ValueError) as exc:
@@ -298,8 +393,8 @@ def _store(
         elif good[0].sha256 != entry.sha256:
             skipped.append((path, f"fingerprint {good[0].sha256} does not match {MANIFEST} ({entry.sha256})"))
         else:
-            found.append((path, good[0]))
-            by_sha.setdefault(entry.sha256, entry)
+            got.certs.append((path, good[0], source))
+            got.listed.setdefault(entry.sha256, entry)
     for path in sorted(_store_files(base)):
         if path.resolve() not in listed:
             skipped.append((path, f"not listed in {MANIFEST}"))

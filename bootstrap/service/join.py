@@ -46,7 +46,8 @@ from bootstrap.protocol import (
     StartRequest,
     StartResponse,
 )
-from bootstrap.service import evidence, kubelet
+from bootstrap.service import ekroots, ekverify, evidence, kubelet
+from bootstrap.service.aia import AiaFetcher
 from bootstrap.service.ekroots import EkTrust
 from bootstrap.service.ekroots import load_ek_trust as load_ek_trust  # noqa: PLC0414  (moved there; re-exported)
 from bootstrap.service.evidence import Evidence
@@ -79,12 +80,16 @@ class JoinService:
         kube: Kube | None = None,
         on_refusal: Refusal | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        aia: AiaFetcher | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.sealer = sealer
         self._authorities = authorities
         self._ek = ek_trust
+        if aia is None and settings.ek_aia.enabled:
+            aia = AiaFetcher(settings.ek_aia, ekroots.fetched_cache(settings.state_dir))
+        self._aia = aia
         self.kube = kube
         self._on_refusal = on_refusal
         self._now = now
@@ -103,13 +108,12 @@ class JoinService:
     async def start(self, req: StartRequest) -> StartResponse:
         if not is_node_name(req.node_name):
             raise MalformedInput(f"node_name {req.node_name[:64]!r} is not a Kubernetes node name")
-        ek = tpm.verify_ek(
+        ek = await ekverify.verify_ek(
+            self._ek,
             req.ek_public,
             req.ek_certificate,
-            roots=self._ek.roots,
-            intermediates=self._ek.intermediates,
-            allowlist=self._ek.allowlist,
-            denylist=self._ek.denylist,
+            sent=req.ek_chain,
+            fetcher=self._aia,
             now=self._now(),
         )
         ak = tpm.verify_ak(req.ak_public)

@@ -124,15 +124,19 @@ def check_tls_files(settings: Settings) -> None:
 
 def check_ek_roots(settings: Settings) -> None:
     """A path that does not exist, or a folder or root store that yields nothing, is a mistake in
-    the config; a single unusable file inside a folder stays a warning (``/readyz``)."""
+    the config; a single unusable file inside a folder stays a warning (``/readyz``). A cloud vTPM
+    CA without a binding under ``enrollment: tofu`` is refused (docs/ek-roots.md, "Cloud vTPMs")."""
+    _check_cloud_cas(settings)
     for entry in settings.ek_roots:
-        vendors = entry == Path(ekroots.VENDORS)
-        path = ekroots.vendor_store() if vendors else entry
-        if vendors and not (path / ekroots.MANIFEST).is_file():
-            raise StartupError(
-                f"ek_roots: vendors: the vendor root store is not installed at {path} (no "
-                f"{ekroots.MANIFEST}; ${ekroots.STORE_ENV} moves it); see docs/ek-roots.md"
-            )
+        if entry in (Path(ekroots.VENDORS), Path(ekroots.IMPORTED)):
+            roots = ekroots.load_roots([entry], state_dir=settings.state_dir)
+            if not roots.anchors:
+                why = roots.skipped[0][1] if roots.skipped else "no usable root"
+                if entry == Path(ekroots.VENDORS):
+                    raise StartupError(f"ek_roots: vendors: yields no trust anchor: {why}")
+                raise StartupError(f"ek_roots: imported: yields no trust anchor: {why}")
+            continue
+        path = entry
         if not path.exists():
             raise StartupError(f"ek_roots: {path} does not exist")
         if not path.is_dir():
@@ -146,6 +150,28 @@ def check_ek_roots(settings: Settings) -> None:
                 f"ek_roots: the {what} {path} yields no trust anchor; {len(roots.skipped)} files "
                 f"skipped{first}"
             )
+
+
+def _check_cloud_cas(settings: Settings) -> None:
+    """TOFU binds a node name to whichever EK comes first; with a cloud vTPM CA trusted and no
+    binding, "whichever" is any VM of that cloud. Such chains are refused at join anyway (attest
+    cloudek); refusing the config says so at start instead of on every join."""
+    if settings.enrollment != "tofu":
+        return
+    roots = ekroots.load_roots(settings.ek_roots, state_dir=settings.state_dir)
+    unbound = ekroots.unbound_cloud_cas(settings, roots)
+    if unbound:
+        cert, provider = unbound[0]
+        fix = (
+            "set ek_cloud.gce.projects (or instances) to your own"
+            if provider == "gce"
+            else "remove it from ek_roots and allowlist those EKs (no per-VM binding exists for it)"
+        )
+        raise StartupError(
+            f"ek_roots: {cert.name()} ({roots.origins.get(cert.sha256)}) is a {provider} "
+            "cloud vTPM CA, which certifies every VM of that cloud; "
+            f"with enrollment: tofu and no binding any such VM could join: {fix} (docs/ek-roots.md)"
+        )
 
 
 def check_listen(listen: str, *, key: str = "listen") -> None:

@@ -14,6 +14,9 @@ with no base image from a container registry.
      .pyc files, which embed no timestamps and are never rewritten on the read-only root; and
      nodegate's wheel at /opt/nodegate/wheels/ for nodes (docs/node-join.md). `--wheel-only`
      builds just that wheel into build/wheel (`make wheel`).
+     /usr/share/nodegate/ek-roots: the TPM makers' EK root CAs of Debian's ruby-tpm-key-attestation
+     (`ek_roots: [vendors]`), taken from the .deb (apt-get download, dpkg-deb -x; no Ruby in the
+     image), each file checked against bootstrap/service/vendorroots.py, and its copyright file.
   4. an SPDX SBOM of the Debian and Python packages, inside the image at SBOM_PATH and beside it.
   5. oci.py packs the folder (sorted entries, times clamped to SOURCE_DATE_EPOCH, gzip without a
      time) into build/image/oci and build/image/nodegate-<version>.tar.
@@ -248,6 +251,41 @@ def install_nodegate(rootfs: Path, wheels: Path, wheel: Path) -> None:
     )
 
 
+def vendor_roots(rootfs: Path, epoch: str) -> list[str]:
+    """The vendor EK root store: the package's certificate folder, checked file by file against the
+    committed table (names and SHA-256), into IMAGE_STORE. Returns the files copied."""
+    sys.path.insert(0, str(REPO))
+    from bootstrap.service import vendorroots  # noqa: PLC0415  (the checkout's table)
+
+    with tempfile.TemporaryDirectory(prefix="nodegate-ek-roots-") as tmp:
+        run(
+            "apt-get", "download", "-q", f"{vendorroots.PACKAGE}={vendorroots.VERSION}",
+            cwd=tmp, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        (deb,) = Path(tmp).glob("*.deb")
+        run("dpkg-deb", "-x", deb, Path(tmp) / "x")
+        source = Path(tmp) / "x" / vendorroots.PACKAGE_DIR
+        target = rootfs / str(vendorroots.IMAGE_STORE).lstrip("/")
+        target.mkdir(parents=True)
+        copied = []
+        for entry in vendorroots.FILES:
+            data = vendorroots.check_file(source, entry)  # a file that differs stops the build
+            dst = target / entry.file
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(data)
+            copied.append(entry.file)
+        extra = vendorroots.unlisted(source)
+        if extra:
+            raise SystemExit(f"image: {vendorroots.PACKAGE} has files the table does not list: {extra}")
+        doc = rootfs / "usr/share/doc" / vendorroots.PACKAGE
+        doc.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Path(tmp) / "x/usr/share/doc" / vendorroots.PACKAGE / "copyright", doc / "copyright")
+    for path in [target, *target.rglob("*"), doc, doc / "copyright"]:
+        os.utime(path, (int(epoch), int(epoch)), follow_symlinks=False)
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return copied
+
+
 def scrub(rootfs: Path) -> None:
     for pattern in LEFTOVERS:
         for path in rootfs.glob(pattern):
@@ -271,11 +309,21 @@ def build(out: Path, python: str) -> dict[str, object]:
     debian_rootfs(rootfs, epoch)
     log("installing nodegate into " + VENV)
     install_nodegate(rootfs, wheels, wheel)
+    log("vendor EK roots: Debian's ruby-tpm-key-attestation, checked against the committed table")
+    vendor_roots(rootfs, epoch)
+    from bootstrap.service import vendorroots  # noqa: PLC0415  (vendor_roots put the checkout on sys.path)
+
+    ek_deb = {
+        "name": vendorroots.PACKAGE,
+        "version": vendorroots.VERSION,
+        "arch": "all",
+        "source": vendorroots.PACKAGE,
+    }
     scrub(rootfs)
     name = f"{IMAGE_NAME}:{info['version']}"
     created = oci._rfc3339(int(epoch))
     site = next(rootfs.glob("opt/nodegate/lib/python3*/site-packages"))
-    doc = sbom.dump(sbom.spdx(rootfs, site, name, created))
+    doc = sbom.dump(sbom.spdx(rootfs, site, name, created, [ek_deb]))
     (rootfs / SBOM_PATH).parent.mkdir(parents=True, exist_ok=True)
     (rootfs / SBOM_PATH).write_bytes(doc)
     (out / "sbom.spdx.json").write_bytes(doc)
@@ -300,6 +348,7 @@ def build(out: Path, python: str) -> dict[str, object]:
         history=[
             f"mmdebstrap --variant=essential {SUITE} --include={','.join(DEBS)}",
             f"python3 -m venv {VENV}; pip install nodegate=={info['version']} (scripts/image/requirements.txt)",  # noqa: E501
+            "ruby-tpm-key-attestation's EK root CAs (dpkg-deb -x) -> /usr/share/nodegate/ek-roots",
         ],
     )
     shutil.rmtree(out / "oci", ignore_errors=True)

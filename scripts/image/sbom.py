@@ -8,6 +8,7 @@ import email.parser
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -49,8 +50,16 @@ def python_packages(site_packages: Path) -> list[dict[str, str]]:
     return sorted(out, key=lambda p: p["name"].lower())
 
 
-def spdx(rootfs: Path, site_packages: Path, image_name: str, created: str) -> dict[str, Any]:
-    debs = dpkg_packages(rootfs)
+def spdx(
+    rootfs: Path,
+    site_packages: Path,
+    image_name: str,
+    created: str,
+    extra_debs: Sequence[dict[str, str]] = (),
+) -> dict[str, Any]:
+    """``extra_debs``: Debian packages whose files the image carries without dpkg installing them
+    (the vendor EK roots of ruby-tpm-key-attestation)."""
+    debs = sorted([*dpkg_packages(rootfs), *extra_debs], key=lambda p: p["name"])
     pys = python_packages(site_packages)
     packages: list[dict[str, Any]] = []
     for d in debs:

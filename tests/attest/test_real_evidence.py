@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
-from attest import certparse, ekcert, eventlog, tpm, wire
+from attest import certparse, cloudek, ekcert, eventlog, tpm, wire
 from attest.errors import (
     AkInvalid,
     EkMismatch,
@@ -24,16 +23,23 @@ from attest.errors import (
 from attest.keys import public_key, spki_der
 from bootstrap.service import ekroots
 from tests.support import realtpm
+from tests.support.shared_data import shared
 
 NONCE_9009 = b"\x90\x09"  # go-tpm-tools' server/verify_test.go asks for this nonce
 
 
+# The GCE project the real Google EK certificates name (their instance identity extension): the
+# binding a genuine GCE VM of that project joins with (docs/ek-roots.md, "Cloud vTPMs").
+GCE_PROJECT = cloudek.CloudBindings(gce_projects=frozenset({"google.com:wuale-gcp-testing"}))
+
+
 @pytest.fixture(scope="module")
 def store() -> ekroots.Roots:
-    """The packaged store, exactly as ``ek_roots: [vendors]`` loads it with nothing configured."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv(ekroots.STORE_ENV, raising=False)
-        roots = ekroots.load_roots([Path(ekroots.VENDORS)])
+    """The public collection of 198 vendor and cloud CAs (shared data, a store with its manifest),
+    as an ``ek_roots`` folder entry loads it."""
+    folder = shared("ek-roots")
+    folder.verify_all()
+    roots = ekroots.load_roots([folder.path])
     assert roots.skipped == ()
     return roots
 
@@ -92,6 +98,7 @@ def test_real_ek_certificates_verify_against_the_shipped_store(name: str, store:
         roots=store.anchors,
         intermediates=store.intermediates,
         now=realtpm.valid_at(cert),
+        cloud=GCE_PROJECT,  # binds the Google ones; the TPM makers' chains need none
     )
     root, quirks, path = EXPECTED[name]
     assert ident.trusted_by.startswith("chain:" + root)

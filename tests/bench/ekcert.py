@@ -6,9 +6,9 @@ two-level chain, a Nuvoton-style unsorted-RDN root and leaf, a STMicro-style pad
 leading-zero-serial intermediate, an Intel OnDie-style NULL-parameter chain, a Google-style leaf
 without EKU); with ``--certs DIR``, every certificate under DIR (recursively: *.pem, *.der, *.crt,
 *.cer): CA certificates are the trust store, the others are the EK certificates judged (e.g. a
-corpus of public vendor roots and EK certificates, docs/ek-roots.md); with ``--real``, the vendor
-root store nodegate ships (every CA in it) and the real EK and AK certificates of
-tests/fixtures/tpm/ (Google Cloud, STMicro; the AK certificates must be refused).
+corpus of public vendor roots and EK certificates, docs/ek-roots.md); with ``--real``, the public
+collection of vendor CAs and the real EK and AK certificates of the shared test data (``ek-roots/``
+and ``tpm/``; Google Cloud, STMicro, ...; the AK certificates must be refused).
 
 Cases, per EK certificate:
   ours          ``certparse.read_certificate`` + ``ekcert.verify_chain`` against the store loaded
@@ -54,6 +54,7 @@ from bootstrap.service import ekroots
 from tests.attest import ekbuild as b
 from tests.bench import common
 from tests.support import realtpm
+from tests.support.shared_data import shared
 
 ROUNDS = 9
 BATCH = {"ours": 20, "ours+ek": 20, "keylime": 1, "keylime-1": 10}
@@ -130,8 +131,9 @@ def _synthetic() -> tuple[list[Cert], list[Leaf]]:
 
 
 def _real() -> tuple[list[Cert], list[Leaf]]:
-    """The shipped vendor store, and the real EK and AK certificates with their EKs' public areas."""
-    roots = ekroots.load_roots([ekroots.PACKAGED_STORE])
+    """The public collection of vendor CAs (shared data ek-roots/, 198 CAs: the store nodegate
+    once shipped), and the real EK and AK certificates with their EKs' public areas."""
+    roots = ekroots.load_roots([shared("ek-roots").path])
     leaves = []
     for name in realtpm.named("ek-certificate") + realtpm.named("ak-certificate"):
         der = realtpm.certificate_bytes(name)

@@ -1,4 +1,4 @@
-"""``nodegate ek check --roots vendors`` on Intel's real PTT EK certificates: the
+"""``nodegate ek check --roots <the public CA collection>`` on Intel's real PTT EK certificates: the
 ``encoded-default`` quirk is shown, the SPTH one is trusted, the GLK one is untrusted (its
 intermediate is not public), neither is malformed."""
 
@@ -14,6 +14,7 @@ import pytest
 from bootstrap import cli
 from bootstrap.service import ekroots
 from tests.support import realtpm
+from tests.support.shared_data import shared
 
 
 def _der(name: str, tmp_path: Path) -> Path:
@@ -27,7 +28,7 @@ def _check(
     args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, str]:
     monkeypatch.delenv(ekroots.STORE_ENV, raising=False)
-    code = cli.main(["ek", "check", "--roots", "vendors", *args])
+    code = cli.main(["ek", "check", "--roots", str(shared("ek-roots").path), *args])
     return code, capsys.readouterr().out
 
 

@@ -11,8 +11,8 @@ import pytest
 from bootstrap import cli
 from bootstrap.service import ekroots
 from tests.service.test_ekroots import NUVOTON_ROOT, VENDOR_INTER, VENDOR_ROOT, _write, pem
-
-GOOGLE_ROOT = "CN=EK/AK CA Root,OU=Google Cloud,O=Google LLC"
+from tests.support.ekvendors import vendor_folder
+from tests.support.shared_data import shared
 
 
 def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -21,31 +21,39 @@ def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
     return code, captured.out, captured.err
 
 
-@pytest.fixture(autouse=True)
-def _packaged(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ekroots.STORE_ENV, raising=False)
+@pytest.fixture
+def vendors(monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = vendor_folder()
+    monkeypatch.setenv(ekroots.STORE_ENV, str(folder))
+    return folder
 
 
-def test_lists_the_shipped_store_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+def test_lists_the_package_roots_by_default(vendors: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run([], capsys)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0] == f"ek_roots     {ekroots.PACKAGED_STORE} (vendors)"
-    google = next(line for line in lines if GOOGLE_ROOT in line)
-    assert google.split()[:3] == ["google", "root", "2122-07-08"]
-    assert "google/go-tpm-tools@" in google
-    assert "server/ca-certs/gcp_ek_ak_ca_root.crt" in google
+    assert lines[0] == f"ek_roots     {vendors} (vendors)"
     infineon = [line for line in lines if line.startswith("infineon ")]
-    assert len(infineon) >= 100
-    assert any("https://pki.infineon.com/" in line for line in infineon)
+    assert len(infineon) == 4
+    optiga = next(line for line in infineon if "Infineon OPTIGA(TM) RSA Root CA" in line)
+    assert optiga.split()[:5] == ["infineon", "root", "2043-07-25", "899e35474c9807eb", "package"]
+    assert optiga.endswith(
+        "<-  ruby-tpm-key-attestation 0.11.0-1:Infineon/RootCA/Infineon OPTIGA(TM) RSA Root CA.crt"
+    )
+    assert any(
+        line.startswith("left out ") and "Microsoft TPM Root Certificate Authority 2014" in line
+        for line in lines
+    )
     summary = lines[-1]
-    assert "0 files skipped" in summary
-    for vendor in ("infineon", "stmicro", "nuvoton", "intel", "amd", "google"):
+    assert "24 certificates: 21 anchors, 3 intermediates, 0 files skipped" in summary
+    for vendor in ("infineon", "stmicro", "nuvoton", "intel", "amd", "atmel", "nationz"):
         assert f" {vendor} " in summary
+    assert "google" not in out
 
 
 def test_warns_about_cas_that_expire_within_a_year_or_have(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run(["--at", "2026-01-01T00:00:00Z"], capsys)
+    collection = str(shared("ek-roots").path)
+    code, _, err = _run(["--roots", collection, "--at", "2026-01-01T00:00:00Z"], capsys)
     assert code == 0
     warnings = err.splitlines()
     assert any(
@@ -57,7 +65,7 @@ def test_warns_about_cas_that_expire_within_a_year_or_have(capsys: pytest.Captur
         for w in warnings
     )
     assert not any("2027-04-13" in w for w in warnings)  # more than a year after --at
-    _, _, wider = _run(["--at", "2026-01-01T00:00:00Z", "--expiring", "500"], capsys)
+    _, _, wider = _run(["--roots", collection, "--at", "2026-01-01T00:00:00Z", "--expiring", "500"], capsys)
     assert any("expires 2027-04-13" in w for w in wider.splitlines())
 
 
@@ -89,6 +97,6 @@ def test_no_anchor_left_is_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "no trust anchor" in err
 
 
-def test_a_bad_time_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_time_is_a_usage_error(vendors: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(["--at", "tomorrow"], capsys)[0] == 2
     assert _run(["--at", "2030-01-01T00:00:00"], capsys)[0] == 2

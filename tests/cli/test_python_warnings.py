@@ -14,6 +14,7 @@ from attest import certparse
 from bootstrap import cli, logs
 from bootstrap.service import ekroots
 from tests.support import realtpm
+from tests.support.shared_data import shared
 
 
 @pytest.fixture
@@ -50,17 +51,19 @@ def test_real_certificates_with_long_names_load_silently() -> None:
         for name in names:
             cert = certparse.read_certificate(realtpm.certificate_bytes(name))
             cert.name(), cert.view.issuer.rfc4514_string()
-        roots = ekroots.load_roots([ekroots.PACKAGED_STORE])
+        roots = ekroots.load_roots([shared("ek-roots").path])
         for c in (*roots.anchors, *roots.intermediates):
             c.name(), c.view.issuer.rfc4514_string()
-    assert len(roots.anchors) + len(roots.intermediates) == len(ekroots.read_manifest(ekroots.PACKAGED_STORE))
+    assert len(roots.anchors) + len(roots.intermediates) == len(
+        ekroots.read_manifest(shared("ek-roots").path)
+    )
 
 
 @pytest.mark.usefixtures("restore")
 def test_cli_output_has_no_python_warning(capsys: pytest.CaptureFixture[str]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        assert cli.main(["ek", "roots", "--roots", str(ekroots.PACKAGED_STORE)]) == 0
+        assert cli.main(["ek", "roots", "--roots", str(shared("ek-roots").path)]) == 0
     err = capsys.readouterr().err
     assert "Warning:" not in err
     assert all(line.startswith("warning: ") for line in err.splitlines())

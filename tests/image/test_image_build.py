@@ -108,6 +108,9 @@ def test_file_system_layout_matches_the_dockerfile(built_image: Built) -> None:
     missing = set(intent["debs"]) - installed  # type: ignore[arg-type]
     assert not missing, f"the Dockerfile installs {sorted(missing)}, make image does not"
     assert (root / "usr/bin/python3").exists()
+    # the vendor EK roots from ruby-tpm-key-attestation's .deb, in both builds (test_image_ekroots.py)
+    assert "/usr/share/nodegate" in intent["copies"]  # type: ignore[operator]
+    assert (root / "usr/share/nodegate/ek-roots/Nuvoton/RootCA/Nuvoton TPM Root CA 2111.cer").is_file()
 
 
 def test_no_package_manager_caches_logs_or_timestamped_bytecode(built_image: Built) -> None:
@@ -134,7 +137,11 @@ def test_sbom_lists_the_debian_and_python_packages_inside(built_image: Built) ->
     assert any(p.startswith("pkg:deb/debian/libc6@") for p in purls)
     assert any(p.startswith("pkg:pypi/tpm2-pytss@3.") for p in purls)
     status = (built_image.rootfs / "var/lib/dpkg/status").read_text()
-    assert sum(1 for p in purls if p.startswith("pkg:deb/")) == status.count("Status: install ok installed")
+    # every dpkg-installed package, and ruby-tpm-key-attestation, whose EK roots the image carries
+    # unpacked (not installed: no Ruby)
+    debs = sum(1 for p in purls if p.startswith("pkg:deb/"))
+    assert debs == status.count("Status: install ok installed") + 1
+    assert any(p.startswith("pkg:deb/debian/ruby-tpm-key-attestation@0.11.0-1") for p in purls)
     # ... and the same document as an OCI artifact that refers to the image.
     index = json.loads((built_image.layout / "index.json").read_bytes())
     (artifact,) = [m for m in index["manifests"] if m.get("artifactType") == "application/spdx+json"]

@@ -30,6 +30,7 @@ from bootstrap.node import ekfetch
 from bootstrap.service import ekroots
 from tests.attest import ekbuild as b
 from tests.support import realtpm
+from tests.support.shared_data import shared
 
 RSA_ANSWER = "ftpm/intel-ptt-ek-rsa-answer.json"
 GLK_ANSWER = "ftpm/intel-ptt-ek-ecc-glk-answer.json"
@@ -47,10 +48,9 @@ def _certificate(name: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def store() -> ekroots.Roots:
-    """The packaged store, exactly as ``ek_roots: [vendors]`` loads it with nothing configured."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv(ekroots.STORE_ENV, raising=False)
-        roots = ekroots.load_roots([Path(ekroots.VENDORS)])
+    """The public collection of vendor CAs (shared data), as an ``ek_roots`` folder loads it: it
+    holds Intel's SPTH intermediate, which ``vendors`` gets from the AIA URL instead."""
+    roots = ekroots.load_roots([shared("ek-roots").path])
     assert roots.skipped == ()
     return roots
 

@@ -1,24 +1,21 @@
 """ek_roots: PEM and DER files and folders, unusable files skipped by name (never fatal, never
-wider trust), the vendor root store with its verified manifest, and scripts/refresh-ek-roots.py."""
+wider trust), root stores with their verified manifest (the vendor store from Debian's package is
+tests/service/test_packaged_store.py and test_ek_aia.py)."""
 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 import logging
 import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import NameOID
 
-from attest import tpm
+from attest import certparse, tpm
 from attest.errors import EkUntrusted
 from bootstrap.config import load_settings, settings_from_obj
 from bootstrap.service import ekroots
@@ -113,134 +110,58 @@ def test_skipping_a_root_never_widens_trust(tmp_path: Path) -> None:
 # -- the vendor root store --------------------------------------------------------------------------
 
 
-def _script() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "scripts" / "refresh-ek-roots.py"
-    spec = importlib.util.spec_from_file_location("refresh_ek_roots", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["refresh_ek_roots"] = module
-    spec.loader.exec_module(module)
-    return module
+def write_store(store: Path, certs: dict[str, bytes]) -> Path:
+    """A root store as an operator pins one (or `nodegate ek roots import` writes it): one PEM file
+    per certificate and a manifest.json with each file's SHA-256."""
+    files = []
+    for name, der in certs.items():
+        cert = certparse.read_certificate(der, trailing=certparse.FILE_WHITESPACE)
+        _write(store / name, pem(der))
+        files.append(
+            ekroots.ManifestEntry(
+                file=name,
+                vendor=name.split("/")[0],
+                sha256=b.sha256(der),
+                subject=cert.name(),
+                not_after=cert.view.not_valid_after_utc.isoformat(),
+                role="root" if cert.self_issued else "intermediate",
+                source={"path": name},
+            ).to_json()
+        )
+    doc = {"format": ekroots.MANIFEST_FORMAT, "files": files}
+    _write(store / MANIFEST, json.dumps(doc).encode())
+    return store
 
 
-REFRESH = _script()
-
-
-def _git_source(folder: Path) -> str:
-    """A git checkout holding vendor CAs (and a leaf and a README that must be left out)."""
-    _write(folder / "tpm_cert_store" / "NUVO_2111.pem", pem(NUVOTON_ROOT.der))
-    _write(folder / "tpm_cert_store" / "ifx_root.der", VENDOR_ROOT.der)
-    _write(folder / "intel" / "OnDie_CA_RootCA.cer", INTEL_ROOT.der)
-    _write(folder / "bundle.pem", pem(VENDOR_INTER.der) + pem(EK_CERT))
-    _write(folder / "README.md", b"not read\n")
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(folder), *args], capture_output=True, text=True, check=True
-        ).stdout
-
-    git("init", "-q")
-    git("remote", "add", "origin", "https://github.com/example/tpm-roots.git")
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "roots")
-    return git("rev-parse", "HEAD").strip()
-
-
-def test_refresh_builds_a_store_with_provenance_and_nodegate_loads_it(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    commit = _git_source(tmp_path / "src")
-    store = tmp_path / "store"
-    assert REFRESH.main(["--store", str(store), str(tmp_path / "src")]) == 0
-    report = capsys.readouterr().out
-    assert "4 CA certificates (4 added, 0 removed, 0 kept)" in report
-    assert "per vendor: infineon 2, intel 1, nuvoton 1" in report
-    assert "bundle.pem#2: not a CA certificate" in report
-    doc = json.loads((store / MANIFEST).read_text())
-    assert doc["format"] == ekroots.MANIFEST_FORMAT
-    rows = {row["source"]["path"]: row for row in doc["files"]}
-    nuvoton = rows["tpm_cert_store/NUVO_2111.pem"]
-    assert nuvoton["source"] == {
-        "repo": "example/tpm-roots",
-        "commit": commit,
-        "path": "tpm_cert_store/NUVO_2111.pem",
-    }
-    assert (nuvoton["vendor"], nuvoton["role"], nuvoton["quirks"]) == ("nuvoton", "root", ["unsorted-set"])
-    assert nuvoton["sha256"] == b.sha256(NUVOTON_ROOT.der)
-    assert nuvoton["not_after"] == NUVOTON_ROOT.cert.not_valid_after_utc.isoformat()
-    assert rows["bundle.pem#1"]["role"] == "intermediate"
-    monkeypatch.setenv(ekroots.STORE_ENV, str(store))
-    config = _write(tmp_path / "conf" / "nodegate.yaml", b"ek_roots: [vendors]\n")
-    settings = load_settings(config)
-    assert settings.ek_roots == (Path("vendors"),)
-    trust = load_ek_trust(settings)
+def test_a_store_with_a_manifest_loads_as_an_ek_roots_folder(tmp_path: Path) -> None:
+    store = write_store(
+        tmp_path / "store",
+        {
+            "nuvoton/root.pem": NUVOTON_ROOT.der,
+            "intel/root.pem": INTEL_ROOT.der,
+            "infineon/root.pem": VENDOR_ROOT.der,
+            "infineon/inter.pem": VENDOR_INTER.der,
+        },
+    )
+    config = _write(tmp_path / "conf" / "nodegate.yaml", f"ek_roots: [{store}]\n".encode())
+    trust = load_ek_trust(load_settings(config))
     assert trust.skipped == ()
     assert len(trust.roots) == 3
     assert {c.der for c in trust.roots} >= {NUVOTON_ROOT.der, INTEL_ROOT.der}
+    assert set(trust.provenance.values()) == {ekroots.CONFIG}
     ident = tpm.verify_ek(EK_PUBLIC, EK_CERT, roots=trust.roots, intermediates=trust.intermediates)
     assert ident.trusted_by == "chain:O=Infineon Technologies AG"
 
 
-def test_refresh_reports_what_changed_and_expires(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    src = tmp_path / "src"
-    _write(src / "a.pem", pem(VENDOR_ROOT.der))
-    _write(src / "b.pem", pem(INTEL_ROOT.der))
-    store = tmp_path / "store"
-    assert REFRESH.main(["--store", str(store), str(src)]) == 0
-    capsys.readouterr()
-    (src / "b.pem").unlink()
-    soon = b.make_ca(b.cn("Nationz TPM CA"), parent=VENDOR_ROOT)
-    short = (
-        b.ca_builder(b.cn("STM TPM EK Intermediate CA 06"), VENDOR_ROOT.name, soon.key.public_key(), days=10)
-        .sign(VENDOR_ROOT.key, hashes.SHA384())
-        .public_bytes(serialization.Encoding.DER)
-    )
-    _write(src / "c.der", short)
-    assert REFRESH.main(["--store", str(store), "--dry-run", str(src)]) == 0
-    dry = capsys.readouterr().out
-    assert "2 CA certificates (1 added, 1 removed, 1 kept)" in dry
-    assert "added   stmicro    intermediate CN=STM TPM EK Intermediate CA 06" in dry
-    assert "removed intel      root         CN=OnDie CA Root Cert Signing" in dry
-    assert "expires" in dry
-    assert "STM TPM EK Intermediate CA 06" in dry.split("expires", 1)[1]
-    assert len(json.loads((store / MANIFEST).read_text())["files"]) == 2  # a dry run writes nothing
-    assert REFRESH.main(["--store", str(store), str(src)]) == 0
-    files = sorted(p.name for p in store.rglob("*.pem"))
-    assert len(files) == 2
-    assert not any("OnDie" in f for f in files)
-    assert REFRESH.main(["--store", str(store), str(tmp_path / "missing")]) == 2
-    empty = _write(tmp_path / "empty" / "x.txt", b"")
-    assert REFRESH.main(["--store", str(store), str(empty.parent)]) == 1
-
-
-def test_refresh_takes_provenance_from_a_recorded_manifest(tmp_path: Path) -> None:
-    """Collections that record each file's source (repo, commit, path) in a manifest.json."""
-    src = tmp_path / "collection"
-    _write(src / "nuvoton" / "NUVO_2111.pem", pem(NUVOTON_ROOT.der))
-    recorded = {
-        "repo": "keylime/keylime",
-        "commit": "9b1f6e6a917f86c792bac680ea7d36312d5914a5",
-        "path": "tpm_cert_store/NUVO_2111.pem",
-    }
-    _write(
-        src / "manifest.json",
-        json.dumps(
-            {"entries": [{"file": "nuvoton/NUVO_2111.pem", "vendor": "nuvoton", "source": recorded}]}
-        ).encode(),
-    )
-    entries, _, _ = REFRESH.collect([src])
-    assert [dict(e.source) for e in entries] == [recorded]
-
-
 def _store(tmp_path: Path) -> Path:
-    src = tmp_path / "src"
-    _write(src / "root.pem", pem(VENDOR_ROOT.der))
-    _write(src / "inter.pem", pem(VENDOR_INTER.der))
-    _write(src / "nuvoton.pem", pem(NUVOTON_ROOT.der))
-    store = tmp_path / "store"
-    assert REFRESH.main(["--store", str(store), str(src)]) == 0
-    return store
+    return write_store(
+        tmp_path / "store",
+        {
+            "infineon/root.pem": VENDOR_ROOT.der,
+            "infineon/inter.pem": VENDOR_INTER.der,
+            "nuvoton/root.pem": NUVOTON_ROOT.der,
+        },
+    )
 
 
 def _entry(store: Path, subject_part: str) -> Path:
@@ -287,10 +208,10 @@ def test_vendors_without_an_installed_store_is_skipped(
     monkeypatch.setenv(ekroots.STORE_ENV, str(tmp_path / "not-installed"))
     roots = load_roots([Path("vendors")])
     assert roots.anchors == ()
-    assert roots.skipped == ((tmp_path / "not-installed", roots.skipped[0][1]),)
+    assert roots.skipped == ((Path("vendors"), roots.skipped[0][1]),)
+    assert str(tmp_path / "not-installed") in roots.skipped[0][1]
     assert "docs/ek-roots.md" in roots.skipped[0][1]
-    monkeypatch.delenv(ekroots.STORE_ENV)
-    assert ekroots.vendor_store() == ekroots.PACKAGED_STORE
+    assert ekroots.vendor_store() is None
 
 
 def test_a_pinned_copy_of_the_store_is_verified_the_same_way(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from bootstrap.config import load_settings
 from bootstrap.service import ekroots, preflight
 from bootstrap.service.serve import start
 from tests.support.service import EkCa, settings_for
+from tests.support.shared_data import shared
 
 Setup = Callable[[Path, dict[str, Any]], str]  # edits the config doc; returns the text to expect
 
@@ -92,7 +93,13 @@ def empty_ek_store(tmp: Path, doc: dict[str, Any]) -> str:
 
 def vendors_not_installed(tmp: Path, doc: dict[str, Any]) -> str:
     doc["ek_roots"] = ["vendors"]
-    return "ek_roots: vendors: the vendor root store is not installed at"
+    return "ek_roots: vendors: yields no trust anchor: no vendor root store installed (looked in"
+
+
+def unbound_cloud_ca(tmp: Path, doc: dict[str, Any]) -> str:
+    folder = shared("ek-roots")
+    doc["ek_roots"] = [str(folder.file(n)) for n in folder.names("google/EK-AK-CA-*")]
+    return "is a gce cloud vTPM CA, which certifies every VM of that cloud"
 
 
 def tls_cert_missing(tmp: Path, doc: dict[str, Any]) -> str:
@@ -187,6 +194,7 @@ MISTAKES: dict[str, Setup] = {
     "an ek_roots folder with no certificate": empty_ek_folder,
     "a root store with no anchor": empty_ek_store,
     "the vendor store not installed": vendors_not_installed,
+    "a GCE vTPM CA with tofu and no binding": unbound_cloud_ca,
     "a missing TLS certificate": tls_cert_missing,
     "a missing TLS key": tls_key_missing,
     "a TLS certificate without its key": tls_half,
