@@ -28,11 +28,11 @@ RUN /opt/nodegate/bin/pip wheel --no-cache-dir --no-deps -w /opt/nodegate/wheels
  && /opt/nodegate/bin/pip check
 # The vendor EK roots (`ek_roots: [vendors]`): the certificate folder of Debian's
 # ruby-tpm-key-attestation, unpacked from its .deb (no Ruby) and checked file by file against
-# bootstrap/service/vendorroots.py, as scripts/image/build.py does for `make image`.
+# bootstrap/service/join/vendorroots.py, as scripts/image/build.py does for `make image`.
 RUN apt-get update -qq && cd /tmp \
- && apt-get download -q "ruby-tpm-key-attestation=$(/opt/nodegate/bin/python -c 'from bootstrap.service import vendorroots as v; print(v.VERSION)')" \
+ && apt-get download -q "ruby-tpm-key-attestation=$(/opt/nodegate/bin/python -c 'from bootstrap.service.join import vendorroots as v; print(v.VERSION)')" \
  && dpkg-deb -x ruby-tpm-key-attestation_*.deb /tmp/ek \
- && /opt/nodegate/bin/python -c 'import sys; from pathlib import Path; from bootstrap.service import vendorroots as v; src = Path("/tmp/ek") / v.PACKAGE_DIR; [v.check_file(src, f) for f in v.FILES]; sys.exit(1 if v.unlisted(src) else 0)' \
+ && /opt/nodegate/bin/python -c 'import sys; from pathlib import Path; from bootstrap.service.join import vendorroots as v; src = Path("/tmp/ek") / v.PACKAGE_DIR; [v.check_file(src, f) for f in v.FILES]; sys.exit(1 if v.unlisted(src) else 0)' \
  && mkdir -p /usr/share/nodegate /usr/share/doc/ruby-tpm-key-attestation \
  && cp -r /tmp/ek/usr/share/rubygems-integration/all/gems/tpm-key_attestation-*/lib/tpm/certificates /usr/share/nodegate/ek-roots \
  && cp /tmp/ek/usr/share/doc/ruby-tpm-key-attestation/copyright /usr/share/doc/ruby-tpm-key-attestation/ \

@@ -282,7 +282,7 @@ class EkCloud(_Model):
 
 
 class EkAia(_Model):
-    # Fetching an EK certificate's missing issuer from its AIA caIssuers URL (bootstrap/service/aia.py).
+    # Fetching an EK certificate's missing issuer from its AIA caIssuers URL (bootstrap/service/join/aia.py).
     enabled: bool = True
     # Off: only public addresses are fetched (no loopback, private, link-local, ... ranges).
     allow_private_addresses: bool = False
@@ -320,7 +320,7 @@ class Settings(_Model):
     svid_ttl: Duration = timedelta(hours=1)
     session_ttl: Duration = timedelta(seconds=60)
     ca_grace: Duration = timedelta(hours=24)
-    # Empty: this host's name and addresses, and loopback (bootstrap/service/hostnames.py).
+    # Empty: this host's name and addresses, and loopback (bootstrap/service/pki/hostnames.py).
     server_names: tuple[str, ...] = ()
     kubernetes: KubernetesSettings = KubernetesSettings()
     gate: GateSettings = GateSettings()

@@ -1,7 +1,7 @@
 """The failures of the service and its store, and the HTTP status of every machine code.
 
 Evidence failures (``attest.errors``) and these share one base, ``AttestationError``, so one
-middleware (``bootstrap.service.middleware``) turns every one into ``application/problem+json`` with its
+middleware (``bootstrap.service.http.middleware``) turns every one into ``application/problem+json`` with its
 code; the table below decides the status. The codes are listed in docs/protocol.md.
 """
 

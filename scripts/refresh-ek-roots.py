@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check the vendor EK root table (bootstrap/service/vendorroots.py) against Debian's package.
+"""Check the vendor EK root table (bootstrap/service/join/vendorroots.py) against Debian's package.
 
     python scripts/refresh-ek-roots.py [--table] [DEB | FOLDER]
 
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from attest import certparse
 from attest.errors import MalformedInput
-from bootstrap.service import vendorroots
+from bootstrap.service.join import vendorroots
 
 EXPIRING = timedelta(days=365)
 

@@ -14,7 +14,7 @@ from attest import svid
 from bootstrap.cli import common
 from bootstrap.config import parse_duration
 from bootstrap.files import ensure_dir, write_atomic
-from bootstrap.service.authority import CaStore, CaUnavailable
+from bootstrap.service.pki.authority import CaStore, CaUnavailable
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from bootstrap.cli.configdoc import COMMENTS
 from bootstrap.config import ConfigError, Settings, load_settings
 from bootstrap.service import preflight
-from bootstrap.service.startup import StartupError
+from bootstrap.service.pki.startup import StartupError
 
 _EXIT_PROBLEMS = 2
 

@@ -28,7 +28,7 @@ from attest.certparse import Cert
 from attest.errors import AttestationError, MalformedInput
 from attest.keys import spki_der
 from bootstrap.cli import ekstore
-from bootstrap.service import ekroots
+from bootstrap.service.join import ekroots
 
 EXIT_TRUSTED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -4,7 +4,7 @@
                                               [--vendor NAME] [--allow-private-addresses]
 
 Every certificate read (PEM, DER, a folder of them, or an http(s) URL fetched within the AIA
-limits of bootstrap/service/aia.py) must be a CA certificate whose SHA-256 (of the DER) is one
+limits of bootstrap/service/join/aia.py) must be a CA certificate whose SHA-256 (of the DER) is one
 of ``--sha256``, and every ``--sha256`` must be found: anything else imports nothing. The roots
 go to ``<state_dir>/ek-roots/imported`` (one PEM file each, and a manifest.json recording the
 source, the date and ``--cloud``; atomic writes), which ``ek_roots: [imported]`` trusts.
@@ -27,7 +27,7 @@ from attest import certparse, cloudek
 from attest.certparse import Cert
 from attest.errors import MalformedInput
 from bootstrap import files
-from bootstrap.service import aia, ekroots
+from bootstrap.service.join import aia, ekroots
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -26,7 +26,7 @@ from typing import Any
 from attest import certparse
 from attest.certparse import Cert
 from attest.errors import MalformedInput
-from bootstrap.service import aia, ekroots
+from bootstrap.service.join import aia, ekroots
 
 EXIT_OK, EXIT_NO_ANCHOR, EXIT_USAGE = 0, 1, 2
 

@@ -1,5 +1,5 @@
 """One event log against a measured_boot policy, offline, judged by the service's own code
-(``bootstrap.service.evidence.judge_event_log``): ``nodegate eventlog check`` and the self-check
+(``bootstrap.service.join.evidence.judge_event_log``): ``nodegate eventlog check`` and the self-check
 of ``nodegate policy learn``.
 
     nodegate eventlog check --policy POLICY.yaml --event-log binary_bios_measurements [--pcrs PCRS.yaml]
@@ -25,7 +25,7 @@ from attest import eventlog, wire, yamlsafe
 from attest.errors import AttestationError
 from attest.filekind import describe as what_file_is
 from attest.measuredboot import policy as measuredboot
-from bootstrap.service.evidence import judge_event_log
+from bootstrap.service.join.evidence import judge_event_log
 
 EXIT_ACCEPTED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
 _MAX_FILE = 1024 * 1024

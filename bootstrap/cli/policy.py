@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from bootstrap.cli import eventlog
-from bootstrap.service import policycases, policytest
+from bootstrap.service.webhook import policycases, policytest
 
 
 def run(args: argparse.Namespace) -> int:

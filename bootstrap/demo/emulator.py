@@ -48,7 +48,7 @@ from cryptography.x509.oid import NameOID
 from kmock._internal import dicts, enums  # kmock 0.8 internals; the version is pinned by the tests' needs
 
 from bootstrap.demo import tables
-from bootstrap.service import kubelet
+from bootstrap.service.join import kubelet
 
 __all__ = [
     "SAR_PATH",

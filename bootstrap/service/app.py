@@ -3,7 +3,7 @@ API and the admission webhook on one listener (docs/architecture.md, docs/protoc
 
 ``build_service`` wires the parts from the config and ``make_app`` puts HTTP around them
 (``bootstrap.service.compose``); ``serve`` runs it (``bootstrap.service.serve``). One middleware
-(``bootstrap.service.middleware``) turns every failure into ``application/problem+json`` with a
+(``bootstrap.service.http.middleware``) turns every failure into ``application/problem+json`` with a
 machine code; nothing reaches the client as a 500 or a traceback.
 """
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from bootstrap.service import authority, startup
+from bootstrap.service.pki import authority, startup
 from bootstrap.service.state import SERVICE, Service
 from bootstrap.store import StoreUnavailable
 

@@ -19,31 +19,26 @@ from attest import ca
 from bootstrap.config import Settings
 from bootstrap.gate import Gate
 from bootstrap.kube import Kube
-from bootstrap.service import (
-    adminroutes,
-    authority,
-    background,
-    fleetmetrics,
-    joinroutes,
-    publicroutes,
-    sessions,
-    spirelink,
-    startup,
-    tls,
-    webhookapp,
-)
-from bootstrap.service.admin import AdminAuth
-from bootstrap.service.authz import SarAuthorizer
-from bootstrap.service.bearer import TokenChecks
-from bootstrap.service.decisions import CountingDecider
-from bootstrap.service.join import JoinService, load_ek_trust
+from bootstrap.service import background, fleetmetrics
+from bootstrap.service.admin.auth import AdminAuth
+from bootstrap.service.admin.bearer import TokenChecks
+from bootstrap.service.http.middleware import problems
+from bootstrap.service.http.plumbing import PLUMBING
+from bootstrap.service.http.ratelimit import RateLimiter
+from bootstrap.service.join import sessions, spirelink
+from bootstrap.service.join.flow import JoinService, load_ek_trust
 from bootstrap.service.metrics import Metrics
-from bootstrap.service.middleware import problems
-from bootstrap.service.policyload import load_policies, load_rbac
-from bootstrap.service.policywatch import NO_POLICY_SOURCE, PolicyWatcher
-from bootstrap.service.ratelimit import RateLimiter
-from bootstrap.service.selectorwatch import SelectorWatcher
+from bootstrap.service.pki import authority, startup, tls
+from bootstrap.service.routes import admin as adminroutes
+from bootstrap.service.routes import join as joinroutes
+from bootstrap.service.routes import public as publicroutes
 from bootstrap.service.state import SERVICE, Service
+from bootstrap.service.webhook import app as webhookapp
+from bootstrap.service.webhook.authz import SarAuthorizer
+from bootstrap.service.webhook.decisions import CountingDecider
+from bootstrap.service.webhook.policyload import load_policies, load_rbac
+from bootstrap.service.webhook.policywatch import NO_POLICY_SOURCE, PolicyWatcher
+from bootstrap.service.webhook.selectorwatch import SelectorWatcher
 from bootstrap.store import open_store
 
 log = logging.getLogger("nodegate.server")
@@ -183,6 +178,7 @@ def make_app(service: Service) -> web.Application:
         client_max_size=MAX_REVIEW_BYTES, middlewares=[problems], handler_args={"auto_decompress": False}
     )
     app[SERVICE] = service
+    app[PLUMBING] = service  # the same, as the middleware and input readers see it
     r = app.router
     r.add_post("/v1/join/start", joinroutes.join_start, name="join_start")
     r.add_post("/v1/join/finish", joinroutes.join_finish, name="join_finish")

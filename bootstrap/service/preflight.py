@@ -26,8 +26,9 @@ from bootstrap.config import Settings, host_port
 from bootstrap.kube.configuration import check_kubeconfig_file
 from bootstrap.kube.errors import KubeConfigError
 from bootstrap.names import is_loopback
-from bootstrap.service import ekroots, hostnames
-from bootstrap.service.startup import StartupError
+from bootstrap.service.join import ekroots
+from bootstrap.service.pki import hostnames
+from bootstrap.service.pki.startup import StartupError
 
 log = logging.getLogger("nodegate.server")
 

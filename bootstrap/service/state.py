@@ -20,12 +20,12 @@ from bootstrap.config import Settings
 from bootstrap.gate import Gate
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.problems import RateLimited, Unavailable
-from bootstrap.service import authority, tls
-from bootstrap.service.admin import AdminAuth
-from bootstrap.service.join import JoinService
+from bootstrap.service.admin.auth import AdminAuth
+from bootstrap.service.http.ratelimit import RateLimiter
+from bootstrap.service.join.flow import JoinService
+from bootstrap.service.join.spirelink import SpireLink
 from bootstrap.service.metrics import Metrics
-from bootstrap.service.ratelimit import RateLimiter
-from bootstrap.service.spirelink import SpireLink
+from bootstrap.service.pki import authority, tls
 from bootstrap.store import Store
 
 log = logging.getLogger("nodegate.server")

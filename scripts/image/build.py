@@ -16,7 +16,7 @@ with no base image from a container registry.
      builds just that wheel into build/wheel (`make wheel`).
      /usr/share/nodegate/ek-roots: the TPM makers' EK root CAs of Debian's ruby-tpm-key-attestation
      (`ek_roots: [vendors]`), taken from the .deb (apt-get download, dpkg-deb -x; no Ruby in the
-     image), each file checked against bootstrap/service/vendorroots.py, and its copyright file.
+     image), each file checked against bootstrap/service/join/vendorroots.py, and its copyright file.
   4. an SPDX SBOM of the Debian and Python packages, inside the image at SBOM_PATH and beside it.
   5. oci.py packs the folder (sorted entries, times clamped to SOURCE_DATE_EPOCH, gzip without a
      time) into build/image/oci and build/image/nodegate-<version>.tar.
@@ -255,7 +255,7 @@ def vendor_roots(rootfs: Path, epoch: str) -> list[str]:
     """The vendor EK root store: the package's certificate folder, checked file by file against the
     committed table (names and SHA-256), into IMAGE_STORE. Returns the files copied."""
     sys.path.insert(0, str(REPO))
-    from bootstrap.service import vendorroots  # noqa: PLC0415  (the checkout's table)
+    from bootstrap.service.join import vendorroots  # noqa: PLC0415  (the checkout's table)
 
     with tempfile.TemporaryDirectory(prefix="nodegate-ek-roots-") as tmp:
         run(
@@ -311,7 +311,7 @@ def build(out: Path, python: str) -> dict[str, object]:
     install_nodegate(rootfs, wheels, wheel)
     log("vendor EK roots: Debian's ruby-tpm-key-attestation, checked against the committed table")
     vendor_roots(rootfs, epoch)
-    from bootstrap.service import vendorroots  # noqa: PLC0415  (vendor_roots put the checkout on sys.path)
+    from bootstrap.service.join import vendorroots  # noqa: PLC0415  (vendor_roots put the checkout on sys.path)
 
     ek_deb = {
         "name": vendorroots.PACKAGE,

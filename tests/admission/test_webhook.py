@@ -24,7 +24,7 @@ from admission.rbac import RbacEvaluator
 from admission.violations import Violation
 from admission.webhook import AuthorizerUnavailable, Decider, LocalRbac, StaticPolicies
 from bootstrap import cli
-from bootstrap.service import webhookapp
+from bootstrap.service.webhook import app as webhookapp
 from tests.admission.test_admission_rules import policy
 from tests.support import certs
 from tests.support.package_crs import SAMPLE

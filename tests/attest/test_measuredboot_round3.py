@@ -33,7 +33,7 @@ from attest.measuredboot import policy as measuredboot
 from bootstrap import cli
 from bootstrap.config import Settings
 from bootstrap.problems import attestation_status
-from bootstrap.service.evidence import judge_event_log
+from bootstrap.service.join.evidence import judge_event_log
 from tests.attest import test_measuredboot_properties as properties
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed

@@ -21,7 +21,7 @@ from attest.errors import (
     QuoteSignatureInvalid,
 )
 from attest.keys import public_key, spki_der
-from bootstrap.service import ekroots
+from bootstrap.service.join import ekroots
 from tests.support import realtpm
 from tests.support.shared_data import shared
 

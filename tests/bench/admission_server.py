@@ -37,7 +37,7 @@ from pathlib import Path
 from aiohttp import web
 from pydantic_core import from_json
 
-from bootstrap.service.listener import GuardedSite
+from bootstrap.service.http.listener import GuardedSite
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.serve import default_admission_limits
 from tests.bench.admission_data import MUTATE_PATH, PATH

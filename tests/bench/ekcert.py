@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from attest import certparse, ekcert, tpm
 from attest.certparse import Cert
 from attest.errors import AttestationError
-from bootstrap.service import ekroots
+from bootstrap.service.join import ekroots
 from tests.attest import ekbuild as b
 from tests.bench import common
 from tests.support import realtpm

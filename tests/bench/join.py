@@ -96,8 +96,8 @@ from cryptography.hazmat.primitives import serialization
 from attest import ca, svid, tpm
 from attest.csr import parse_node_csr
 from bootstrap.config import Settings, settings_from_obj
-from bootstrap.service.authority import CaStore
-from bootstrap.service.join import EkTrust, load_ek_trust
+from bootstrap.service.join.flow import EkTrust, load_ek_trust
+from bootstrap.service.pki.authority import CaStore
 from tests.bench import common
 from tests.support.service import EkCa
 from tests.support.softnode import SoftNode

@@ -8,7 +8,8 @@ import pytest
 
 from attest import cloudek
 from bootstrap.config import settings_from_obj
-from bootstrap.service import ekroots, preflight, vendorroots
+from bootstrap.service import preflight
+from bootstrap.service.join import ekroots, vendorroots
 from tests.chart.test_chart import helm_path, render, rendered_config
 from tests.support.ekvendors import vendor_folder
 

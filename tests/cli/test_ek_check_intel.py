@@ -12,7 +12,7 @@ from urllib.parse import unquote
 import pytest
 
 from bootstrap import cli
-from bootstrap.service import ekroots
+from bootstrap.service.join import ekroots
 from tests.support import realtpm
 from tests.support.shared_data import shared
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap import cli
-from bootstrap.service import ekroots
+from bootstrap.service.join import ekroots
 from tests.service.test_ekroots import NUVOTON_ROOT, VENDOR_INTER, VENDOR_ROOT, _write, pem
 from tests.support.ekvendors import vendor_folder
 from tests.support.shared_data import shared

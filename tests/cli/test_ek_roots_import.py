@@ -13,8 +13,8 @@ import pytest
 from attest import cloudek
 from bootstrap import cli
 from bootstrap.config import EkAia
-from bootstrap.service import ekroots
-from bootstrap.service.aia import AiaFetcher
+from bootstrap.service.join import ekroots
+from bootstrap.service.join.aia import AiaFetcher
 from tests.service.test_ekroots import INTEL_ROOT, NUVOTON_ROOT, VENDOR_ROOT, _write, pem
 from tests.support.ekvendors import GCE_PROJECT_ID, aia_server, collection_der, real_ek
 from tests.support.shared_data import shared

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import setuptools
 
-from bootstrap.service.ekroots import STORE_ENV
+from bootstrap.service.join.ekroots import STORE_ENV
 from tests.support.ekvendors import vendor_folder
 from tests.support.shared_data import shared
 
@@ -75,7 +75,7 @@ from pathlib import Path
 import bootstrap
 from attest import tpm
 from bootstrap.config import settings_from_obj
-from bootstrap.service import ekroots
+from bootstrap.service.join import ekroots
 from tests.support.ekvendors import AIA_INTERMEDIATES, GOOGLE_EKS, MAKERS_EKS, collection_certs, real_ek
 
 assert Path(bootstrap.__file__).is_relative_to(sys.argv[1]), bootstrap.__file__

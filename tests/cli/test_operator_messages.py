@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives import serialization
 from bootstrap.cli.main import kubectl_main
 from bootstrap.cli.main import main as cli_main
 from bootstrap.cli.node import utc_text
-from bootstrap.service.policywatch import NO_POLICY_SOURCE
+from bootstrap.service.webhook.policywatch import NO_POLICY_SOURCE
 from tests.support.service import EkCa, running, settings_for
 from tests.support.shared_data import shared
 

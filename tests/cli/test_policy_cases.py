@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bootstrap import cli
-from bootstrap.service.policycases import Sender, plural, review_for
+from bootstrap.service.webhook.policycases import Sender, plural, review_for
 from tests.admission.test_webhook import POLICIES, RBAC, no_reboot
 from tests.support.package_crs import SAMPLE
 

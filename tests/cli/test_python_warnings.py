@@ -12,7 +12,7 @@ import pytest
 
 from attest import certparse
 from bootstrap import cli, logs
-from bootstrap.service import ekroots
+from bootstrap.service.join import ekroots
 from tests.support import realtpm
 from tests.support.shared_data import shared
 

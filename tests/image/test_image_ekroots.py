@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 import yaml
 
-from bootstrap.service import vendorroots
+from bootstrap.service.join import vendorroots
 from tests.image.runtime import Built, Podman
 from tests.support.ekvendors import MAKERS_EKS, aia_server, collection_der, real_ek
 from tests.support.softnode import SoftNode, b64

@@ -27,7 +27,7 @@ from cryptography.x509.oid import ExtensionOID
 from attest import certparse, tpm
 from attest.errors import EkMismatch, EkUntrusted
 from bootstrap.node import ekfetch
-from bootstrap.service import ekroots
+from bootstrap.service.join import ekroots
 from tests.attest import ekbuild as b
 from tests.support import realtpm
 from tests.support.shared_data import shared

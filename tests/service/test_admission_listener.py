@@ -171,7 +171,7 @@ async def test_bodies_the_webhook_does_not_take(
 
 
 async def test_a_stalled_review_is_cut_at_the_request_deadline(tmp_path: Path, ek_ca: EkCa) -> None:
-    from bootstrap.service.listener import ConnectionLimits
+    from bootstrap.service.http.listener import ConnectionLimits
 
     limits = ConnectionLimits(
         per_address=8, total=8, header_timeout=0.5, max_age=None, max_requests=None, sweep=0.1
@@ -194,7 +194,7 @@ async def test_a_stalled_review_is_cut_at_the_request_deadline(tmp_path: Path, e
 
 
 async def test_review_slots_are_handed_over_in_order_and_never_lost() -> None:
-    from bootstrap.service.webhookapp import _Busy, _Lane
+    from bootstrap.service.webhook.app import _Busy, _Lane
 
     lane = _Lane(1, 30.0)
     assert lane.take()

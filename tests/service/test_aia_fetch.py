@@ -1,4 +1,4 @@
-"""The AIA fetcher's bounds (bootstrap/service/aia.py): http(s) only, redirects only on the same
+"""The AIA fetcher's bounds (bootstrap/service/join/aia.py): http(s) only, redirects only on the same
 host, 64 KiB, public addresses unless allowed, distinct fetches per minute, failures remembered,
 the disk cache; and the pure choice of which URLs to fetch (attest.ekcert.missing_issuer_urls)."""
 
@@ -13,8 +13,8 @@ from aiohttp import web
 
 from attest import ekcert
 from bootstrap.config import EkAia
-from bootstrap.service import ekroots
-from bootstrap.service.aia import MAX_BYTES, AiaFetcher, public
+from bootstrap.service.join import ekroots
+from bootstrap.service.join.aia import MAX_BYTES, AiaFetcher, public
 from tests.support.ekvendors import collection_certs, collection_der, real_ek
 
 STM05 = "stmicro/STM-TPM-EK-Intermediate-CA-05-870fc181411d.pem"

@@ -11,7 +11,7 @@ import pytest
 from cryptography import x509
 
 from attest import svid
-from bootstrap.service.authority import CaStore, CaUnavailable, server_certificate
+from bootstrap.service.pki.authority import CaStore, CaUnavailable, server_certificate
 
 NOW = dt.datetime.now(dt.UTC)
 

@@ -1,4 +1,4 @@
-"""``bootstrap.service.bearer.TokenChecks``: the refusal cache and the budget of API calls that the
+"""``bootstrap.service.admin.bearer.TokenChecks``: the refusal cache and the budget of API calls that the
 admin API's bearer tokens may hold (issue 33, finding 3), against a stand-in for the cluster."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from admission.rbac import ResourceAttributes, UserInfo
 from bootstrap.kube import AccessDecision, KubeUnavailable
 from bootstrap.problems import RateLimited
-from bootstrap.service.bearer import TokenChecks
+from bootstrap.service.admin.bearer import TokenChecks
 
 OPS = UserInfo("ops", "1", ("sre",))
 ATTRS = ResourceAttributes(verb="list", group="nodegate.io", resource="nodeattestations")

@@ -16,7 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from attest import ca, svid
-from bootstrap.service import clientcert, tls
+from bootstrap.service.http import clientcert
+from bootstrap.service.pki import tls
 from bootstrap.service.serve import Serving
 from tests.service.test_abuse import base, http, joined, renew, serving, write_creds
 from tests.support.service import EkCa, settings_for

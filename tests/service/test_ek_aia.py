@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import AuthorityInformationAccessOID, NameOID
 
 from bootstrap.config import settings_from_obj
-from bootstrap.service import ekroots, vendorroots
+from bootstrap.service.join import ekroots, vendorroots
 from tests.support.ekvendors import (
     AIA_INTERMEDIATES,
     MAKERS_EKS,

@@ -18,8 +18,8 @@ from cryptography.x509.oid import NameOID
 from attest import certparse, tpm
 from attest.errors import EkUntrusted
 from bootstrap.config import load_settings, settings_from_obj
-from bootstrap.service import ekroots
-from bootstrap.service.ekroots import MANIFEST, load_ek_trust, load_roots
+from bootstrap.service.join import ekroots
+from bootstrap.service.join.ekroots import MANIFEST, load_ek_trust, load_roots
 from tests.attest import ekbuild as b
 from tests.support.service import EkCa, running, settings_for
 

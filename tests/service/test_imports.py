@@ -1,5 +1,5 @@
 """The server never loads tpm2_pytss (only bootstrap/node/ and bootstrap/demo/ may): a fresh
-interpreter imports bootstrap.service.app, then every other module of bootstrap.service, and says
+interpreter imports bootstrap.service.app, then every other module and package of bootstrap.service, and says
 after each import whether tpm2_pytss is loaded (so a failure names the module that pulled it in)."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 import bootstrap.service
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULES = sorted(f"bootstrap.service.{m.name}" for m in pkgutil.iter_modules(bootstrap.service.__path__))
+# walk_packages: the rooms (http, pki, join, admin, webhook, routes) and every module in them.
+MODULES = sorted(m.name for m in pkgutil.walk_packages(bootstrap.service.__path__, "bootstrap.service."))
 
 PROBE = """
 import importlib, json, sys

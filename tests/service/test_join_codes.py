@@ -20,7 +20,7 @@ import pytest
 
 from attest.errors import ALL_ERRORS
 from bootstrap.problems import JOIN_FAILURES
-from bootstrap.service.sessions import Sealer, load_keys
+from bootstrap.service.join.sessions import Sealer, load_keys
 from tests.support.fakes import sign_ecdsa
 from tests.support.service import EkCa, Running, running, settings_for
 from tests.support.softnode import SoftNode, b64, join, post

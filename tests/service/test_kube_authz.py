@@ -10,8 +10,8 @@ import pytest
 from admission.rbac import ResourceAttributes, UserInfo
 from admission.webhook import AuthorizerUnavailable
 from bootstrap.kube import Kube
-from bootstrap.service.authz import SarAuthorizer
-from bootstrap.service.policywatch import PolicyWatcher
+from bootstrap.service.webhook.authz import SarAuthorizer
+from bootstrap.service.webhook.policywatch import PolicyWatcher
 from tests.support.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)

@@ -22,7 +22,8 @@ from cryptography.x509.oid import NameOID
 
 from bootstrap.cli.main import main as cli_main
 from bootstrap.config import load_settings
-from bootstrap.service import ekroots, preflight
+from bootstrap.service import preflight
+from bootstrap.service.join import ekroots
 from bootstrap.service.serve import start
 from tests.support.service import EkCa, settings_for
 from tests.support.shared_data import shared

@@ -1,6 +1,6 @@
 """The vendor root store without committed certificates (issue 31): ``ek_roots: [vendors]`` reads
 Debian's ruby-tpm-key-attestation, each file checked against the committed table of names and
-SHA-256 (bootstrap/service/vendorroots.py); scripts/refresh-ek-roots.py checks that table against
+SHA-256 (bootstrap/service/join/vendorroots.py); scripts/refresh-ek-roots.py checks that table against
 a package. The joins through it are tests/service/test_ek_aia.py."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from types import ModuleType
 import pytest
 
 from bootstrap.config import settings_from_obj
-from bootstrap.service import ekroots, vendorroots
+from bootstrap.service.join import ekroots, vendorroots
 from tests.support.ekvendors import vendor_folder
 
 MAKERS = {"amd", "atmel", "infineon", "intel", "nationz", "nuvoton", "stmicro"}

@@ -147,7 +147,7 @@ async def test_a_renewal_without_a_node_object_still_renews(
 def test_the_label_patch_of_a_classless_attestation_removes_the_label() -> None:
     """A re-join (``ensure_node``) and a renewal write the labels through one merge patch: no class
     now means the label is deleted, not left from the join before."""
-    from bootstrap.service.kubelet import attested_labels, label_patch
+    from bootstrap.service.join.kubelet import attested_labels, label_patch
 
     assert label_patch(attested_labels("ab" * 32, None, {}))[PCR_CLASS_LABEL] is None
     assert label_patch(attested_labels("ab" * 32, "prod", {}))[PCR_CLASS_LABEL] == "prod"

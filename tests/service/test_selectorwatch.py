@@ -13,7 +13,7 @@ from admission.selection import PackageSelector, selector_matches
 from bootstrap.config import Settings
 from bootstrap.kube import Kube
 from bootstrap.service.compose import _decider
-from bootstrap.service.selectorwatch import SelectorDecoder, SelectorWatcher
+from bootstrap.service.webhook.selectorwatch import SelectorDecoder, SelectorWatcher
 from tests.support.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)

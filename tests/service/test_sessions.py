@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bootstrap.problems import SessionExpired, SessionUnknown
-from bootstrap.service import sessions
-from bootstrap.service.sessions import Kind, Sealer, Session, load_keys
+from bootstrap.service.join import sessions
+from bootstrap.service.join.sessions import Kind, Sealer, Session, load_keys
 
 KEY_A = bytes(range(32))
 KEY_B = bytes(range(32, 64))

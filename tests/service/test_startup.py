@@ -14,8 +14,8 @@ import yaml
 
 from bootstrap.cli.main import main as cli_main
 from bootstrap.config import Settings
+from bootstrap.service.pki.startup import STORE_MARKER, StartupError
 from bootstrap.service.serve import start
-from bootstrap.service.startup import STORE_MARKER, StartupError
 from tests.service.test_abuse import base, http
 from tests.support.service import EkCa, settings_for
 from tests.support.softnode import join

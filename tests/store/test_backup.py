@@ -30,8 +30,8 @@ from bootstrap.cli import arguments
 from bootstrap.cli import backup as backup_cli
 from bootstrap.config import Settings
 from bootstrap.service.app import build_service
-from bootstrap.service.authority import CaStore
-from bootstrap.service.sessions import load_keys
+from bootstrap.service.join.sessions import load_keys
+from bootstrap.service.pki.authority import CaStore
 from bootstrap.store import Attestation
 from bootstrap.store import backup as bk
 from bootstrap.store.backup import container, contents

@@ -25,7 +25,7 @@ from aiohttp import web
 
 from attest import certparse
 from attest.certparse import Cert
-from bootstrap.service import vendorroots
+from bootstrap.service.join import vendorroots
 from tests.support import realtpm
 from tests.support.shared_data import required, shared
 

@@ -37,7 +37,7 @@ def check_ca(
 
 
 def count_session_keys(data: bytes, what: str) -> int:
-    """The number of keys in a session key file, checked as bootstrap.service.sessions.load_keys does."""
+    """The number of keys in a session key file, checked as bootstrap.service.join.sessions.load_keys does."""
     try:
         lines = [ln.strip() for ln in data.decode("ascii").splitlines()]
     except UnicodeDecodeError:

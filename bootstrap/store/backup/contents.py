@@ -39,7 +39,7 @@ __all__ = [
 FORMAT_VERSION: Final = 1
 MAX_STORE_BYTES: Final = 256 * 1024 * 1024  # the whole archive is held in memory once or twice
 MAX_MANIFEST: Final = 64 * 1024
-MAX_SESSION_KEY_FILE: Final = 64 * 1024  # what bootstrap.service.sessions.load_keys reads
+MAX_SESSION_KEY_FILE: Final = 64 * 1024  # what bootstrap.service.join.sessions.load_keys reads
 MAX_PLAINTEXT: Final = MAX_STORE_BYTES + 8 * 1024 * 1024
 
 SESSION_KEY: Final = "session.key"

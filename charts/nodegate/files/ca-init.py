@@ -33,8 +33,8 @@ from typing import Any
 
 # From the nodegate image (its python3 is the venv the package is installed in).
 from attest import ca
-from bootstrap.service import sessions
-from bootstrap.service.authority import CaStore, CaUnavailable
+from bootstrap.service.join import sessions
+from bootstrap.service.pki.authority import CaStore, CaUnavailable
 
 INDEX = "index.json"
 SESSION_KEY = "session.key"

@@ -1,4 +1,4 @@
-"""The admin API's routes (admin SVID or bearer token, see ``bootstrap.service.admin``): list and
+"""The admin API's routes (admin SVID or bearer token, see ``bootstrap.service.admin.auth``): list and
 revoke nodes, rotate the CA, and the Prometheus metrics."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from attest.errors import MalformedInput
 from bootstrap.names import is_node_name
 from bootstrap.problems import NotFound, Unavailable
 from bootstrap.protocol import RevokeRequest, parse_request
-from bootstrap.service import authority, startup
-from bootstrap.service.inputs import client_address, peer_certificate, read_json
+from bootstrap.service.http.inputs import client_address, peer_certificate, read_json
+from bootstrap.service.pki import authority, startup
 from bootstrap.service.state import SERVICE, Service
 from bootstrap.store import AuditEntry, NodeRecord, StoreUnavailable
 from bootstrap.times import rfc3339

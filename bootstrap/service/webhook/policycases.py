@@ -30,7 +30,7 @@ from admission.decider import Decider
 from admission.response import Decision
 from admission.review import ReviewError, parse_review
 from admission.ruleids import RULE_IDS
-from bootstrap.service.policyload import ToolError, documents
+from bootstrap.service.webhook.policyload import ToolError, documents
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE")
 _CLUSTER_SCOPED = frozenset({"Skyhook", "NodeWright", "DeploymentPolicy", "Node", "PackagePolicy"})

@@ -7,7 +7,7 @@ The rules (docs/protocol.md, docs/troubleshooting.md):
 - size per route: the finish bodies (``/v1/join/finish``, ``/v1/nodes/self/renew``) may carry a
   measured-boot event log, so at most 1.5 MiB; every other body ``limits.max_body_bytes``
   (64 KiB). Over it: 413 ``payload_too_large``. (The webhooks have their own listener and
-  limits: ``bootstrap.service.webhookapp``.)
+  limits: ``bootstrap.service.webhook.app``.)
 - no ``Content-Encoding`` (other than ``identity``): no client of this protocol compresses, and
   nothing is decompressed on the server (no decompression bombs): 415.
 - time: ``BASE_SECONDS`` plus the body's size at ``MIN_RATE``; later: 408, the connection closed,
@@ -25,7 +25,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from bootstrap.config import Limits
-from bootstrap.service.listener import Connection
+from bootstrap.service.http.listener import Connection
 
 # /v1/join/finish and the renewal's finish step: base64 of a raw event log of at most 1 MiB plus
 # the quote and the PCR values.

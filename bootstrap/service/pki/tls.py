@@ -11,7 +11,8 @@ from pathlib import Path
 
 from attest import ca, svid
 from bootstrap.config import Settings
-from bootstrap.service import authority, clientcert, hostnames
+from bootstrap.service.http import clientcert
+from bootstrap.service.pki import authority, hostnames
 
 log = logging.getLogger("nodegate.server")
 

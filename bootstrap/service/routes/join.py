@@ -14,7 +14,7 @@ from bootstrap.protocol import (
     StartRequest,
     parse_request,
 )
-from bootstrap.service.inputs import client_address, peer_certificate, read_json
+from bootstrap.service.http.inputs import client_address, peer_certificate, read_json
 from bootstrap.service.state import SERVICE
 
 

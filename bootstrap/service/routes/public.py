@@ -10,8 +10,8 @@ from aiohttp import web
 
 from attest import svid
 from attest.errors import MalformedInput
-from bootstrap.service.policywatch import WAITING_FOR_POLICIES
 from bootstrap.service.state import SERVICE, Service
+from bootstrap.service.webhook.policywatch import WAITING_FOR_POLICIES
 from bootstrap.store import StoreUnavailable
 
 log = logging.getLogger("nodegate.server")

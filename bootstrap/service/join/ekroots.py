@@ -24,7 +24,7 @@ from attest import certparse, cloudek
 from attest.certparse import Cert
 from attest.errors import MalformedInput
 from bootstrap.config import Settings
-from bootstrap.service import vendorroots
+from bootstrap.service.join import vendorroots
 
 log = logging.getLogger("nodegate.ekroots")
 
@@ -46,7 +46,7 @@ def imported_store(state_dir: Path) -> Path:
 
 
 def fetched_cache(state_dir: Path) -> Path:
-    """Intermediates fetched from AIA URLs (bootstrap/service/aia.py); they add no trust."""
+    """Intermediates fetched from AIA URLs (bootstrap/service/join/aia.py); they add no trust."""
     return state_dir / "ek-roots" / "fetched"
 
 

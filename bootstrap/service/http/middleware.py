@@ -1,5 +1,5 @@
 """The one middleware around every route: the body is read first, within its route's limits
-(``bootstrap.service.bodies``), each failure becomes ``application/problem+json`` with a machine
+(``bootstrap.service.http.bodies``), each failure becomes ``application/problem+json`` with a machine
 code (nothing reaches the client as a 500 or a traceback), and the join and admin endpoints are
 counted and timed. Clients that go away or stall are counted apart
 (``nodegate_client_errors_total``): they are not service failures."""
@@ -15,10 +15,10 @@ from aiohttp import web
 
 from attest.errors import AttestationError
 from bootstrap.problems import MethodNotAllowed, NotFound, PayloadTooLarge, ServiceError, attestation_status
-from bootstrap.service.bodies import BodyRefused, ClientGone, read_body
-from bootstrap.service.listener import connection_of
-from bootstrap.service.problemjson import problem
-from bootstrap.service.state import SERVICE, Service
+from bootstrap.service.http.bodies import BodyRefused, ClientGone, read_body
+from bootstrap.service.http.listener import connection_of
+from bootstrap.service.http.plumbing import PLUMBING, Plumbing
+from bootstrap.service.http.problemjson import problem
 
 log = logging.getLogger("nodegate.server")
 
@@ -29,7 +29,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @web.middleware
 async def problems(request: web.Request, handler: Handler) -> web.StreamResponse:
-    service: Service = request.app[SERVICE]
+    service: Plumbing = request.app[PLUMBING]
     endpoint = _endpoint(request)
     conn = connection_of(request)
     started = time.perf_counter()
@@ -60,7 +60,7 @@ async def problems(request: web.Request, handler: Handler) -> web.StreamResponse
 
 
 def _problem_for(
-    exc: Exception, request: web.Request, service: Service, endpoint: str
+    exc: Exception, request: web.Request, service: Plumbing, endpoint: str
 ) -> tuple[str, web.Response]:
     """The machine code and the problem document for a failure."""
     if isinstance(exc, BodyRefused):

@@ -15,7 +15,7 @@ protections are the ones that matter for it, at as little cost per review as pos
   one at a time, give the loop back between read and parse, and the lane rests as long as the
   last one took before the next (at most half of the loop for large reviews);
 - time: the listener's deadlines (handshake, the whole request from its first byte, idle
-  keep-alive) are per connection (``bootstrap.service.listener``); nothing here arms a timer.
+  keep-alive) are per connection (``bootstrap.service.http.listener``); nothing here arms a timer.
 
 No middleware, no per-request metrics, no body copy: the join API's per-request accounting is for
 nodes. Refusals of bodies are ``application/problem+json`` from the service's one builder.
@@ -39,10 +39,10 @@ from admission.decider import Decider
 from admission.mutate import CrMutator
 from admission.webhook import MAX_REVIEW_BYTES, WebhookProblem, make_handler, make_mutate_handler
 from bootstrap.problems import MethodNotAllowed, NotFound
-from bootstrap.service.listener import connection_of
+from bootstrap.service.http.listener import connection_of
+from bootstrap.service.http.problemjson import problem, webhook_problem
 from bootstrap.service.metrics import Metrics
-from bootstrap.service.policywatch import WAITING_FOR_POLICIES
-from bootstrap.service.problemjson import problem, webhook_problem
+from bootstrap.service.webhook.policywatch import WAITING_FOR_POLICIES
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

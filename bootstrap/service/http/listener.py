@@ -4,7 +4,7 @@ Counted from the TCP accept, before any TLS byte: at most ``per_address`` open c
 one client address and ``total`` in all; others are closed at once (``nodegate_connections_refused_total``).
 Then every phase of a connection has a deadline, so a stalled client holds its connection for a
 bounded time and never an in-flight slot (the body is read before the handler takes one,
-``bootstrap.service.bodies``):
+``bootstrap.service.http.bodies``):
 
 - the TLS handshake: ``handshake_timeout``;
 - the headers of a request: ``header_timeout`` from its first byte (a new connection's first

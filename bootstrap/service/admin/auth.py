@@ -1,6 +1,6 @@
 """Who may call the admin endpoints: an admin SVID (mTLS, IDs listed in ``admin.spiffe_ids``) or a
 Kubernetes bearer token (TokenReview, then a SubjectAccessReview per endpoint permission, within
-the budget and refusal cache of ``bootstrap.service.bearer``).
+the budget and refusal cache of ``bootstrap.service.admin.bearer``).
 
 Permissions map to RBAC requests on nodeattestations.nodegate.io (``list``, ``revoke``, and
 ``delete`` for ``forget``), authorities.nodegate.io (``rotate``) and metrics.nodegate.io (``get``,
@@ -21,7 +21,7 @@ from attest import ca, svid
 from attest.errors import AttestationError
 from bootstrap.kube import KubeUnavailable
 from bootstrap.problems import Forbidden, Unauthenticated, Unavailable
-from bootstrap.service.bearer import TokenChecks
+from bootstrap.service.admin.bearer import TokenChecks
 
 GROUP = "nodegate.io"
 PERMISSIONS: Mapping[str, tuple[str, str]] = {

@@ -3,7 +3,7 @@
 Each step is a sequence of separate, named checks from ``attest`` (the SPIRE attestor habit: one
 check, one failure code). State lives in three places only: the sealed session token the node
 carries between steps, the store (bindings, counters, used sessions) and the CA. Nothing here
-speaks HTTP; ``bootstrap.service.middleware`` maps the exceptions to statuses.
+speaks HTTP; ``bootstrap.service.http.middleware`` maps the exceptions to statuses.
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ from bootstrap.protocol import (
     StartRequest,
     StartResponse,
 )
-from bootstrap.service import ekroots, ekverify, evidence, kubelet
-from bootstrap.service.aia import AiaFetcher
-from bootstrap.service.ekroots import EkTrust
-from bootstrap.service.ekroots import load_ek_trust as load_ek_trust  # noqa: PLC0414  (moved there; re-exported)
-from bootstrap.service.evidence import Evidence
-from bootstrap.service.sessions import Sealer, Session
+from bootstrap.service.join import ekroots, ekverify, evidence, kubelet
+from bootstrap.service.join.aia import AiaFetcher
+from bootstrap.service.join.ekroots import EkTrust
+from bootstrap.service.join.ekroots import load_ek_trust as load_ek_trust  # noqa: PLC0414  (moved there; re-exported)
+from bootstrap.service.join.evidence import Evidence
+from bootstrap.service.join.sessions import Sealer, Session
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
 from bootstrap.times import rfc3339
 

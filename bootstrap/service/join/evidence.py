@@ -16,7 +16,7 @@ from attest.measuredboot import policy as measuredboot
 from bootstrap.config import Settings
 from bootstrap.problems import BootIdRequired
 from bootstrap.protocol import QuoteEvidence
-from bootstrap.service.sessions import Session
+from bootstrap.service.join.sessions import Session
 
 log = logging.getLogger("nodegate.join")
 

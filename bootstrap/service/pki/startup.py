@@ -30,7 +30,7 @@ from attest import ca
 from bootstrap.config import Settings
 from bootstrap.files import create_exclusive
 from bootstrap.kube import KubeUnavailable
-from bootstrap.service.authority import CaStore, CaUnavailable
+from bootstrap.service.pki.authority import CaStore, CaUnavailable
 from bootstrap.store import Store, StoreSchemaError, StoreUnavailable
 from bootstrap.times import rfc3339
 

@@ -20,8 +20,8 @@ from admission import rules
 from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.policy import PackagePolicy
 from admission.response import Decision
-from bootstrap.service.policycases import Sender, judge, load_cases, run_cases
-from bootstrap.service.policyload import ToolError, documents, load_policies, load_rbac
+from bootstrap.service.webhook.policycases import Sender, judge, load_cases, run_cases
+from bootstrap.service.webhook.policyload import ToolError, documents, load_policies, load_rbac
 
 DEFAULT_OWNER = "system:serviceaccount:nodegate:nodegate"
 

@@ -1,5 +1,5 @@
 """What the join and admin handlers read of a request: the JSON body (already read by the
-middleware within its route's size limit, ``bootstrap.service.bodies``; here: ``application/json``,
+middleware within its route's size limit, ``bootstrap.service.http.bodies``; here: ``application/json``,
 no duplicate keys), the client certificate, the client address."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from cryptography import x509
 
 from attest.errors import MalformedInput
 from bootstrap.problems import PayloadTooLarge, UnsupportedMediaType
-from bootstrap.service.bodies import body_limit
-from bootstrap.service.state import SERVICE
+from bootstrap.service.http.bodies import body_limit
+from bootstrap.service.http.plumbing import PLUMBING
 
 
 async def read_json(request: web.Request) -> Any:
-    limits = request.app[SERVICE].settings.limits
+    limits = request.app[PLUMBING].settings.limits
     endpoint = request.match_info.route.name or ""
     limit = body_limit(endpoint, limits)
     if request.content_length is not None and request.content_length > limit:
@@ -51,7 +51,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def peer_certificate(request: web.Request) -> x509.Certificate | None:
     """The client certificate as the client sent it. The TLS layer asks for one but does not judge
-    it (``bootstrap.service.clientcert``): whoever uses it verifies it (``svid.verify_svid``)."""
+    it (``bootstrap.service.http.clientcert``): whoever uses it verifies it (``svid.verify_svid``)."""
     obj = request.transport.get_extra_info("ssl_object") if request.transport is not None else None
     if obj is None:
         return None

@@ -1,6 +1,6 @@
 """The EK decision of a join start, with the intermediates the configuration lacks: the ones the
 node sent (``ek_chain``) and, where still no path reaches an anchor, the ones its certificates'
-AIA caIssuers URLs name (bootstrap/service/aia.py). Both only help to build a path; the decision
+AIA caIssuers URLs name (bootstrap/service/join/aia.py). Both only help to build a path; the decision
 itself stays ``attest.tpm.verify_ek`` over typed inputs (docs/ek-roots.md, "Intermediates")."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from datetime import datetime
 from attest import certparse, ekcert, tpm
 from attest.certparse import Cert
 from attest.errors import EkUntrusted, MalformedInput
-from bootstrap.service.aia import AiaFetcher
-from bootstrap.service.ekroots import EkTrust
+from bootstrap.service.join.aia import AiaFetcher
+from bootstrap.service.join.ekroots import EkTrust
 
 MAX_ROUNDS = 3  # an EK chain has at most 2-3 intermediates; each round fetches the next issuers
 

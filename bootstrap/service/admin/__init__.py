@@ -1,0 +1,1 @@
+"""Who may call the admin endpoints: admin SVIDs and Kubernetes bearer tokens."""
