@@ -99,7 +99,7 @@ def test_new_authorities_are_distinct_and_long_trust_domains_fit() -> None:
     ("td", "kw", "match"),
     [
         ("Example.org", {}, "lowercase"),
-        ("spiffe://example.org", {}, "port"),
+        ("spiffe://example.org", {}, "a trust domain is a name, not a SPIFFE ID"),
         (TD, {"ttl": timedelta(0)}, "ttl"),
         (TD, {"now": datetime(2026, 1, 1)}, "timezone-aware"),
     ],

@@ -103,10 +103,13 @@ def test_a_wheel_ships_no_certificate_and_trusts_real_eks_with_vendors_from_the_
     Intel PTT EKs (their intermediates as AIA would fetch them), and no Google Cloud vTPM's."""
     shared("tpm").require()  # the real EK certificates: public test data
     out = tmp_path / "wheel"
+    # `make wheel`'s way: from the tracked files, in a copy (a stale build/lib would leak into a
+    # wheel pip builds in the checkout)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+        [sys.executable, "scripts/image/build.py", "--wheel-only", "--out", str(out)],
         check=True,
         capture_output=True,
+        cwd=ROOT,
     )
     (wheel,) = out.glob("nodegate-*.whl")
     with zipfile.ZipFile(wheel) as zf:

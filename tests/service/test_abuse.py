@@ -265,6 +265,7 @@ async def test_aborted_bodies_are_counted_apart_and_not_logged_as_errors(
     tmp_path: Path, ek_ca: EkCa, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with serving(settings_for(tmp_path, ek_ca)) as s:
+        caplog.clear()  # what start-up said (no PackagePolicy source here) is not this test's
         with caplog.at_level(logging.DEBUG, logger="nodegate"):
             for path in ("/v1/join/start", "/v1/join/finish", "/admission/validate"):
                 port = s.admission_port if path.startswith("/admission") else s.port

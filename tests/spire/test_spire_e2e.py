@@ -10,6 +10,7 @@ py-spiffe.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -87,7 +88,7 @@ def world(local_ca: harness.LocalCa, _swtpm_a: harness.Swtpm) -> Iterator[World]
     top = Path(tempfile.mkdtemp(prefix="ngspire-", dir="/tmp"))
     spire_dir = top / "spire"
     spire_dir.mkdir()
-    db_subject, db_der = firmware.db_certificate()
+    _, db_der = firmware.db_certificate()
     (top / "ek-roots.pem").write_bytes(
         local_ca.root.public_bytes(serialization.Encoding.PEM)
         + local_ca.intermediate.public_bytes(serialization.Encoding.PEM)
@@ -104,7 +105,13 @@ def world(local_ca: harness.LocalCa, _swtpm_a: harness.Swtpm) -> Iterator[World]
         "server_names": ["127.0.0.1"],
         "measured_boot": {
             "secure_boot": "required",
-            "classes": [{"name": MB_CLASS, "authorities": [db_subject], "boot_applications": apps}],
+            "classes": [
+                {
+                    "name": MB_CLASS,
+                    "authorities": ["sha256:" + hashlib.sha256(db_der).hexdigest()],
+                    "boot_applications": apps,
+                }
+            ],
         },
         "admin": {"spiffe_ids": {ADMIN_ID: ["list", "revoke", "rotate"]}},
         "spire": {
