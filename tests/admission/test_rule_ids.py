@@ -55,7 +55,10 @@ def test_the_docs_show_the_list() -> None:
 
 
 def test_the_docs_and_examples_name_only_real_rule_ids() -> None:
-    for path in [*(ROOT / "docs").glob("*.md"), ROOT / "bootstrap" / "service" / "webhook" / "policycases.py"]:
+    for path in [
+        *(ROOT / "docs").glob("*.md"),
+        ROOT / "bootstrap" / "service" / "webhook" / "policycases.py",
+    ]:
         for line in path.read_text().splitlines():
             if line.strip().startswith("rules: ["):
                 ids = yaml.safe_load(line.split("#", 1)[0].strip())["rules"]
