@@ -2,6 +2,8 @@
 #   make deps   Debian packages: swtpm, swtpm-tools, tpm2-tools (tpm2_eventlog), libtss2-dev, build tools
 #   make venv   .venv with nodegate (editable) and the test extras
 #   make helm   .venv/bin/helm for the chart tests (scripts/get-helm.sh)
+#   make cluster  the real control plane's binaries (etcd, kube-apiserver, kube-controller-manager,
+#               kwok, kubectl) from their Go modules, cached in ~/.cache/nodegate (tests/cluster/)
 #   make test   the test suite (what CI runs)
 #   make bench  benchmarks in tests/bench/
 #   make demo   local demo on the embedded defaults
@@ -16,7 +18,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
           python3-venv python3-dev openssl ca-certificates
 
-.PHONY: deps venv helm test bench demo lint clean image image-deps
+.PHONY: deps venv helm cluster test bench demo lint clean image image-deps
 
 $(VENV)/.deps-done:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -46,7 +48,14 @@ $(VENV)/bin/helm: $(VENV)/.venv-done scripts/get-helm.sh
 
 helm: $(VENV)/bin/helm
 
-test: $(VENV)/.venv-done $(VENV)/bin/helm image-deps
+# The pins are tools/cluster/versions.env; each tool's go.mod/go.sum under tools/cluster/<tool>/.
+# Builds only what is missing from the cache and prints how long each build took (a cold build of
+# all five takes tens of minutes on 2 cores; docs/development.md).
+cluster:
+	@command -v go >/dev/null 2>&1 || { echo "make cluster: Go (>= 1.26) is needed, see docs/development.md" >&2; exit 1; }
+	$(PYTHON) scripts/cluster/build.py
+
+test: $(VENV)/.venv-done $(VENV)/bin/helm image-deps cluster
 	$(PY) -m pytest -q
 
 # keylime's measured-boot parser (the eventlog benchmark's baseline) loads libefivar.
