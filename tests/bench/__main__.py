@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import admission, attest, ekcert, eventlog, gate, join, joinload, soak
+from tests.bench import admission, attest, ekcert, eventlog, gate, gate_cluster, join, joinload, soak
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
@@ -23,6 +23,8 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "ekcert": ekcert.main,
     "soak": soak.main,
     "joinload": joinload.main,
+    # The real control plane (tests/cluster/plane.py; `make cluster` builds it).
+    "gate_cluster": gate_cluster.main,
 }
 
 
