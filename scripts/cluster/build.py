@@ -19,6 +19,7 @@ module rebuilds, an unchanged one is reused.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import os
 import re
@@ -84,8 +85,8 @@ ALL = [
 
 def pins() -> dict[str, str]:
     out: dict[str, str] = {}
-    for line in (TOOLS / "versions.env").read_text().splitlines():
-        line = line.strip()
+    for raw in (TOOLS / "versions.env").read_text().splitlines():
+        line = raw.strip()
         if line and not line.startswith("#"):
             key, _, value = line.partition("=")
             out[key.strip()] = value.strip()
@@ -105,9 +106,7 @@ def go_env() -> dict[str, str]:
 
 
 def go(args: list[str], cwd: Path) -> str:
-    proc = subprocess.run(
-        ["go", *args], cwd=cwd, env=go_env(), capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run(["go", *args], cwd=cwd, env=go_env(), capture_output=True, text=True, check=False)
     if proc.returncode:
         sys.stderr.write(proc.stdout + proc.stderr)
         raise SystemExit(f"go {' '.join(args)} failed in {cwd}")
@@ -154,12 +153,20 @@ def out_dir(tool: Tool, pin: str) -> Path:
 
 def build(tool: Tool, pin: str) -> None:
     d = out_dir(tool, pin)
+    d.mkdir(parents=True, exist_ok=True)
+    # One builder per tool and pin at a time (two worktrees running `make cluster`): the second
+    # waits, then finds the binary cached.
+    with (d / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _build_locked(tool, pin, d)
+
+
+def _build_locked(tool: Tool, pin: str, d: Path) -> None:
     binary, stamp = d / tool.name, d / "stamp"
     want = stamp_of(tool)
     if binary.exists() and stamp.exists() and stamp.read_text().strip() == want:
         print(f"{tool.name} {pin}: cached at {binary}", flush=True)
         return
-    d.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     tmp = d / f".{tool.name}.tmp"
     ldflags = " ".join(["-s", "-w", *tool.ldflags(pin)])
@@ -173,8 +180,10 @@ def build(tool: Tool, pin: str) -> None:
     took = time.monotonic() - start
     print(f"{tool.name} {pin}: built in {took:.0f} s -> {binary}", flush=True)
     with (cache_root() / "build-times.log").open("a") as log:
-        log.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {tool.name} {pin} {took:.0f}s "
-                  f"load={os.getloadavg()[0]:.1f}\n")
+        log.write(
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {tool.name} {pin} {took:.0f}s "
+            f"load={os.getloadavg()[0]:.1f}\n"
+        )
 
 
 def main() -> int:

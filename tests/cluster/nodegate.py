@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import re
 import shutil
 import signal
@@ -44,7 +45,7 @@ def render_chart(**values: Any) -> list[dict[str, Any]]:
     """``helm template`` of the chart (release nodegate in namespace nodegate)."""
     sets: list[str] = []
     for key, value in values.items():
-        sets += ["--set-json", f"{key}={yaml.safe_dump(value, default_flow_style=True).strip()}"]
+        sets += ["--set-json", f"{key}={json.dumps(value)}"]
     out = subprocess.run(
         [str(helm()), "template", "nodegate", str(CHART), "--namespace", NAMESPACE, *sets],
         capture_output=True,

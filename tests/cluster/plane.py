@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -444,6 +443,9 @@ def main() -> int:
         print(f"missing {', '.join(missing)}: run `make cluster`", file=sys.stderr)
         return 2
     folder = args.dir or Path(tempfile.mkdtemp(prefix="nodegate-plane-"))
+    # Blocked, so that sigwait below receives them and the processes are stopped (the default
+    # SIGTERM action would end Python without stopping its children).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     plane = ControlPlane.start(folder, kwok=not args.no_kwok)
     print(f"control plane up in {plane.timings['total']:.1f} s at {plane.url}")
     print(f"  export KUBECONFIG={plane.admin_kubeconfig}")
@@ -454,7 +456,6 @@ def main() -> int:
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
         plane.stop()
-    shutil.disk_usage(folder)
     return 0
 
 

@@ -288,21 +288,26 @@ async def test_watch_from_a_resource_version_sees_only_later_changes(api: Api) -
 
 
 @kmock_differs("kmock sends no BOOKMARK events of its own (only scripted ones)")
-async def test_watch_sends_bookmarks_when_asked(api: Api) -> None:
+async def test_watch_list_ends_its_initial_events_with_a_bookmark(api: Api) -> None:
+    """A watch that asks for the current state first (sendInitialEvents, the streaming list) gets
+    the objects as ADDED, then a BOOKMARK annotated ``k8s.io/initial-events-end``. (A plain watch
+    from a resourceVersion gets periodic bookmarks only once the server's cache has moved past
+    that version, which a test cannot time: not asserted.)"""
     name = unique("bookmark")
     await api.call("POST", ATT, attestation(name))
-    _, listed = await api.call("GET", ATT)
-    # A real server sends a bookmark shortly before the watch's own timeout (about 2 s before).
     events = await api.watch(
         ATT,
-        limit=1,
+        limit=2,
         seconds=15,
-        resourceVersion=listed["metadata"]["resourceVersion"],
         allowWatchBookmarks="true",
-        timeoutSeconds="5",
+        sendInitialEvents="true",
+        resourceVersionMatch="NotOlderThan",
+        fieldSelector=f"metadata.name={name}",
     )
-    assert [e["type"] for e in events] == ["BOOKMARK"], events
-    assert int(rv(events[0]["object"])) >= int(listed["metadata"]["resourceVersion"])
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"], events
+    marks = events[1]["object"]["metadata"].get("annotations", {})
+    assert marks.get("k8s.io/initial-events-end") == "true", events[1]
+    assert int(rv(events[1]["object"])) >= int(rv(events[0]["object"]))
 
 
 @kmock_differs("kmock keeps no history window: an old resourceVersion never expires (410 is scripted)")
