@@ -262,7 +262,10 @@ class ControlPlane:
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             "--secure-port=0",
-            "--use-service-account-credentials=false",
+            # Each controller as its own service account (kubeadm's setup): the bootstrap RBAC
+            # grants system:kube-controller-manager itself little; the node lifecycle controller
+            # is then system:serviceaccount:kube-system:node-controller, whom the chart exempts.
+            "--use-service-account-credentials=true",
             "--v=1",
         ]
         self.procs["kube-controller-manager"] = spawn("kube-controller-manager", argv, self.folder)
@@ -332,6 +335,12 @@ class ControlPlane:
         cert = self.ca.issue(self.folder / "pki", stem, cn, orgs=orgs)
         return self.write_kubeconfig(self.folder / f"cert-{stem}.kubeconfig", cert=cert)
 
+    def cert_context(self, cn: str) -> ssl.SSLContext:
+        """The TLS context of a client certificate ``cert_kubeconfig`` issued (for raw requests)."""
+        stem = cn.replace(":", "_")
+        pki = self.folder / "pki"
+        return self.ssl_context((pki / f"{stem}.crt", pki / f"{stem}.key"))
+
     def kubectl(
         self, *args: str, kubeconfig: Path | None = None, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
@@ -359,7 +368,7 @@ class ControlPlane:
         """One raw API call as admin (or with ``ctx``): (status, decoded JSON body)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(f"{self.url}{path}", data=data, method=method)  # noqa: S310
-        req.add_header("Content-Type", "application/json")
+        req.add_header("Content-Type", (headers or {}).pop("Content-Type", "application/json"))
         for k, v in (headers or {}).items():
             req.add_header(k, v)
         admin = (self.folder / "pki" / "admin.crt", self.folder / "pki" / "admin.key")

@@ -197,30 +197,11 @@ def test_node_heartbeats_never_reach_the_webhook(
     node = heartbeating[0]
     kubelet = plane.cert_kubeconfig(f"system:node:{node}", ("system:nodes",))
     for i in range(5):
-        patch = {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": f"beat {i}",
-                        "lastHeartbeatTime": _now(),
-                    }
-                ]
-            }
-        }
-        plane.kubectl(
-            "patch",
-            "node",
-            node,
-            "--subresource=status",
-            "--type=strategic",
-            "-p",
-            json.dumps(patch),
-            kubeconfig=kubelet,
-        )
+        kubelet_beat(plane, node, f"beat {i}")
     after = webhook_server.metric(DECISIONS)
+    print(
+        f"{updates} Node status updates in {HEARTBEAT_SECONDS:.0f} s; webhook decisions {before} -> {after}"
+    )
     assert updates >= HEARTBEAT_NODES, f"only {updates} heartbeats in {HEARTBEAT_SECONDS} s"
     assert after == before, f"{after - before} Node status updates reached the webhook"
     # The node's own label change is judged (and allowed: not a package-state annotation).
@@ -239,7 +220,10 @@ def test_a_node_may_not_write_package_state(
     )
     assert out.returncode != 0
     assert 'admission webhook "nodes.nodegate.io" denied the request' in out.stderr, out.stderr
-    assert "node-package-state" in out.stderr, out.stderr
+    # The rule (node-package-state) speaks for itself in what kubectl prints.
+    assert "metadata.annotations: a node may not set or change NodeWright's package state" in out.stderr, (
+        out.stderr
+    )
 
 
 def test_node_create_without_the_hold_is_refused(plane: ControlPlane, webhook_server: ng.Nodegate) -> None:
@@ -271,29 +255,7 @@ def test_failure_policy_with_nodegate_stopped(
         assert label.returncode != 0
         assert 'failed calling webhook "nodes.nodegate.io"' in label.stderr, label.stderr
         # Not judged, so not blocked: status through nodes/status, by the node itself.
-        patch = {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "down",
-                        "lastHeartbeatTime": _now(),
-                    }
-                ]
-            }
-        }
-        plane.kubectl(
-            "patch",
-            "node",
-            node,
-            "--subresource=status",
-            "--type=strategic",
-            "-p",
-            json.dumps(patch),
-            kubeconfig=kubelet,
-        )
+        kubelet_beat(plane, node, "down")
         # nodegate's own service account is exempt by the chart's matchCondition: it may lift a hold.
         lifted = copy.deepcopy(kwok_node(node)["spec"])
         lifted["taints"] = []
@@ -310,6 +272,27 @@ def test_failure_policy_with_nodegate_stopped(
     finally:
         webhook_server.restart()
     assert stored(plane, "skyhooks.skyhook.nvidia.com", "demo") is None
+
+
+def kubelet_beat(plane: ControlPlane, node: str, message: str) -> None:
+    """A status report as the kubelet sends it: a strategic merge patch of nodes/status with the
+    node's own client certificate (kubectl patch would GET nodes/status first, which the Node
+    authorizer does not grant)."""
+    condition = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "KubeletReady",
+        "message": message,
+        "lastHeartbeatTime": _now(),
+    }
+    status, out = plane.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {"status": {"conditions": [condition]}},
+        ctx=plane.cert_context(f"system:node:{node}"),
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
+    assert status == 200, out
 
 
 def _now() -> str:
