@@ -9,7 +9,8 @@ tests/support/kshim.py re-exports it.
 The shim fills the gaps that matter to nodegate's Kubernetes code:
 
 - creates answer 201 with uid, creationTimestamp and resourceVersion, and 409 AlreadyExists (the
-  API server's reason) for a name that exists;
+  API server's reason) for a name that exists; a null label or annotation value in a create body
+  is stored as "" (as the API server does);
 - every PATCH and PUT stamps a fresh resourceVersion, and a write whose body carries a
   ``metadata.resourceVersion`` other than the stored one answers 409 Conflict, as a real server does;
 - PUT (``replace_*``) works; on the ``status`` and ``approval`` subresources it changes only the
@@ -192,6 +193,11 @@ class ShimEmulator(kmock.KubernetesEmulator):
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
             meta["resourceVersion"] = str(next(self._versions))
+            # A null label or annotation value means "remove" only in a merge patch; a real API
+            # server stores it from a create body as "" (kmock kept the null).
+            for key in ("labels", "annotations"):
+                if isinstance(meta.get(key), dict):
+                    meta[key] = {k: "" if v is None else v for k, v in meta[key].items()}
         if (
             request.resource is not None
             and request.name is not None

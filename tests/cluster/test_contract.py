@@ -110,6 +110,9 @@ async def real_api(plane: ControlPlane, installed: object) -> AsyncIterator[Api]
             yield Api("real", plane.url, http, kube)
         finally:
             await kube.close()
+            # The session's other tests share this API server: a NodeAttestation left here would
+            # be a node in the kubernetes store of test_store.py's replicas.
+            plane.kubectl("delete", "nodeattestations,nodes", "-l", "contract=yes", "--wait=false")
 
 
 def attestation(name: str, **spec: Any) -> dict[str, Any]:
