@@ -203,6 +203,7 @@ def start_nodegate(
     name: str,
     *,
     admission_port: int | None = None,
+    args: tuple[str, ...] = (),
     **settings: Any,
 ) -> Nodegate:
     folder = inst.folder / name
@@ -232,7 +233,7 @@ def start_nodegate(
     config = folder / "config.yaml"
     config.write_text(yaml.safe_dump(doc))
     nodegate_bin = Path(sys.executable).parent / "nodegate"
-    proc = spawn(f"nodegate-{name}", [str(nodegate_bin), "serve", "--config", str(config)], inst.folder)
+    proc = spawn(f"nodegate-{name}", [str(nodegate_bin), "serve", "--config", str(config), *args], inst.folder)
     ng = Nodegate(proc, config, port, admission_port, plane.ssl_context())
     wait_ready(ng)
     return ng
