@@ -233,7 +233,9 @@ def start_nodegate(
     config = folder / "config.yaml"
     config.write_text(yaml.safe_dump(doc))
     nodegate_bin = Path(sys.executable).parent / "nodegate"
-    proc = spawn(f"nodegate-{name}", [str(nodegate_bin), "serve", "--config", str(config), *args], inst.folder)
+    proc = spawn(
+        f"nodegate-{name}", [str(nodegate_bin), "serve", "--config", str(config), *args], inst.folder
+    )
     ng = Nodegate(proc, config, port, admission_port, plane.ssl_context())
     wait_ready(ng)
     return ng
