@@ -151,6 +151,17 @@ def out_dir(tool: Tool, pin: str) -> Path:
     return cache_root() / tool.name / pin
 
 
+# kwok's own stage files (read by tests/cluster/plane.py), copied from its module next to the
+# binary so that the tests need neither Go nor the module cache.
+KWOK_STAGES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat/node-heartbeat.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+
+
 def build(tool: Tool, pin: str) -> None:
     d = out_dir(tool, pin)
     d.mkdir(parents=True, exist_ok=True)
@@ -159,6 +170,17 @@ def build(tool: Tool, pin: str) -> None:
     with (d / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         _build_locked(tool, pin, d)
+        if tool.name == "kwok":
+            _copy_stages(tool, pin, d)
+
+
+def _copy_stages(tool: Tool, pin: str, d: Path) -> None:
+    out = go(["mod", "download", "-json", f"{tool.module}@{pin}"], cwd=TOOLS / tool.name)
+    module_dir = Path(out.split('"Dir": "')[1].split('"')[0])
+    for rel in KWOK_STAGES:
+        dest = d / "stages" / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(module_dir / rel, dest)
 
 
 def _build_locked(tool: Tool, pin: str, d: Path) -> None:

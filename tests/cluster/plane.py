@@ -71,7 +71,10 @@ def binary(tool: str) -> Path:
 
 
 def missing_binaries() -> list[str]:
-    return [t for t in TOOLS if not binary(t).is_file()]
+    missing = [t for t in TOOLS if not binary(t).is_file()]
+    if "kwok" not in missing and not all((kwok_stage_dir() / rel).is_file() for rel in KWOK_STAGE_FILES):
+        missing.append("kwok's stage files")
+    return missing
 
 
 def required() -> bool:
@@ -399,15 +402,13 @@ def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
         return False
 
 
-def kwok_module_dir() -> Path:
-    gomodcache = subprocess.run(
-        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    return Path(gomodcache) / "sigs.k8s.io" / f"kwok@{pins()['KWOK_VERSION']}"
+def kwok_stage_dir() -> Path:
+    """Where `make cluster` copied kwok's stage files from its module (next to the binary)."""
+    return binary("kwok").parent / "stages"
 
 
-# kwok's own stage files (in its module, read at start, never committed): node initialize and
-# heartbeat (with a Lease), pods Ready then Complete; the failing-package stage is ours.
+# kwok's own stage files (from its module, never committed; scripts/cluster/build.py copies them):
+# node initialize and heartbeat, pods Ready then Complete, and deletion.
 KWOK_STAGE_FILES = (
     "kustomize/stage/node/fast/node-initialize.yaml",
     "kustomize/stage/node/heartbeat/node-heartbeat.yaml",
@@ -420,12 +421,14 @@ KWOK_STAGE_FILES = (
 def kwok_stages(heartbeat_ms: tuple[int, int] | None = None) -> str:
     """kwok's stages concatenated; ``heartbeat_ms`` (delay, jitter) replaces the heartbeat stage's
     20-45 s so that a short test sees many kubelet-like status updates."""
-    folder = kwok_module_dir()
+    folder = kwok_stage_dir()
     parts = []
     for rel in KWOK_STAGE_FILES:
         path = folder / rel
         if not path.is_file():
-            raise PlaneError(f"kwok stage {path} missing: run `make cluster` (it downloads the module)")
+            raise PlaneError(
+                f"kwok stage {path} missing: run `make cluster` (it copies them from kwok's module)"
+            )
         text = path.read_text().strip().removeprefix("---").strip()
         if heartbeat_ms is not None and rel.endswith("node-heartbeat.yaml"):
             doc = yaml.safe_load(text)
