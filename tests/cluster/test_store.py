@@ -186,6 +186,14 @@ def test_leader_killed_during_a_release(
         assert history[0] == "packages-pending", (name, history)
         assert history[-1] is None, (name, history)
         assert history.count(None) == 1, (name, history)
+    # The releases were recorded as Events on the Nodes, in default (the only namespace the API
+    # server accepts an Event about a cluster-scoped object in; elsewhere it answers 422).
+    events = json.loads(
+        plane.kubectl(
+            "get", "events", "-n", "default", "--field-selector=reason=NodegateReleased", "-o", "json"
+        ).stdout
+    )["items"]
+    assert {e["involvedObject"]["name"] for e in events} >= set(names)
     # Nothing lost: one NodeAttestation per join, attested, Ready.
     out = json.loads(plane.kubectl("get", "nodeattestations", "-o", "json").stdout)
     by_name = {i["metadata"]["name"]: i for i in out["items"]}
