@@ -297,3 +297,75 @@ def kubelet_beat(plane: ControlPlane, node: str, message: str) -> None:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+SAMPLE_FILES = SAMPLES.params("*.yaml")
+UPSTREAM_REFUSES = {"operator/README.md.block0.yaml"}  # as tests/admission/test_nodewright_picker.py
+
+
+@pytest.fixture(scope="module")
+def sampler(plane: ControlPlane, webhook_server: ng.Nodegate) -> Iterator[Path]:
+    """A user who may deploy anything anywhere: a PackagePolicy with every limit open (pool {}:
+    every node) and deploy + reboot on it, so each sample meets only upstream's own rules."""
+    policy = {
+        "apiVersion": "nodegate.io/v1alpha1",
+        "kind": "PackagePolicy",
+        "metadata": {"name": "samples"},
+        "spec": {
+            "nodeSelector": {},
+            "images": {"registries": ["*"]},
+            "interrupts": {"allowed": ["noop", "service", "restartAllServices", "reboot"]},
+            "allowRuntimeRequired": True,
+            "allowSecretEnv": True,
+            "allowAgentImageOverride": True,
+        },
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "samples-all"},
+        "rules": [
+            {
+                "apiGroups": ["nodegate.io"],
+                "resources": ["packagepolicies"],
+                "verbs": ["deploy", "reboot"],
+                "resourceNames": ["samples"],
+            }
+        ],
+    }
+    plane.apply([policy, role])
+    plane.kubectl(
+        "create", "clusterrolebinding", "sampler-all", "--clusterrole=samples-all", "--user=sampler"
+    )
+    try:
+        yield plane.cert_kubeconfig("sampler", ("team-web",))
+    finally:
+        plane.kubectl("delete", "clusterrolebinding", "sampler-all", check=False)
+        plane.kubectl("delete", "clusterrole", "samples-all", check=False)
+        plane.kubectl("delete", "packagepolicies.nodegate.io", "samples", check=False)
+
+
+@pytest.mark.parametrize("name", SAMPLE_FILES)
+def test_every_upstream_sample_gets_the_hold_tolerations(
+    plane: ControlPlane, webhook_server: ng.Nodegate, sampler: Path, name: str
+) -> None:
+    """Each of upstream's sample and documentation CRs, unedited, through the real API server
+    (server-side dry run): admitted, the user's tolerations kept in order, the hold's appended."""
+    text = sample(name)
+    sent = yaml.safe_load(text)
+    if name in UPSTREAM_REFUSES:
+        # Upstream's own CRD refuses it (an interrupt type it does not have, restart_all_services),
+        # so nodegate's structural rules do too, and kubectl shows why.
+        out = plane.kubectl(
+            "apply", "--dry-run=server", "-f", "-", kubeconfig=sampler, stdin=text, check=False
+        )
+        assert out.returncode != 0
+        assert "unknown interrupt type 'restart_all_services'" in out.stderr, out.stderr
+        return
+    out = plane.kubectl(
+        "apply", "--dry-run=server", "-o", "json", "-f", "-", kubeconfig=sampler, stdin=text, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    preview = json.loads(out.stdout)
+    mine = (sent.get("spec") or {}).get("additionalTolerations") or []
+    assert preview["spec"]["additionalTolerations"] == mine + HOLD_TOLERATIONS
