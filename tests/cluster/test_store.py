@@ -22,6 +22,7 @@ import aiohttp
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from bootstrap.gate.queue import WORKERS
 from tests.cluster import nodegate as ng
 from tests.cluster.plane import ControlPlane, binary
 from tests.support.softnode import join
@@ -193,7 +194,10 @@ def test_leader_killed_during_a_release(
             "get", "events", "-n", "default", "--field-selector=reason=NodegateReleased", "-o", "json"
         ).stdout
     )["items"]
-    assert {e["involvedObject"]["name"] for e in events} >= set(names)
+    missing = set(names) - {e["involvedObject"]["name"] for e in events}
+    # The killed leader may have lifted a taint and died before its Event (a courtesy, written
+    # after the taint): at most one node per worker; the new leader finds those released.
+    assert len(missing) <= WORKERS, missing
     # Nothing lost: one NodeAttestation per join, attested, Ready.
     out = json.loads(plane.kubectl("get", "nodeattestations", "-o", "json").stdout)
     by_name = {i["metadata"]["name"]: i for i in out["items"]}
