@@ -29,7 +29,8 @@ def plane(
         pytest.skip(why)
     folder = tmp_path_factory.mktemp("plane")
     # kwok's heartbeat stage at 2-5 s instead of 20-45 s: a short test sees many status updates.
-    started = cp.ControlPlane.start(folder, heartbeat_ms=(2000, 3000))
+    # A silent Node is unreachable after 15 s (the failure-policy test waits for that).
+    started = cp.ControlPlane.start(folder, heartbeat_ms=(2000, 3000), node_grace_s=15)
     failed_before = request.session.testsfailed
     try:
         yield started

@@ -162,7 +162,12 @@ class ControlPlane:
     # ---- start -------------------------------------------------------------------------------
     @classmethod
     def start(
-        cls, folder: Path, *, kwok: bool = True, heartbeat_ms: tuple[int, int] | None = None
+        cls,
+        folder: Path,
+        *,
+        kwok: bool = True,
+        heartbeat_ms: tuple[int, int] | None = None,
+        node_grace_s: int | None = None,
     ) -> ControlPlane:
         folder.mkdir(parents=True, exist_ok=True)
         pki = folder / "pki"
@@ -170,20 +175,22 @@ class ControlPlane:
         ca = ClusterCa.create(pki)
         plane = cls(folder, ca, free_port(), free_port(), folder / "admin.kubeconfig")
         try:
-            plane._start_all(pki, kwok=kwok, heartbeat_ms=heartbeat_ms)
+            plane._start_all(pki, kwok=kwok, heartbeat_ms=heartbeat_ms, node_grace_s=node_grace_s)
         except BaseException:
             plane.stop()
             raise
         return plane
 
-    def _start_all(self, pki: Path, *, kwok: bool, heartbeat_ms: tuple[int, int] | None) -> None:
+    def _start_all(
+        self, pki: Path, *, kwok: bool, heartbeat_ms: tuple[int, int] | None, node_grace_s: int | None
+    ) -> None:
         began = time.monotonic()
         self._start_etcd()
         self.timings["etcd"] = time.monotonic() - began
         self._start_apiserver(pki)
         self.timings["kube-apiserver"] = time.monotonic() - began - self.timings["etcd"]
         t = time.monotonic()
-        self._start_controller_manager(pki)
+        self._start_controller_manager(pki, node_grace_s)
         if kwok:
             self._start_kwok(heartbeat_ms)
         self.timings["controllers"] = time.monotonic() - t
@@ -248,7 +255,7 @@ class ControlPlane:
         ctx = self.ssl_context(admin)
         self._wait("kube-apiserver", lambda: _http_ok(f"{self.url}/readyz", ctx))
 
-    def _start_controller_manager(self, pki: Path) -> None:
+    def _start_controller_manager(self, pki: Path, node_grace_s: int | None = None) -> None:
         kcm = self.ca.issue(pki, "kcm", "system:kube-controller-manager")
         kubeconfig = self.write_kubeconfig(self.folder / "kcm.kubeconfig", cert=kcm)
         argv = [
@@ -269,6 +276,16 @@ class ControlPlane:
             # grants system:kube-controller-manager itself little; the node lifecycle controller
             # is then system:serviceaccount:kube-system:node-controller, whom the chart exempts.
             "--use-service-account-credentials=true",
+            *(
+                # How soon a silent Node counts as unreachable (defaults 50 s and 60 s).
+                [
+                    f"--node-monitor-grace-period={node_grace_s}s",
+                    f"--node-startup-grace-period={node_grace_s}s",
+                    "--node-monitor-period=2s",
+                ]
+                if node_grace_s is not None
+                else []
+            ),
             "--v=1",
         ]
         self.procs["kube-controller-manager"] = spawn("kube-controller-manager", argv, self.folder)

@@ -246,7 +246,15 @@ def test_failure_policy_with_nodegate_stopped(
     node = heartbeating[2]
     kubelet = plane.cert_kubeconfig(f"system:node:{node}", ("system:nodes",))
     webhook_server.stop()
+    silent = "silent-1"
     try:
+        # nodegate's own write (it pre-creates joining Nodes) goes through: its account is exempt.
+        # No kubelet and no kwok report for this Node, so the node lifecycle controller will
+        # find it unreachable and taint it (below).
+        body = kwok_node(silent)
+        del body["metadata"]["annotations"][KWOK_ANNOTATION]
+        body["metadata"]["labels"] = {"type": "silent"}
+        plane.kubectl("create", "-f", "-", stdin=yaml.safe_dump(body), kubeconfig=installed.kubeconfig)
         alice = as_user(plane, "deployer")
         out = plane.kubectl("apply", "-f", "-", kubeconfig=alice, stdin=sample(SIMPLE), check=False)
         assert out.returncode != 0
@@ -269,9 +277,24 @@ def test_failure_policy_with_nodegate_stopped(
             kubeconfig=installed.kubeconfig,
         )
         assert not (stored(plane, "node", node) or {}).get("spec", {}).get("taints")
+        # The node lifecycle controller (system:serviceaccount:kube-system:node-controller, exempt
+        # in the chart's values) still taints an unreachable Node: a taint change the webhook
+        # would judge, which failurePolicy Fail would refuse without the exemption.
+        deadline = time.monotonic() + 90
+        while "node.kubernetes.io/unreachable" not in taint_keys(plane, silent):
+            assert time.monotonic() < deadline, (
+                f"no unreachable taint on {silent}: {taint_keys(plane, silent)}"
+            )
+            time.sleep(0.5)
+        assert taint_keys(plane, silent)[0] == HOLD
     finally:
         webhook_server.restart()
+        plane.kubectl("delete", "node", silent, "--wait=false", check=False)
     assert stored(plane, "skyhooks.skyhook.nvidia.com", "demo") is None
+
+
+def taint_keys(plane: ControlPlane, name: str) -> list[str]:
+    return [t["key"] for t in ((stored(plane, "node", name) or {}).get("spec") or {}).get("taints") or []]
 
 
 def kubelet_beat(plane: ControlPlane, node: str, message: str) -> None:
