@@ -3,6 +3,8 @@
 #               systemd (systemd-analyze verify checks the units docs/node-join.md ships)
 #   make venv   .venv with nodegate (editable) and the test extras
 #   make helm   .venv/bin/helm for the chart tests (scripts/get-helm.sh)
+#   make cluster  the real control plane's binaries (etcd, kube-apiserver, kube-controller-manager,
+#               kwok, kubectl) from their Go modules, cached in ~/.cache/nodegate (tests/cluster/)
 #   make test   the test suite (what CI runs)
 #   make bench  benchmarks in tests/bench/
 #   make demo   local demo on the embedded defaults
@@ -20,7 +22,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
           python3-venv python3-dev openssl ca-certificates systemd
 
-.PHONY: deps venv helm test bench demo lint clean image image-deps spire wheel
+.PHONY: deps venv helm cluster test bench demo lint clean image image-deps spire wheel
 
 $(VENV)/.deps-done:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -50,7 +52,14 @@ $(VENV)/bin/helm: $(VENV)/.venv-done scripts/get-helm.sh
 
 helm: $(VENV)/bin/helm
 
-test: $(VENV)/.venv-done $(VENV)/bin/helm image-deps spire
+# The pins are tools/cluster/versions.env; each tool's go.mod/go.sum under tools/cluster/<tool>/.
+# Builds only what is missing from the cache and prints how long each build took (a cold build of
+# all five takes tens of minutes on 2 cores; docs/development.md).
+cluster:
+	@command -v go >/dev/null 2>&1 || { echo "make cluster: Go (>= 1.26) is needed, see docs/development.md" >&2; exit 1; }
+	$(PYTHON) scripts/cluster/build.py
+
+test: $(VENV)/.venv-done $(VENV)/bin/helm image-deps cluster spire
 	$(PY) -m pytest -q
 
 # Needs Go (tools/spire/go.mod names the version) and a C compiler (SPIRE's sqlite is cgo).

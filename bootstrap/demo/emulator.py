@@ -8,7 +8,9 @@ tests/support/kshim.py re-exports it.
 
 The shim fills the gaps that matter to nodegate's Kubernetes code:
 
-- creates answer 201 with uid, creationTimestamp and resourceVersion;
+- creates answer 201 with uid, creationTimestamp and resourceVersion, and 409 AlreadyExists (the
+  API server's reason) for a name that exists; a null label or annotation value in a create body
+  is stored as "" (as the API server does);
 - every PATCH and PUT stamps a fresh resourceVersion, and a write whose body carries a
   ``metadata.resourceVersion`` other than the stored one answers 409 Conflict, as a real server does;
 - PUT (``replace_*``) works; on the ``status`` and ``approval`` subresources it changes only the
@@ -45,7 +47,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from kmock._internal import dicts, enums  # kmock 0.8 internals; the version is pinned by the tests' needs
+from kmock._internal import (
+    dicts,
+    enums,
+    k8s,
+)  # kmock 0.8 internals; the version is pinned by the tests' needs
 
 from bootstrap.demo import tables
 from bootstrap.service.join import kubelet
@@ -187,6 +193,11 @@ class ShimEmulator(kmock.KubernetesEmulator):
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
             meta["resourceVersion"] = str(next(self._versions))
+            # A null label or annotation value means "remove" only in a merge patch; a real API
+            # server stores it from a create body as "" (kmock kept the null).
+            for key in ("labels", "annotations"):
+                if isinstance(meta.get(key), dict):
+                    meta[key] = {k: "" if v is None else v for k, v in meta[key].items()}
         if (
             request.resource is not None
             and request.name is not None
@@ -197,7 +208,16 @@ class ShimEmulator(kmock.KubernetesEmulator):
                 if refusal is not None:
                     return refusal
                 return await super()._handle(request)
-        return await super()._handle(request)
+        try:
+            return await super()._handle(request)
+        except k8s.KubernetesObjectConflictError:
+            # kmock's reason is "Object Already Exists"; the API server's is AlreadyExists
+            # (tests/cluster/test_contract.py holds the two side by side).
+            data = request.data if isinstance(request.data, dict) else {}
+            name = str(data.get("metadata", {}).get("name", ""))
+            plural = request.resource.plural if request.resource is not None else "object"
+            body = status_body(409, "AlreadyExists", f'{plural} "{name}" already exists', name=name)
+            return aiohttp.web.json_response(body, status=409)
 
     def _review(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
         """SubjectAccessReview / TokenReview: the test's function answers; none set -> 403."""

@@ -11,6 +11,9 @@ from bootstrap.kube.core import KubeBase
 from bootstrap.times import rfc3339
 
 EVENT_MESSAGE_LIMIT = 1024
+# Where the API server accepts a core/v1 Event about a cluster-scoped object (an Event without
+# eventTime: "default" only; see pkg/apis/core/validation/events.go, ValidateEventCreate).
+CLUSTER_SCOPED_EVENTS = "default"
 
 
 class Events(KubeBase):
@@ -25,10 +28,18 @@ class Events(KubeBase):
         component: str = "nodegate",
     ) -> None:
         """Record a core/v1 Event about ``involved`` (keys kind, name, uid, apiVersion and,
-        for namespaced objects, namespace). The message is cut to 1 KiB."""
+        for namespaced objects, namespace). The message is cut to 1 KiB.
+
+        The API server decides where it may live: an Event about a namespaced object lives in that
+        object's namespace, one about a cluster-scoped object (a Node, a NodeAttestation) in
+        ``default`` (422 "involvedObject.namespace: does not match event.namespace" anywhere
+        else; the kubelet and the node controller write there too). ``namespace`` (the config's
+        ``kubernetes.events_namespace``) therefore no longer decides anything; it stays for the
+        callers."""
         obj = {
             k: str(involved[k]) for k in ("kind", "name", "uid", "apiVersion", "namespace") if involved.get(k)
         }
+        namespace = obj.get("namespace") or CLUSTER_SCOPED_EVENTS
         now = rfc3339(datetime.now(UTC))
         body: Any = {
             "apiVersion": "v1",

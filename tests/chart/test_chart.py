@@ -769,9 +769,9 @@ CLUSTER_GRANTS = (
     }
     | {("nodegate.io", "nodeattestations", v) for v in ("get", "list", "watch", "create", "patch")}
 )
-NAMESPACE_GRANTS = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update", "delete")} | {
-    ("", "events", "create"),
-}
+NAMESPACE_GRANTS = {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update", "delete")}
+# Events about Nodes and NodeAttestations (cluster-scoped) are accepted only in default.
+EVENT_GRANTS = {("", "events", "create")}
 
 
 def _grants(rules: list[Doc]) -> set[tuple[str, str, str]]:
@@ -820,10 +820,13 @@ def test_rbac_least_privilege(scenario: tuple[str, Doc, str, list[Doc]]) -> None
     sa = service_account(docs, namespace)
     cluster, roles = _own_roles(docs, sa)
     assert len(cluster) == 1
-    assert len(roles) == 1
+    assert len(roles) == 2
     assert not any("aggregationRule" in c for c in cluster)
     assert _grants(cluster[0]["rules"]) == CLUSTER_GRANTS
-    (role,) = roles
+    (events,) = [r for r in roles if r["metadata"]["name"].endswith("-node-events")]
+    (role,) = [r for r in roles if r is not events]
+    assert events["metadata"]["namespace"] == "default"
+    assert _grants(events["rules"]) == EVENT_GRANTS
     assert role["metadata"]["namespace"] == namespace
     secret_rules = [r for r in role["rules"] if "secrets" in r["resources"]]
     other = [r for r in role["rules"] if "secrets" not in r["resources"]]
@@ -878,8 +881,9 @@ def test_rbac_decisions(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
     assert not can("update", "", "nodes", name="gpu-1")
     assert can("create", "coordination.k8s.io", "leases", ns=namespace)
     assert not can("create", "coordination.k8s.io", "leases", ns="kube-system")
-    assert can("create", "", "events", ns=namespace)
-    assert not can("create", "", "events", ns="default")
+    assert can("create", "", "events", ns="default")
+    assert not can("create", "", "events", ns="kube-system")
+    assert not can("update", "", "events", ns="default")
     ca_secret = next(v for v in pod_spec(docs)["volumes"] if v["name"] == "ca")["secret"]["secretName"]
     generate = values.get("ca", {}).get("generate", True)
     assert can("get", "", "secrets", name=ca_secret, ns=namespace) == generate

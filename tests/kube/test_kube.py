@@ -418,7 +418,12 @@ async def test_create_event(kmock: Any, kube: Kube) -> None:
     assert len(event["message"].encode()) <= 1024
     assert event["message"] == "é" * 512
     await kube.create_event(involved=involved, reason="Joined", message="ok", type_="Normal", namespace="ng")
-    assert sum(1 for k in kmock.objects if k[0] == "v1/events") == 2
+    # A Node is cluster-scoped: its Events live in default whatever namespace is asked for (the real
+    # API server refuses them elsewhere with 422, tests/cluster/test_store.py).
+    assert sorted(k[1] for k in kmock.objects if k[0] == "v1/events") == ["default", "default"]
+    pod = {"kind": "Pod", "name": "p", "uid": "u-2", "apiVersion": "v1", "namespace": "team"}
+    await kube.create_event(involved=pod, reason="Seen", message="ok", namespace="ng")
+    assert sorted(k[1] for k in kmock.objects if k[0] == "v1/events") == ["default", "default", "team"]
 
 
 async def test_token_review(kmock: Any, kube: Kube) -> None:

@@ -197,3 +197,43 @@ async def test_a_group_readable_key_of_a_secret_volume_is_accepted(tmp_path: Pat
     await starts(settings)
     os.chown(key, 65534, 65533)  # a group this process is not in
     assert "readable by its group" in await refused(settings)
+
+
+class _SlowStore:
+    """A store whose first ``failures`` answers are StoreUnavailable, like a real API server's 429
+    "storage is (re)initializing" right after the NodeAttestation CRD is installed."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def has_nodes(self) -> bool:
+        from bootstrap.store import StoreUnavailable
+
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise StoreUnavailable(
+                "list nodeattestations: HTTP 429 Too Many Requests: storage is (re)initializing"
+            )
+        return False
+
+
+async def test_a_store_that_answers_after_a_while_lets_the_start_go_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bootstrap.service.pki import startup
+
+    monkeypatch.setattr(startup, "_STORE_BACKOFF", (0.0,))
+    store = _SlowStore(failures=3)
+    assert await startup._holds_nodes(store, "nodes depend on the missing CA") is False  # type: ignore[arg-type]
+    assert store.calls == 4
+
+
+async def test_a_store_that_never_answers_refuses_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bootstrap.service.pki import startup
+
+    monkeypatch.setattr(startup, "STORE_WAIT", 0.0)
+    store = _SlowStore(failures=10**6)
+    with pytest.raises(StartupError, match="storage is \\(re\\)initializing; cannot tell whether nodes"):
+        await startup._holds_nodes(store, "nodes depend on the missing CA")  # type: ignore[arg-type]
+    assert store.calls == 1

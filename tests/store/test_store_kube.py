@@ -570,3 +570,45 @@ async def test_objects_made_elsewhere_read_without_bookkeeping(kmock: Any, store
         False,
         (),
     )
+
+
+async def test_a_join_without_boot_id_is_published_when_the_gate_writes_first(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], store: KubeStore
+) -> None:
+    """Found against the real API server (tests/cluster/test_store.py): the create body carried
+    the unset boot-id and measured-boot-class annotations as null, which the API server stores as
+    "" (the shim does too now). Every such NodeAttestation then read back damaged, and when the
+    gate's status write landed between the create and the store's status publish, the retried
+    publish gave up silently: the node stayed held unattested for good."""
+    real = Kube.patch_cluster_object
+    gate_wrote: list[bool] = []
+
+    async def gate_first(self: Kube, *args: Any, status: bool = False) -> dict[str, Any]:
+        if status and not gate_wrote:  # the gate's watch saw the create and wrote its verdict
+            gate_wrote.append(True)
+            kmock.objects[RES, None, "gpu-1"].patch({"status": {"phase": "Held", "reason": "unattested"}})
+            kmock.objects[RES, None, "gpu-1"].patch({"metadata": {"resourceVersion": "999999"}})
+        return await real(self, *args, status=status)
+
+    kubes[0].patch_cluster_object = gate_first.__get__(kubes[0])  # type: ignore[method-assign]
+    rec = await commit(store, make_att(), "s1")
+    del kubes[0].patch_cluster_object
+    assert gate_wrote
+    annotations = stored(kmock)["metadata"]["annotations"]
+    assert "nodegate.io/boot-id" not in annotations
+    assert "nodegate.io/measured-boot-class" not in annotations
+    status = stored(kmock)["status"]
+    assert status["attestedAt"] == "2026-03-01T12:00:00Z"
+    assert status["phase"] == "Held"
+    assert await store.get("gpu-1") == rec  # not damaged
+
+
+async def test_empty_boot_annotations_written_by_older_versions_read_as_unset(
+    kmock: Any, store: KubeStore
+) -> None:
+    rec = await commit(store, make_att(), "s1")
+    kmock.objects[RES, None, "gpu-1"].patch(
+        {"metadata": {"annotations": {"nodegate.io/boot-id": "", "nodegate.io/measured-boot-class": ""}}}
+    )
+    assert await store.get("gpu-1") == rec
+    assert await store.damaged_nodes() == []

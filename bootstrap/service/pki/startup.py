@@ -16,10 +16,13 @@ it and exits 2); docs/troubleshooting.md lists them.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
+import itertools
 import logging
 import ssl
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Final
@@ -71,13 +74,27 @@ def mark_sqlite_store(state_dir: Path, now: datetime) -> None:
         create_exclusive(marker, text.encode())
 
 
+# A real API server answers 429 "storage is (re)initializing" for a while after a CRD is installed
+# (the chart's crds/ go in right before the Deployment); kmock never did. So the store gets a
+# short while to answer before the start is refused.
+STORE_WAIT: float = 30.0
+_STORE_BACKOFF: Final = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
 async def _holds_nodes(store: Store, what: str) -> bool:
-    try:
-        return await store.has_nodes()
-    except StoreUnavailable as exc:
-        raise StartupError(
-            f"store: {exc}; cannot tell whether {what}; retry once the store answers"
-        ) from None
+    deadline = time.monotonic() + STORE_WAIT
+    for attempt in itertools.count():
+        try:
+            return await store.has_nodes()
+        except StoreUnavailable as exc:
+            pause = _STORE_BACKOFF[min(attempt, len(_STORE_BACKOFF) - 1)]
+            if time.monotonic() + pause > deadline:
+                raise StartupError(
+                    f"store: {exc}; cannot tell whether {what}; retry once the store answers"
+                ) from None
+            log.warning("the store does not answer yet; waiting", extra={"error": str(exc)[:300]})
+            await asyncio.sleep(pause)
+    raise AssertionError("unreachable")  # itertools.count() never ends
 
 
 async def load_ca(cas_store: CaStore, store: Store, *, new_ca: bool, now: datetime) -> ca.CaSet:

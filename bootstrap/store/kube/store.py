@@ -46,6 +46,7 @@ from bootstrap.store.kube.objects import (
     sessions_json,
     sessions_value,
     status_patch,
+    without_unset,
     written_annotations,
 )
 from bootstrap.store.model import (
@@ -269,7 +270,11 @@ class KubeStore:
                     body = {
                         "apiVersion": f"{GROUP}/{VERSION}",
                         "kind": KIND,
-                        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+                        "metadata": {
+                            "name": name,
+                            "labels": labels,
+                            "annotations": without_unset(annotations),
+                        },
                         "spec": spec,
                     }
                     written = await self._kube.create_cluster_object(GROUP, VERSION, PLURAL, body)
