@@ -133,7 +133,7 @@ def _synthetic() -> tuple[list[Cert], list[Leaf]]:
 def _real() -> tuple[list[Cert], list[Leaf]]:
     """The public collection of vendor CAs (shared data ek-roots/, 198 CAs: the store nodegate
     once shipped), and the real EK and AK certificates with their EKs' public areas."""
-    roots = ekroots.load_roots([shared("ek-roots").path])
+    roots = ekroots.load_roots([shared("ek-roots").folder()])
     leaves = []
     for name in realtpm.named("ek-certificate") + realtpm.named("ak-certificate"):
         der = realtpm.certificate_bytes(name)

@@ -28,7 +28,7 @@ def _check(
     args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[int, str]:
     monkeypatch.delenv(ekroots.STORE_ENV, raising=False)
-    code = cli.main(["ek", "check", "--roots", str(shared("ek-roots").path), *args])
+    code = cli.main(["ek", "check", "--roots", str(shared("ek-roots").folder()), *args])
     return code, capsys.readouterr().out
 
 

@@ -52,7 +52,7 @@ def test_lists_the_package_roots_by_default(vendors: Path, capsys: pytest.Captur
 
 
 def test_warns_about_cas_that_expire_within_a_year_or_have(capsys: pytest.CaptureFixture[str]) -> None:
-    collection = str(shared("ek-roots").path)
+    collection = str(shared("ek-roots").folder())
     code, _, err = _run(["--roots", collection, "--at", "2026-01-01T00:00:00Z"], capsys)
     assert code == 0
     warnings = err.splitlines()

@@ -51,11 +51,11 @@ def test_real_certificates_with_long_names_load_silently() -> None:
         for name in names:
             cert = certparse.read_certificate(realtpm.certificate_bytes(name))
             cert.name(), cert.view.issuer.rfc4514_string()
-        roots = ekroots.load_roots([shared("ek-roots").path])
+        roots = ekroots.load_roots([shared("ek-roots").folder()])
         for c in (*roots.anchors, *roots.intermediates):
             c.name(), c.view.issuer.rfc4514_string()
     assert len(roots.anchors) + len(roots.intermediates) == len(
-        ekroots.read_manifest(shared("ek-roots").path)
+        ekroots.read_manifest(shared("ek-roots").folder())
     )
 
 
@@ -63,7 +63,7 @@ def test_real_certificates_with_long_names_load_silently() -> None:
 def test_cli_output_has_no_python_warning(capsys: pytest.CaptureFixture[str]) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("always")
-        assert cli.main(["ek", "roots", "--roots", str(shared("ek-roots").path)]) == 0
+        assert cli.main(["ek", "roots", "--roots", str(shared("ek-roots").folder())]) == 0
     err = capsys.readouterr().err
     assert "Warning:" not in err
     assert all(line.startswith("warning: ") for line in err.splitlines())

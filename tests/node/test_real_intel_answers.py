@@ -50,7 +50,7 @@ def _certificate(name: str) -> bytes:
 def store() -> ekroots.Roots:
     """The public collection of vendor CAs (shared data), as an ``ek_roots`` folder loads it: it
     holds Intel's SPTH intermediate, which ``vendors`` gets from the AIA URL instead."""
-    roots = ekroots.load_roots([shared("ek-roots").path])
+    roots = ekroots.load_roots([shared("ek-roots").folder()])
     assert roots.skipped == ()
     return roots
 

@@ -117,6 +117,12 @@ class SharedFolder:
             if fnmatch.fnmatch(f, pattern) and all(e.get(k) == v for k, v in where.items())
         )
 
+    def folder(self) -> Path:
+        """The folder itself, every listed file checked first: for a test that hands the whole
+        folder to a program (skips, or fails, like any other use when the data is absent)."""
+        self.verify_all()
+        return self.path
+
     def verify_all(self) -> list[Path]:
         """Every listed file, each checked: for a test that hands the whole folder to a program."""
         return [self.file(n) for n in self.names()]
