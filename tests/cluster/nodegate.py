@@ -43,8 +43,13 @@ def helm() -> Path:
 
 def render_chart(**values: Any) -> list[dict[str, Any]]:
     """``helm template`` of the chart (release nodegate in namespace nodegate)."""
+    # what the chart requires of every install (its schema refuses one without them)
+    required = {
+        "config.trust_domain": "fleet.test",
+        "networkPolicy.apiServer.webhookSourceCidrs": ["127.0.0.1/32"],
+    }
     sets: list[str] = []
-    for key, value in values.items():
+    for key, value in {**required, **values}.items():
         sets += ["--set-json", f"{key}={json.dumps(value)}"]
     out = subprocess.run(
         [str(helm()), "template", "nodegate", str(CHART), "--namespace", NAMESPACE, *sets],

@@ -141,7 +141,8 @@ def kwok_node(name: str) -> dict[str, Any]:
             "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
             "labels": {"type": "kwok", "kubernetes.io/hostname": name},
         },
-        "spec": {"taints": [{"key": HOLD, "value": "packages-pending", "effect": "NoSchedule"}]},
+        # registered as a kubelet would (the only hold value a Node may be created with: issue 33)
+        "spec": {"taints": [{"key": HOLD, "value": "unattested", "effect": "NoSchedule"}]},
     }
 
 
