@@ -160,6 +160,9 @@ class AdmissionSettings(_Model):
     # Reviews worked on at once, per route (/admission/validate, /admission/mutate); more wait for
     # a slot, briefly (an addition to the core keys, docs/config.md).
     max_inflight: int = Field(default=32, ge=1, le=1024)
+    # The audit line of each allowed review (who was allowed what) at info, or at debug to keep it
+    # out of an info log; denials are always logged at info (an addition, docs/admission.md).
+    log_allowed: Literal["info", "debug"] = "info"
 
     @field_validator("listen")
     @classmethod

@@ -1,5 +1,9 @@
 """Structured JSON logs, one object per line. Only whitelisted extra fields are emitted, so a
-careless ``extra=`` can never put a token, proof or key into the log."""
+careless ``extra=`` can never put a token, proof or key into the log.
+
+The admission webhook's line per review (``nodegate.admission``) is written by a thread, many lines
+per write (``bootstrap.logbatch``): formatting and writing it is off the review's path. Every
+other line is written when it is logged."""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import os
 import sys
 import warnings
 from datetime import UTC, datetime
+
+from bootstrap import logbatch
 
 FIELDS = (
     "node",
@@ -34,10 +40,30 @@ FIELDS = (
 )
 
 
+_ENCODE = json.JSONEncoder(default=str).encode  # json.dumps(..., default=str) builds one per call
+
+
 class JsonFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__()
+        self._second = -1.0
+        self._prefix = ""  # the timestamp up to its seconds, for self._second
+
+    def _timestamp(self, created: float) -> str:
+        """``datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")``, with the
+        part up to the seconds formatted once a second."""
+        second = float(int(created))
+        micros = round((created - second) * 1e6)  # as fromtimestamp rounds
+        if micros >= 1_000_000:
+            second, micros = second + 1, micros - 1_000_000
+        if second != self._second:
+            self._prefix = datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6]
+            self._second = second
+        return f"{self._prefix}.{micros // 1000:03d}+00:00"
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, object] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "ts": self._timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -48,7 +74,9 @@ class JsonFormatter(logging.Formatter):
                 out[key] = value
         if record.exc_info and record.exc_info[0] is not None:
             out["exception"] = self.formatException(record.exc_info)  # code lines, never locals
-        return json.dumps(out, default=str)
+        elif record.exc_text:  # formatted when it was logged (bootstrap.logbatch)
+            out["exception"] = record.exc_text
+        return _ENCODE(out)
 
 
 class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -82,6 +110,9 @@ def level_named(name: str | None) -> int:
     return int(getattr(logging, text.upper()))
 
 
+BATCHED = "nodegate.admission"  # one line per review: written by logbatch's thread
+
+
 def configure(level: int = logging.INFO) -> None:
     handler = StderrHandler()
     handler.setFormatter(JsonFormatter())
@@ -89,6 +120,9 @@ def configure(level: int = logging.INFO) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     root.propagate = False
+    batched = logging.getLogger(BATCHED)
+    batched.handlers[:] = [logbatch.shared(JsonFormatter)]
+    batched.propagate = False  # same stream, same format, same level (the parent's)
     capture_warnings()
 
 

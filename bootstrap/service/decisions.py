@@ -17,10 +17,14 @@ class CountingDecider(Decider):
 
     async def decide(self, req: Request) -> Decision:
         decision = await super().decide(req)
+        self.count(decision)
+        return decision
+
+    def count(self, decision: Decision) -> None:
+        """Count one verdict (also for a review answered from the decision cache)."""
         if self.counter is not None:
             if decision.allowed:
                 self.counter.labels("allowed", "").inc()
             else:
                 for rule in sorted({v.rule for v in decision.violations}) or [""]:
                     self.counter.labels("denied", rule).inc()
-        return decision
