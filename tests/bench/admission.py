@@ -1,12 +1,17 @@
 """Benchmark of the admission webhook over TLS against a bare aiohttp handler, under load.
 
 What is measured, all in one run: two server processes on 127.0.0.1, each one aiohttp process
-with TLS and keep-alive, access logs off (``tests.bench.admission_server``):
-  webhook   the admission listener as ``nodegate serve`` runs it (``compose.admission_app``
-            behind ``GuardedSite``: TLS, in-flight limit, heavy lane) with 3 PackagePolicies and
-            22 RBAC objects (``tests.bench.admission_data``): the real decision for every review
-  bare      a handler that reads the body, ``json.loads`` it and answers allowed with its uid:
-            what any AdmissionReview server on aiohttp spends at least (the floor);
+with TLS and keep-alive, access logs off:
+  webhook   ``nodegate serve`` itself (``python -m bootstrap.cli serve``, since issue 35): its
+            admission listener as deployed (``compose.admission_app`` behind ``GuardedSite``:
+            TLS, in-flight limit, heavy lane, the decision cache, metrics), the JSON log at the
+            default level (info: a line per review) written to a file, the join listener idle,
+            with 3 PackagePolicies and 22 RBAC objects as files (``tests.bench.admission_data``):
+            the real decision for every review. ``--webhook app`` runs the admission app alone in
+            ``tests.bench.admission_server`` instead (no log handler: the earlier method)
+  bare      (``tests.bench.admission_server``) a handler that reads the body, ``json.loads`` it
+            and answers allowed with its uid: what any AdmissionReview server on aiohttp spends
+            at least (the floor);
             ``--bare-parser pydantic-core`` parses with ``pydantic_core.from_json`` instead, the
             parser the webhook reads reviews with (faster than the json module): the floor for
             a server that parses as the webhook does
@@ -47,6 +52,16 @@ How to read the table:
                  throughput ratio two saturated servers would show with the client out of the way
 The targets at the end are reported, never asserted. Unpinned on few CPUs the client and the
 servers share them and the client's own cost bounds what the bare handler can show (see cli %).
+
+The mix: NodeWright and Skyhook CRs (both API groups), from five requesters (users, groups, a
+service account), 70 % allowed, 30 % denied (no RBAC, a foreign registry, a reboot without the
+verb, a reboot the pool's policy does not allow). By default the reviews of one kind are the same
+but for their uid (the decision cache answers all but the first); ``--unique`` gives every object
+a label value of its own, so no review repeats another and every one is parsed and judged.
+
+``--profile`` samples both servers with py-spy during the load and prints where the time goes per
+stage (``tests.bench.admission_profile``), next to the ratios. The machine's load averages are
+printed for the run and each concurrency.
 
 ``--route validate|mutate|both`` (default both): the webhook route under load; the targets are
 issue 28's, for the validating route. ``NODEGATE_BENCH_PLAIN_SITE=1`` serves the webhook app on
