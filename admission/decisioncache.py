@@ -110,15 +110,20 @@ class DecisionCache:
         return self._current
 
     def get(self, key: Key) -> Cached | None:
-        if self.generation() is None:
-            return None
+        return self.lookup(key)[0]
+
+    def lookup(self, key: Key) -> tuple[Cached | None, Generation | None]:
+        """The entry for ``key`` (None: judge it), and the generation to store a judgement under."""
+        generation = self.generation()
+        if generation is None:
+            return None, None
         found = self._entries.get(key)
         if found is None:
             self.misses += 1
-            return None
+            return None, generation
         self._entries.move_to_end(key)
         self.hits += 1
-        return found
+        return found, generation
 
     def put(self, key: Key, entry: Cached, generation: Generation | None) -> None:
         """Store ``entry``, judged under ``generation``, unless the generation moved meanwhile."""

@@ -172,7 +172,7 @@ def make_handler(
         keyed = None if cache is None else cache.key(body)
         generation = None
         if keyed is not None and cache is not None:
-            hit = cache.get(keyed[0])
+            hit, generation = cache.lookup(keyed[0])
             if hit is not None:
                 decision = hit.decision
                 if on_cached is not None:
@@ -188,7 +188,6 @@ def make_handler(
                     allowed_level=allowed_level,
                 )
                 return _answer(b"%b%b%b" % (hit.head, keyed[1].encode(), hit.tail))
-            generation = cache.generation()
         req = _parse(body)
         decision = await decider.decide(req)
         obj = _object_of(req)
