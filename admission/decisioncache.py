@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from admission.decider import Authorizer, LocalRbac
 from admission.response import Decision
@@ -50,8 +50,7 @@ Key = tuple[int, bytes]
 Generation = tuple[object, object]
 
 
-@dataclass(frozen=True, slots=True)
-class Cached:
+class Cached(NamedTuple):
     """A judged review: its decision, its answer split around the uid, what its log line says."""
 
     decision: Decision  # never changed once stored (read by the metrics only)
