@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from admission.decider import (
     POLICY_GROUP,
@@ -117,8 +118,11 @@ async def _read(request: web.Request) -> Request:
     return _parse(await _body(request))
 
 
+_JSON = CIMultiDictProxy(CIMultiDict({hdrs.CONTENT_TYPE: "application/json; charset=utf-8"}))
+
+
 def _answer(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json", charset="utf-8")
+    return web.Response(body=body, headers=_JSON)  # the header built once, not per answer
 
 
 def _object_of(req: Request) -> str:
