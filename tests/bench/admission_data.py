@@ -310,8 +310,10 @@ def review(
     op: str = "CREATE",
     old: dict[str, Any] | None = None,
     uid: str = UID_MARK,
+    sequenced: bool = False,
 ) -> dict[str, Any]:
-    """An AdmissionReview v1 as the API server sends it for a NodeWright or Skyhook CR."""
+    """An AdmissionReview v1 as the API server sends it for a NodeWright or Skyhook CR;
+    ``sequenced``: the object carries the sequence label (:data:`SEQ_MARK`, for :data:`REVIEWS`)."""
     group, version = obj["apiVersion"].split("/")
     kind = obj["kind"]
     gvk = {"group": group, "version": version, "kind": kind}
@@ -336,7 +338,9 @@ def review(
                 "groups": [*groups, "system:authenticated"],
                 "extra": {"authentication.kubernetes.io/credential-id": ["X509SHA256=" + "ab" * 32]},
             },
-            "object": _sequenced(as_stored(obj, 2 if old else 1)),
+            "object": _sequenced(as_stored(obj, 2 if old else 1))
+            if sequenced
+            else as_stored(obj, 2 if old else 1),
             "oldObject": None if old is None else as_stored(old, 1),
             "dryRun": False,
             "options": {
@@ -371,57 +375,62 @@ class Template:
 _NW = nodewright
 CI = "system:serviceaccount:ci:deployer"
 
+
+def _review(obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    return review(obj, sequenced=True, **kwargs)
+
+
 REVIEWS: list[Template] = [
     # allowed: 70 %, both API groups, five requesters (users, groups, a service account)
-    Template("alice creates a gpu Skyhook (no reboot)", 15, True, review(GPU_CR, user="alice")),
-    Template("alice creates a gpu NodeWright (no reboot)", 10, True, review(_NW(GPU_CR), user="alice")),
+    Template("alice creates a gpu Skyhook (no reboot)", 15, True, _review(GPU_CR, user="alice")),
+    Template("alice creates a gpu NodeWright (no reboot)", 10, True, _review(_NW(GPU_CR), user="alice")),
     Template(
         "ml-platform creates a gpu NodeWright with reboot",
         10,
         True,
-        review(_NW(_with_reboot(GPU_CR)), user="bob", groups=("ml-platform",)),
+        _review(_NW(_with_reboot(GPU_CR)), user="bob", groups=("ml-platform",)),
     ),
     Template(
         "ml-platform creates a gpu Skyhook with reboot",
         5,
         True,
-        review(_with_reboot(GPU_CR), user="bob", groups=("ml-platform",)),
+        _review(_with_reboot(GPU_CR), user="bob", groups=("ml-platform",)),
     ),
     Template(
         "batch-team creates a cpu NodeWright",
         10,
         True,
-        review(_NW(_cpu_cr()), user="carol", groups=("batch-team",)),
+        _review(_NW(_cpu_cr()), user="carol", groups=("batch-team",)),
     ),
-    Template("dave creates a cpu Skyhook", 5, True, review(_cpu_cr(), user="dave")),
-    Template("ci's service account creates a cpu NodeWright", 5, True, review(_NW(_cpu_cr()), user=CI)),
+    Template("dave creates a cpu Skyhook", 5, True, _review(_cpu_cr(), user="dave")),
+    Template("ci's service account creates a cpu NodeWright", 5, True, _review(_NW(_cpu_cr()), user=CI)),
     Template(
         "alice bumps a version (Skyhook)",
         5,
         True,
-        review(_bumped(GPU_CR), user="alice", op="UPDATE", old=GPU_CR),
+        _review(_bumped(GPU_CR), user="alice", op="UPDATE", old=GPU_CR),
     ),
     Template(
         "alice bumps a version (NodeWright)",
         5,
         True,
-        review(_NW(_bumped(GPU_CR)), user="alice", op="UPDATE", old=_NW(GPU_CR)),
+        _review(_NW(_bumped(GPU_CR)), user="alice", op="UPDATE", old=_NW(GPU_CR)),
     ),
     # denied: 30 %
-    Template("mallory creates a gpu Skyhook (no RBAC)", 8, False, review(GPU_CR, user="mallory")),
-    Template("mallory creates a gpu NodeWright (no RBAC)", 5, False, review(_NW(GPU_CR), user="mallory")),
+    Template("mallory creates a gpu Skyhook (no RBAC)", 8, False, _review(GPU_CR, user="mallory")),
+    Template("mallory creates a gpu NodeWright (no RBAC)", 5, False, _review(_NW(GPU_CR), user="mallory")),
     Template(
         "alice uses a foreign registry (NodeWright)",
         7,
         False,
-        review(_NW(_foreign_image(GPU_CR)), user="alice"),
+        _review(_NW(_foreign_image(GPU_CR)), user="alice"),
     ),
-    Template("alice asks for a reboot (no verb)", 5, False, review(_with_reboot(GPU_CR), user="alice")),
+    Template("alice asks for a reboot (no verb)", 5, False, _review(_with_reboot(GPU_CR), user="alice")),
     Template(
         "batch-team reboots the cpu pool (policy limit)",
         5,
         False,
-        review(_cpu_reboot(), user="carol", groups=("batch-team",)),
+        _review(_cpu_reboot(), user="carol", groups=("batch-team",)),
     ),
 ]
 
