@@ -50,6 +50,8 @@ How to read the table:
                  ratios: the servers of one round run seconds apart, so machine drift cancels
                  out; trust them over the absolute numbers. 1 / the server-CPU ratio is the
                  throughput ratio two saturated servers would show with the client out of the way
+                 (printed): on a busy machine the throughput ratio also depends on how much CPU
+                 each server got (srv %; the scheduler shares time per thread)
 The targets at the end are reported, never asserted. Unpinned on few CPUs the client and the
 servers share them and the client's own cost bounds what the bare handler can show (see cli %).
 
@@ -816,7 +818,12 @@ def render(results: dict[str, Any]) -> str:
             )
         ratio = results["ratios"].get(str(concurrency))
         if ratio:
-            cpu = f", server CPU per review {ratio['server_cpu']:.2f}x" if "server_cpu" in ratio else ""
+            cpu = (
+                f", server CPU per review {ratio['server_cpu']:.2f}x "
+                f"(two saturated servers: {1 / ratio['server_cpu']:.2f}x the throughput)"
+                if ratio.get("server_cpu")
+                else ""
+            )
             lines.append(
                 f"  webhook/bare: throughput {ratio['throughput']:.2f}x, p50 {ratio['p50']:.2f}x, "
                 f"p99 {ratio['p99']:.2f}x{cpu}"
