@@ -168,10 +168,13 @@ def make_handler(
     cache: DecisionCache | None = None,
     on_cached: Callable[[Decision], None] | None = None,
     allowed_level: int = logging.INFO,
+    audit: Callable[..., None] | None = None,
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The validating route. With ``cache``, a review that repeats an earlier one but for its uid
     (``admission.decisioncache``) is answered as that one was, without being parsed or judged
-    again; ``on_cached`` sees each decision answered from the cache (the metrics)."""
+    again; ``on_cached`` sees each decision answered from the cache (the metrics). ``audit``
+    writes the line per review (``log_decision``'s arguments; default: ``log_decision``)."""
+    log_line = audit or log_decision
 
     async def validate(request: web.Request) -> web.StreamResponse:
         body = await _body(request)
@@ -183,7 +186,7 @@ def make_handler(
                 decision = hit.decision
                 if on_cached is not None:
                     on_cached(decision)
-                log_decision(
+                log_line(
                     decision.allowed,
                     [v.rule for v in decision.violations],
                     uid=keyed[1],
@@ -197,7 +200,7 @@ def make_handler(
         req = _parse(body)
         decision = await decider.decide(req)
         obj = _object_of(req)
-        log_decision(
+        log_line(
             decision.allowed,
             [v.rule for v in decision.violations],
             uid=req.uid,

@@ -1,8 +1,8 @@
 """Structured JSON logs, one object per line. Only whitelisted extra fields are emitted, so a
 careless ``extra=`` can never put a token, proof or key into the log.
 
-The admission webhook's line per review (``nodegate.admission``) is written by a thread, many lines
-per write (``bootstrap.logbatch``): formatting and writing it is off the review's path. Every
+The admission webhook's line per review (``nodegate.admission``) is formatted when it is logged and
+written by a thread, many lines per write (``bootstrap.logbatch``): no write per review. Every
 other line is written when it is logged."""
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ _ENCODE = json.JSONEncoder(default=str).encode  # json.dumps(..., default=str) b
 class JsonFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__()
-        self._second = -1.0
-        self._prefix = ""  # the timestamp up to its seconds, for self._second
+        # (second, the timestamp up to that second): one tuple, replaced whole, so that threads
+        # sharing the formatter never see one's second with another's text.
+        self._seconds: tuple[float, str] = (-1.0, "")
 
     def _timestamp(self, created: float) -> str:
         """``datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")``, with the
@@ -56,10 +57,23 @@ class JsonFormatter(logging.Formatter):
         micros = round((created - second) * 1e6)  # as fromtimestamp rounds
         if micros >= 1_000_000:
             second, micros = second + 1, micros - 1_000_000
-        if second != self._second:
-            self._prefix = datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6]
-            self._second = second
-        return f"{self._prefix}.{micros // 1000:03d}+00:00"
+        cached, prefix = self._seconds
+        if second != cached:
+            prefix = datetime.fromtimestamp(second, UTC).isoformat(timespec="seconds")[:-6]
+            self._seconds = (second, prefix)
+        return f"{prefix}.{micros // 1000:03d}+00:00"
+
+    def line(self, created: float, levelno: int, logger: str, msg: str, fields: dict[str, object]) -> str:
+        """What ``format`` writes for a record with these attributes and ``fields`` (in FIELDS
+        order, no None), without building the record (``bootstrap.auditlog``)."""
+        out: dict[str, object] = {
+            "ts": self._timestamp(created),
+            "level": logging.getLevelName(levelno).lower(),
+            "logger": logger,
+            "msg": msg,
+        }
+        out.update(fields)
+        return _ENCODE(out)
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, object] = {
@@ -74,8 +88,6 @@ class JsonFormatter(logging.Formatter):
                 out[key] = value
         if record.exc_info and record.exc_info[0] is not None:
             out["exception"] = self.formatException(record.exc_info)  # code lines, never locals
-        elif record.exc_text:  # formatted when it was logged (bootstrap.logbatch)
-            out["exception"] = record.exc_text
         return _ENCODE(out)
 
 

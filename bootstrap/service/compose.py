@@ -17,6 +17,7 @@ from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.mutate import CrMutator
 from admission.webhook import MAX_REVIEW_BYTES
 from attest import ca
+from bootstrap.auditlog import AuditLog
 from bootstrap.config import Settings
 from bootstrap.gate import Gate
 from bootstrap.kube import Kube
@@ -207,6 +208,7 @@ def admission_app(settings: Settings, decider: Decider, metrics: Metrics | None)
         cache=decisioncache.for_decider(decider.compiled_policies, decider.authorizer),
         on_cached=decider.count if isinstance(decider, CountingDecider) else None,
         allowed_level=logging.DEBUG if settings.admission.log_allowed == "debug" else logging.INFO,
+        audit=AuditLog(),
     )
 
 

@@ -176,15 +176,19 @@ def make_app(
     cache: DecisionCache | None = None,
     on_cached: Callable[[Decision], None] | None = None,
     allowed_level: int = logging.INFO,
+    audit: Callable[..., None] | None = None,
 ) -> web.Application:
     """The webhook routes (``/admission/mutate`` when a mutator is given) and ``/readyz``: 200
     once PackagePolicies are loaded, 503 before (the webhook denies meanwhile). ``cache``,
-    ``on_cached`` and ``allowed_level`` go to the validating handler (``admission.webhook``)."""
+    ``on_cached``, ``allowed_level`` and ``audit`` go to the validating handler
+    (``admission.webhook``)."""
     limits = limits or WebhookLimits()
     # auto_decompress off: bodies are taken as sent; an encoded one is refused above.
     app = web.Application(client_max_size=MAX_REVIEW_BYTES, handler_args={"auto_decompress": False})
     heavy = _Lane(1, limits.queue_seconds)
-    validate = make_handler(decider, cache=cache, on_cached=on_cached, allowed_level=allowed_level)
+    validate = make_handler(
+        decider, cache=cache, on_cached=on_cached, allowed_level=allowed_level, audit=audit
+    )
     routes: list[tuple[str, Handler]] = [(VALIDATE, validate)]
     if mutator is not None:
         routes.append((MUTATE, make_mutate_handler(mutator)))

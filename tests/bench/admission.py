@@ -194,10 +194,11 @@ def start_server(
     cpus: set[int],
     bare_parser: str = BARE_PARSERS[0],
     webhook: str = "serve",
+    log_level: str = "info",
 ) -> Server:
     port_file, log = workdir / f"{mode}.port", workdir / f"{mode}.log"
     if mode == WEBHOOK and webhook == "serve":
-        return _start_serve(cert, key, workdir, profile_dir, cpus)
+        return _start_serve(cert, key, workdir, profile_dir, cpus, log_level)
     profile = profile_dir / f"admission-{mode}.prof" if profile_dir else None
     cmd = [sys.executable, "-m", "tests.bench.admission_server", "--mode", mode]
     cmd += [
@@ -219,7 +220,9 @@ def start_server(
     return Server(mode, proc, log, port_file, profile)
 
 
-def _start_serve(cert: Path, key: Path, workdir: Path, profile_dir: Path | None, cpus: set[int]) -> Server:
+def _start_serve(
+    cert: Path, key: Path, workdir: Path, profile_dir: Path | None, cpus: set[int], log_level: str = "info"
+) -> Server:
     """``python -m bootstrap.cli serve`` (``nodegate serve``), its JSON log (level info, the
     default) written to a file as a container runtime would collect it."""
     home = workdir / "serve"
@@ -232,7 +235,7 @@ def _start_serve(cert: Path, key: Path, workdir: Path, profile_dir: Path | None,
     if profile is not None:
         cmd += ["-m", "cProfile", "-o", str(profile)]
     cmd += ["-m", "bootstrap.cli", "serve", "--config", str(config), "--port-file", str(port_file)]
-    cmd += ["--admission-port-file", str(admission_port_file)]
+    cmd += ["--admission-port-file", str(admission_port_file), "--log-level", log_level]
     env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODEGATE_LOG_LEVEL")}
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -723,7 +726,8 @@ def _load_text(load: list[float] | None) -> str:
 
 def _server_text(config: dict[str, Any]) -> str:
     if config.get("webhook", "serve") == "serve":
-        return "webhook: nodegate serve (admission listener, JSON log at info to a file, metrics)"
+        level = config.get("log_level", "info")
+        return f"webhook: nodegate serve (admission listener, JSON log at {level} to a file, metrics)"
     return "webhook: the admission app alone (tests.bench.admission_server, no log handler)"
 
 
@@ -895,6 +899,12 @@ def _parser() -> argparse.ArgumentParser:
         "(the admission app alone in tests.bench.admission_server, no logging configured)",
     )
     p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="nodegate serve's --log-level (default info, the default: a line per review)",
+    )
+    p.add_argument(
         "--unique",
         action="store_true",
         help="every object with a label value of its own (no review repeats another but for its uid)",
@@ -931,6 +941,7 @@ def run(
     webhook: str = WEBHOOKS[0],
     unique: bool = False,
     spy: bool = False,
+    log_level: str = "info",
 ) -> dict[str, Any]:
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
@@ -954,7 +965,9 @@ def run(
         try:
             for mode in SERVERS:
                 servers.append(
-                    start_server(mode, cert, key, workdir, profile_dir, server_cpus, bare_parser, webhook)
+                    start_server(
+                        mode, cert, key, workdir, profile_dir, server_cpus, bare_parser, webhook, log_level
+                    )
                 )
             wait_listening(servers)
             for server in servers:
@@ -1008,6 +1021,7 @@ def run(
         "unique": unique,
         "load_average": {"before": load_before, "after": load_after},
         "py_spy": spy,
+        "log_level": log_level,
     }
     results = summarise(levels, config)
     if spy:
@@ -1054,6 +1068,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             webhook=args.webhook,
             unique=args.unique,
             spy=args.profile,
+            log_level=args.log_level,
         )
         print(json.dumps(results, separators=(",", ":")) if args.json else render(results), flush=True)
         rc = max(rc, 1 if results["errors"] else 0)

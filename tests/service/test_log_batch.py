@@ -104,7 +104,7 @@ def test_a_stderr_that_does_not_drain_drops_lines_and_says_how_many(monkeypatch:
     lines = [json.loads(line) for line in stderr.getvalue().splitlines()]
     assert [line["msg"] for line in lines[:3]] == ["line 0", "line 1", "line 2"]
     assert lines[3]["level"] == "warning"
-    assert lines[3]["msg"] == "2 log records dropped: stderr did not drain"
+    assert lines[3]["msg"] == "2 log lines dropped: stderr did not drain"
 
 
 def test_configure_batches_the_admission_lines_only(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,3 +143,92 @@ async def test_allowed_reviews_at_the_chosen_level_denials_at_info(
 def test_an_unknown_level_is_refused() -> None:
     with pytest.raises(ValueError, match="log_allowed"):
         settings_from_obj({"admission": {"log_allowed": "warning"}})
+
+
+# -- the webhook's line by its parts (bootstrap.auditlog) ------------------------------------------
+
+_TEXT = st.text(max_size=20)
+
+
+@given(
+    created=st.floats(min_value=0, max_value=2**33, allow_nan=False),
+    allowed=st.booleans(),
+    rules=st.lists(_TEXT, max_size=3),
+    uid=_TEXT,
+    dry_run=st.booleans(),
+    operation=_TEXT,
+    obj=_TEXT,
+    user=_TEXT,
+)
+def test_a_line_by_its_parts_is_the_records_line(
+    created: float,
+    allowed: bool,
+    rules: list[str],
+    uid: str,
+    dry_run: bool,
+    operation: str,
+    obj: str,
+    user: str,
+) -> None:
+    logger = logging.getLogger("nodegate.admission")
+    fields = {"uid": uid, "dry_run": dry_run, "rules": rules, "operation": operation, "object": obj}
+    record = logger.makeRecord(
+        logger.name, logging.INFO, __file__, 0, "admission %s", ("allowed" if allowed else "denied",), None
+    )
+    record.__dict__.update(fields, user=user)
+    record.created = created
+    ordered = {
+        "uid": uid,
+        "dry_run": dry_run,
+        "rules": rules,
+        "user": user,
+        "object": obj,
+        "operation": operation,
+    }
+    formatter = logs.JsonFormatter()
+    assert formatter.line(
+        created, logging.INFO, logger.name, record.getMessage(), ordered
+    ) == formatter.format(record)
+
+
+def test_the_audit_log_writes_through_the_batch_writer_or_through_logging(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from bootstrap.auditlog import AuditLog
+
+    audit = AuditLog()
+    args: dict[str, Any] = {
+        "uid": "u-1",
+        "dry_run": False,
+        "operation": "CREATE",
+        "obj": "x",
+        "user": "alice",
+    }
+    with caplog.at_level(logging.INFO, logger="nodegate"):
+        audit(False, ["rbac"], **args)  # logging as tests set it up: through logging
+    assert [r.getMessage() for r in caplog.records] == ["admission denied"]
+    stderr = _stderr(monkeypatch)
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
+    logs.configure()
+    audit(True, [], **args)
+    audit(True, [], **args, allowed_level=logging.DEBUG)  # below the logger's level: no line
+    audit(False, ["rbac"], **args)
+    logbatch.shared(logs.JsonFormatter).flush()
+    lines = [json.loads(line) for line in stderr.getvalue().splitlines()]
+    assert [(line["msg"], line["level"], line["rules"]) for line in lines] == [
+        ("admission allowed", "info", []),
+        ("admission denied", "info", ["rbac"]),
+    ]
+    assert lines[0]["user"] == "alice"
+    assert list(lines[0]) == [
+        "ts",
+        "level",
+        "logger",
+        "msg",
+        "uid",
+        "dry_run",
+        "rules",
+        "user",
+        "object",
+        "operation",
+    ]
