@@ -14,6 +14,7 @@ RAW = "\n".join(
         f"{HANDLER};validate (admission/webhook.py:200);log_decision (admission/webhook.py:150);"
         "makeRecord (logging/__init__.py:1600) 3",
         f"{HANDLER};validate (admission/webhook.py:180);read_review (admission/review.py:150) 2",
+        f"{HANDLER};validate (admission/webhook.py:200);AuditLog.__call__ (bootstrap/auditlog.py:60) 1",
         f"{HANDLER};validate (admission/webhook.py:205);key (admission/decisioncache.py:100) 1",
         f"{LOOP};_read_ready (asyncio/selector_events.py:900);"
         "buffer_updated (asyncio/sslproto.py:400);read (ssl.py:900) 4",
@@ -33,7 +34,7 @@ def test_each_stack_goes_to_its_stage() -> None:
     found = admission_profile.stages(RAW)
     assert found == {
         "the decision (Decider.decide)": 7,
-        "logging (record, format, write)": 5,  # the writer's flush counts, its rest does not
+        "logging (record, format, write)": 6,  # the writer's flush counts, its rest does not
         "reading the review (JSON, envelope)": 2,
         "decision cache": 1,
         "TLS (ssl, sslproto)": 4,

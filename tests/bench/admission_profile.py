@@ -36,7 +36,7 @@ KEEP_ENV = "NODEGATE_BENCH_SPY_DIR"  # keep py-spy's raw stacks (<mode>.pyspy.tx
 STAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
-        ("logging (record, format, write)", r"logging/|bootstrap/logs\.py|bootstrap/logbatch\.py"),
+        ("logging (record, format, write)", r"logging/|bootstrap/(logs|logbatch|auditlog)\.py"),
         ("metrics (prometheus_client)", r"prometheus_client/"),
         ("decision cache", r"admission/decisioncache\.py"),
         ("reading the review (JSON, envelope)", r"admission/review\.py|\(json/"),
