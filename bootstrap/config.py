@@ -183,6 +183,9 @@ class AdmissionSettings(_Model):
     # The NodeWright operator's accounts: they delete package CRs and take NodeWright's finalizer
     # off without the deploy check everyone else needs (docs/admission.md; an addition).
     operator_users: tuple[str, ...] = DEFAULT_OPERATORS
+    # The audit line of each allowed review (who was allowed what) at info, or at debug to keep it
+    # out of an info log; denials are always logged at info (an addition, docs/admission.md).
+    log_allowed: Literal["info", "debug"] = "info"
 
     @field_validator("listen")
     @classmethod

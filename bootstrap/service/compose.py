@@ -12,10 +12,12 @@ from typing import Any
 
 from aiohttp import web
 
+from admission import decisioncache
 from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.mutate import CrMutator
 from admission.webhook import MAX_REVIEW_BYTES
 from attest import ca
+from bootstrap.auditlog import AuditLog
 from bootstrap.config import Settings
 from bootstrap.gate import Gate
 from bootstrap.kube import Kube
@@ -204,10 +206,20 @@ def make_admission_app(service: Service) -> web.Application:
 
 
 def admission_app(settings: Settings, decider: Decider, metrics: Metrics | None) -> web.Application:
-    """The webhook app as ``serve`` runs it (the admission benchmark builds it here too)."""
+    """The webhook app as ``serve`` runs it (the admission benchmark builds it here too): with a
+    decision cache when the authorizer's answers cannot change unseen (docs/admission.md)."""
     mutator = CrMutator(settings.gate.taint_key, settings.nodewright.inject_tolerations)
     limits = webhookapp.WebhookLimits(max_inflight=settings.admission.max_inflight)
-    return webhookapp.make_app(decider, mutator, limits=limits, metrics=metrics)
+    return webhookapp.make_app(
+        decider,
+        mutator,
+        limits=limits,
+        metrics=metrics,
+        cache=decisioncache.for_decider(decider.compiled_policies, decider.authorizer),
+        on_cached=decider.count if isinstance(decider, CountingDecider) else None,
+        allowed_level=logging.DEBUG if settings.admission.log_allowed == "debug" else logging.INFO,
+        audit=AuditLog(),
+    )
 
 
 def tls_context(service: Service) -> ssl.SSLContext:

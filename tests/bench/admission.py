@@ -1,12 +1,17 @@
 """Benchmark of the admission webhook over TLS against a bare aiohttp handler, under load.
 
 What is measured, all in one run: two server processes on 127.0.0.1, each one aiohttp process
-with TLS and keep-alive, access logs off (``tests.bench.admission_server``):
-  webhook   the admission listener as ``nodegate serve`` runs it (``compose.admission_app``
-            behind ``GuardedSite``: TLS, in-flight limit, heavy lane) with 3 PackagePolicies and
-            22 RBAC objects (``tests.bench.admission_data``): the real decision for every review
-  bare      a handler that reads the body, ``json.loads`` it and answers allowed with its uid:
-            what any AdmissionReview server on aiohttp spends at least (the floor);
+with TLS and keep-alive, access logs off:
+  webhook   ``nodegate serve`` itself (``python -m bootstrap.cli serve``, since issue 35): its
+            admission listener as deployed (``compose.admission_app`` behind ``GuardedSite``:
+            TLS, in-flight limit, heavy lane, the decision cache, metrics), the JSON log at the
+            default level (info: a line per review) written to a file, the join listener idle,
+            with 3 PackagePolicies and 22 RBAC objects as files (``tests.bench.admission_data``):
+            the real decision for every review. ``--webhook app`` runs the admission app alone in
+            ``tests.bench.admission_server`` instead (no log handler: the earlier method)
+  bare      (``tests.bench.admission_server``) a handler that reads the body, ``json.loads`` it
+            and answers allowed with its uid: what any AdmissionReview server on aiohttp spends
+            at least (the floor);
             ``--bare-parser pydantic-core`` parses with ``pydantic_core.from_json`` instead, the
             parser the webhook reads reviews with (faster than the json module): the floor for
             a server that parses as the webhook does
@@ -45,8 +50,20 @@ How to read the table:
                  ratios: the servers of one round run seconds apart, so machine drift cancels
                  out; trust them over the absolute numbers. 1 / the server-CPU ratio is the
                  throughput ratio two saturated servers would show with the client out of the way
+                 (printed): on a busy machine the throughput ratio also depends on how much CPU
+                 each server got (srv %; the scheduler shares time per thread)
 The targets at the end are reported, never asserted. Unpinned on few CPUs the client and the
 servers share them and the client's own cost bounds what the bare handler can show (see cli %).
+
+The mix: NodeWright and Skyhook CRs (both API groups), from five requesters (users, groups, a
+service account), 70 % allowed, 30 % denied (no RBAC, a foreign registry, a reboot without the
+verb, a reboot the pool's policy does not allow). By default the reviews of one kind are the same
+but for their uid (the decision cache answers all but the first); ``--unique`` gives every object
+a label value of its own, so no review repeats another and every one is parsed and judged.
+
+``--profile`` samples both servers with py-spy during the load and prints where the time goes per
+stage (``tests.bench.admission_profile``), next to the ratios. The machine's load averages are
+printed for the run and each concurrency.
 
 ``--route validate|mutate|both`` (default both): the webhook route under load; the targets are
 issue 28's, for the validating route. ``NODEGATE_BENCH_PLAIN_SITE=1`` serves the webhook app on
@@ -72,14 +89,16 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+import yaml
 
-from tests.bench import admission_data, common
+from tests.bench import admission_data, admission_profile, common
 from tests.bench.admission_data import Request
 from tests.bench.admission_server import BARE_PARSERS
 from tests.support import certs
@@ -95,6 +114,7 @@ START_SECONDS = 30.0  # deadline for a server to write its port file
 HEADERS = {"Content-Type": "application/json"}
 CLIENTS = ("raw", "aiohttp")
 ROUTES = ("validate", "mutate")
+WEBHOOKS = ("serve", "app")
 BATCH_SECONDS = 300.0  # a batch that takes longer means a server stopped answering
 PROFILE_ENV = "NODEGATE_BENCH_PROFILE"
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,6 +141,7 @@ class Server:
     profile: Path | None
     port: int = 0
     path: str = admission_data.PATH  # the route under load
+    admission_port_file: Path | None = None  # nodegate serve: the webhooks' own listener
 
     @property
     def url(self) -> str:
@@ -142,6 +163,28 @@ class Server:
             return ""
 
 
+def serve_config(workdir: Path, cert: Path, key: Path) -> dict[str, Any]:
+    """``nodegate serve`` as the chart runs it, with the benchmark's policies and RBAC as files
+    (offline RBAC: no cluster) and the bench certificate on both listeners."""
+    policy_file, rbac_file = workdir / "policies.yaml", workdir / "rbac.yaml"
+    policy_file.write_text(yaml.safe_dump_all(admission_data.POLICY_DOCS))
+    rbac_file.write_text(yaml.safe_dump_all(admission_data.RBAC))
+    return {
+        "trust_domain": "bench.nodegate.test",
+        "listen": "127.0.0.1:0",
+        "state_dir": str(workdir / "state"),
+        "store": "sqlite",
+        "server_names": ["localhost", "127.0.0.1"],
+        "tls": {"cert_file": str(cert), "key_file": str(key)},
+        "admission": {
+            "listen": "127.0.0.1:0",
+            "policy_files": [str(policy_file)],
+            "rbac_files": [str(rbac_file)],
+            "owner": admission_data.OWNER,
+        },
+    }
+
+
 def start_server(
     mode: str,
     cert: Path,
@@ -150,8 +193,12 @@ def start_server(
     profile_dir: Path | None,
     cpus: set[int],
     bare_parser: str = BARE_PARSERS[0],
+    webhook: str = "serve",
+    log_level: str = "info",
 ) -> Server:
     port_file, log = workdir / f"{mode}.port", workdir / f"{mode}.log"
+    if mode == WEBHOOK and webhook == "serve":
+        return _start_serve(cert, key, workdir, profile_dir, cpus, log_level)
     profile = profile_dir / f"admission-{mode}.prof" if profile_dir else None
     cmd = [sys.executable, "-m", "tests.bench.admission_server", "--mode", mode]
     cmd += [
@@ -173,6 +220,32 @@ def start_server(
     return Server(mode, proc, log, port_file, profile)
 
 
+def _start_serve(
+    cert: Path, key: Path, workdir: Path, profile_dir: Path | None, cpus: set[int], log_level: str = "info"
+) -> Server:
+    """``python -m bootstrap.cli serve`` (``nodegate serve``), its JSON log (level info, the
+    default) written to a file as a container runtime would collect it."""
+    home = workdir / "serve"
+    home.mkdir()
+    config = home / "config.yaml"
+    config.write_text(yaml.safe_dump(serve_config(home, cert, key), sort_keys=False))
+    port_file, admission_port_file, log = home / "port", home / "admission-port", workdir / "webhook.log"
+    profile = profile_dir / "admission-webhook.prof" if profile_dir else None
+    cmd = [sys.executable]
+    if profile is not None:
+        cmd += ["-m", "cProfile", "-o", str(profile)]
+    cmd += ["-m", "bootstrap.cli", "serve", "--config", str(config), "--port-file", str(port_file)]
+    cmd += ["--admission-port-file", str(admission_port_file), "--log-level", log_level]
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "NODEGATE_LOG_LEVEL")}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(proc.pid, cpus)  # before it starts threads: they inherit it
+    return Server(WEBHOOK, proc, log, port_file, profile, admission_port_file=admission_port_file)
+
+
 def wait_listening(servers: list[Server]) -> None:
     deadline = time.monotonic() + START_SECONDS
     for server in servers:
@@ -184,7 +257,8 @@ def wait_listening(servers: list[Server]) -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{server.mode} server did not listen within {START_SECONDS:.0f} s")
             time.sleep(0.02)
-        server.port = int(server.port_file.read_text())
+        ports = server.admission_port_file or server.port_file  # serve writes this one first
+        server.port = int(ports.read_text())
 
 
 def stop_servers(servers: list[Server]) -> None:
@@ -424,6 +498,8 @@ class Level:
     warmup: int
     batches: dict[str, list[Batch]] = field(default_factory=lambda: {s: [] for s in SERVERS})
     warmup_errors: dict[str, list[str]] = field(default_factory=lambda: {s: [] for s in SERVERS})
+    load_before: list[float] | None = None
+    load_after: list[float] | None = None
 
 
 async def measure_level(
@@ -434,23 +510,34 @@ async def measure_level(
     rounds: int,
     rng: random.Random,
     client_kind: str,
+    unique: bool = False,
 ) -> Level:
     level = Level(concurrency, requests, warmup=max(4 * concurrency, requests // 4))
+    level.load_before = _loadavg()
     clients = {mode: make_client(client_kind, servers[mode], concurrency, client_ctx) for mode in SERVERS}
     try:
         for mode in SERVERS:  # opens every connection and warms both servers' code paths
             warm = await run_batch(
-                clients[mode], servers[mode], admission_data.requests(level.warmup, rng), concurrency
+                clients[mode], servers[mode], admission_data.requests(level.warmup, rng, unique), concurrency
             )
             level.warmup_errors[mode] = warm.errors
         for r in range(rounds):
-            reqs = admission_data.requests(requests, rng)  # the same reviews for both servers
+            reqs = admission_data.requests(requests, rng, unique)  # the same reviews for both servers
             for mode in SERVERS if r % 2 == 0 else SERVERS[::-1]:
                 level.batches[mode].append(await run_batch(clients[mode], servers[mode], reqs, concurrency))
     finally:
         for client in clients.values():
             await client.close()
+    level.load_after = _loadavg()
     return level
+
+
+def _loadavg() -> list[float] | None:
+    """The machine's 1, 5 and 15 minute load averages (other sessions' work shows here)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 async def measure(
@@ -459,10 +546,11 @@ async def measure(
     requests: dict[int, int],
     rounds: int,
     client_kind: str,
+    unique: bool = False,
 ) -> list[Level]:
     rng = random.Random(20240611)  # a reproducible mix, not a secret
     return [
-        await measure_level(servers, client_ctx, c, requests[c], rounds, rng, client_kind)
+        await measure_level(servers, client_ctx, c, requests[c], rounds, rng, client_kind, unique)
         for c in CONCURRENCY
     ]
 
@@ -473,8 +561,8 @@ def check_expectations() -> None:
 
     decider = admission_data.decider()
     for template in admission_data.REVIEWS:
-        head, tail = template.split()
-        request = webhook.parse_review(head + b"check" + tail).request
+        head, mid, tail = template.split()
+        request = webhook.parse_review(head + b"check" + mid + b"0" + tail).request
         decision = asyncio.run(decider.decide(request))
         if decision.allowed is not template.allowed:
             raise RuntimeError(
@@ -574,6 +662,10 @@ def summarise(levels: list[Level], config: dict[str, Any]) -> dict[str, Any]:
         "ratios": {str(c): r for c, r in ratios.items()},
         "targets": targets,
         "errors": errors,
+        "load_average": {
+            str(level.concurrency): {"before": level.load_before, "after": level.load_after}
+            for level in levels
+        },
     }
 
 
@@ -628,6 +720,44 @@ def _client_text(config: dict[str, Any]) -> str:
     return f"{kind}; servers pinned to CPU {config['server_cpus'][0]}, the client to CPU {cpus}"
 
 
+def _load_text(load: list[float] | None) -> str:
+    return "-" if not load else " / ".join(f"{x:.2f}" for x in load)
+
+
+def _server_text(config: dict[str, Any]) -> str:
+    if config.get("webhook", "serve") == "serve":
+        level = config.get("log_level", "info")
+        return f"webhook: nodegate serve (admission listener, JSON log at {level} to a file, metrics)"
+    return "webhook: the admission app alone (tests.bench.admission_server, no log handler)"
+
+
+def render_profile(profile: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"where the server time goes (py-spy, {admission_profile.RATE} Hz, nonblocking, whole load part; "
+        "µs a review = share x server CPU per review at 64)",
+    ]
+    names: list[str] = []
+    for data in profile.values():
+        names += [n for n in data["stages"] if n not in names]
+    modes = list(profile)
+    head = f"  {'stage':<44}" + "".join(f" {m + ' %':>10} {m + ' µs':>10}" for m in modes)
+    lines.append(head)
+    for name in names:
+        cells = ""
+        for mode in modes:
+            stage = profile[mode]["stages"].get(name)
+            share = "-" if stage is None else f"{stage['share'] * 100:.1f}"
+            us = "-" if stage is None or stage["us_per_review"] is None else f"{stage['us_per_review']:.0f}"
+            cells += f" {share:>10} {us:>10}"
+        lines.append(f"  {name:<44}{cells}")
+    lines.append("  samples" + " " * 37 + "".join(f" {profile[m]['samples']:>10} {'':>10}" for m in modes))
+    for mode in modes:
+        if profile[mode]["problem"]:
+            lines.append(f"  {mode}: no profile: {profile[mode]['problem']}")
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     env, config = results["environment"], results["config"]
     mix = [f"{'allowed' if t['allowed'] else 'denied'} {t['weight']}% {t['name']}" for t in config["mix"]]
@@ -646,6 +776,15 @@ def render(results: dict[str, Any]) -> str:
         f"({env['usable_cpus']} usable), {env['openssl']}",
         "  " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
         f"  servers: one process each, asyncio, TLS, access log off; {_bare_text(config)}",
+        f"  {_server_text(config)}",
+        "  objects: "
+        + (
+            "each with a label value of its own (--unique: no review repeats another)"
+            if config.get("unique")
+            else "a few kinds of review repeated with fresh uids (as a retrying or re-applying client sends)"
+        ),
+        "  load average (1/5/15 min) before / after the run: "
+        f"{_load_text(config['load_average']['before'])}  ->  {_load_text(config['load_average']['after'])}",
         f"  client: this process, one event loop, {_client_text(config)}",
         *mix_lines,
         f"  {config['rounds']} rounds per concurrency, servers alternating; reviews per round in brackets;"
@@ -666,7 +805,13 @@ def render(results: dict[str, Any]) -> str:
         rows = [r for r in results["rows"] if r["concurrency"] == concurrency]
         if not rows:
             continue
-        lines += ["", f"{concurrency} concurrent clients [{rows[0]['requests_per_round']}]", header]
+        load = results.get("load_average", {}).get(str(concurrency), {})
+        lines += [
+            "",
+            f"{concurrency} concurrent clients [{rows[0]['requests_per_round']}], load average "
+            f"{_load_text(load.get('before'))} -> {_load_text(load.get('after'))}",
+            header,
+        ]
         for row in rows:
             errs = row["errors"] + row["warmup_errors"]
             lines.append(
@@ -677,11 +822,18 @@ def render(results: dict[str, Any]) -> str:
             )
         ratio = results["ratios"].get(str(concurrency))
         if ratio:
-            cpu = f", server CPU per review {ratio['server_cpu']:.2f}x" if "server_cpu" in ratio else ""
+            cpu = (
+                f", server CPU per review {ratio['server_cpu']:.2f}x "
+                f"(two saturated servers: {1 / ratio['server_cpu']:.2f}x the throughput)"
+                if ratio.get("server_cpu")
+                else ""
+            )
             lines.append(
                 f"  webhook/bare: throughput {ratio['throughput']:.2f}x, p50 {ratio['p50']:.2f}x, "
                 f"p99 {ratio['p99']:.2f}x{cpu}"
             )
+    if results.get("profile"):
+        lines += render_profile(results["profile"])
     if results["errors"]:
         lines += ["", "ERRORS (the numbers of this run are suspect)"]
         for e in results["errors"]:
@@ -740,6 +892,29 @@ def _parser() -> argparse.ArgumentParser:
         "--no-pin", action="store_true", help="do not pin the servers and the client to separate CPUs"
     )
     p.add_argument(
+        "--webhook",
+        choices=WEBHOOKS,
+        default=WEBHOOKS[0],
+        help="the webhook server: serve (nodegate serve, default: logs, metrics, as deployed) or app "
+        "(the admission app alone in tests.bench.admission_server, no logging configured)",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="nodegate serve's --log-level (default info, the default: a line per review)",
+    )
+    p.add_argument(
+        "--unique",
+        action="store_true",
+        help="every object with a label value of its own (no review repeats another but for its uid)",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample both servers with py-spy during the load and print where the time goes per stage",
+    )
+    p.add_argument(
         "--bare-parser",
         choices=BARE_PARSERS,
         default=BARE_PARSERS[0],
@@ -763,6 +938,10 @@ def run(
     pin: bool = True,
     bare_parser: str = BARE_PARSERS[0],
     route: str = ROUTES[0],
+    webhook: str = WEBHOOKS[0],
+    unique: bool = False,
+    spy: bool = False,
+    log_level: str = "info",
 ) -> dict[str, Any]:
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
@@ -778,21 +957,41 @@ def run(
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
     server_cpus, client_cpus = _cpus(pin)
+    recordings: list[admission_profile.Recording] = []
     with tempfile.TemporaryDirectory(prefix="nodegate-bench-") as tmp, common.pinned(client_cpus):
         workdir = Path(tmp)
         cert, key, client_ctx = make_tls(workdir)
         servers: list[Server] = []
         try:
             for mode in SERVERS:
-                servers.append(start_server(mode, cert, key, workdir, profile_dir, server_cpus, bare_parser))
+                servers.append(
+                    start_server(
+                        mode, cert, key, workdir, profile_dir, server_cpus, bare_parser, webhook, log_level
+                    )
+                )
             wait_listening(servers)
             for server in servers:
                 server.path = admission_data.MUTATE_PATH if route == "mutate" else admission_data.PATH
+            if spy:
+                spy_dir = Path(os.environ.get(admission_profile.KEEP_ENV) or workdir)
+                spy_dir.mkdir(parents=True, exist_ok=True)
+                recordings = [
+                    admission_profile.record(s.mode, s.proc.pid, spy_dir, client_cpus) for s in servers
+                ]
+            load_before = _loadavg()
             started = time.perf_counter()
-            levels = asyncio.run(measure({s.mode: s for s in servers}, client_ctx, requests, rounds, client))
+            try:
+                levels = asyncio.run(
+                    measure({s.mode: s for s in servers}, client_ctx, requests, rounds, client, unique)
+                )
+            finally:
+                for recording in recordings:
+                    recording.stop()
             timed = time.perf_counter() - started
+            load_after = _loadavg()
         finally:
             stop_servers(servers)
+        profile = {r.mode: r.result() for r in recordings}
         for server in servers:
             if server.proc.returncode not in (0, None):
                 print(
@@ -801,7 +1000,7 @@ def run(
                 )
         if profile_dir is not None:
             print_profile(next(s for s in servers if s.mode == WEBHOOK))
-    sizes = [len(t.split()[0]) + len(t.split()[1]) + 36 for t in admission_data.REVIEWS]
+    sizes = [sum(map(len, t.split())) + 37 for t in admission_data.REVIEWS]
     config = {
         "rounds": rounds,
         "concurrency": list(CONCURRENCY),
@@ -818,8 +1017,41 @@ def run(
         "timed_seconds": round(timed, 1),
         "profile_dir": str(profile_dir) if profile_dir else None,
         "route": route,
+        "webhook": webhook,
+        "unique": unique,
+        "load_average": {"before": load_before, "after": load_after},
+        "py_spy": spy,
+        "log_level": log_level,
     }
-    return summarise(levels, config)
+    results = summarise(levels, config)
+    if spy:
+        results["profile"] = _profile_rows(profile, results["rows"])
+    return results
+
+
+def _profile_rows(profile: dict[str, tuple[Counter[str], str]], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per server: each stage's share of the samples and, with the server CPU per review at 64
+    clients (the saturated level), its µs per review."""
+    out: dict[str, Any] = {}
+    for mode, (samples, problem) in profile.items():
+        total = sum(samples.values())
+        cpu = next(
+            (r["server_cpu_us_per_review"] for r in rows if r["server"] == mode and r["concurrency"] == 64),
+            None,
+        )
+        out[mode] = {
+            "samples": total,
+            "problem": problem,
+            "cpu_us_per_review_64": cpu,
+            "stages": {
+                name: {
+                    "share": count / total,
+                    "us_per_review": None if cpu is None else cpu * count / total,
+                }
+                for name, count in samples.most_common()
+            },
+        }
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -833,6 +1065,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             pin=not args.no_pin,
             bare_parser=args.bare_parser,
             route=route,
+            webhook=args.webhook,
+            unique=args.unique,
+            spy=args.profile,
+            log_level=args.log_level,
         )
         print(json.dumps(results, separators=(",", ":")) if args.json else render(results), flush=True)
         rc = max(rc, 1 if results["errors"] else 0)

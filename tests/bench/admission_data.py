@@ -15,6 +15,7 @@ candidate policies, as the webhook does in a cluster with a catch-all policy.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import random
 import uuid
@@ -29,6 +30,8 @@ PATH = "/admission/validate"
 MUTATE_PATH = "/admission/mutate"
 OWNER = "system:serviceaccount:nodegate:nodegate"
 UID_MARK = "@@bench-uid@@"  # stands in for the uid in a serialised template
+SEQ_MARK = "@@bench-seq@@"  # stands in for a label value: "0", or a new number per review (--unique)
+SEQ_LABEL = "bench.nodegate.io/seq"  # judged by no rule: the decision is the same whatever its value
 RBAC_API = "rbac.authorization.k8s.io/v1"
 
 # ------------------------------------------------------------------------------------------
@@ -246,6 +249,24 @@ def _foreign_image(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def _cpu_reboot() -> dict[str, Any]:
+    """A cpu CR with a reboot package: the cpu policy's limits do not allow reboot interrupts."""
+    doc = _with_reboot(GPU_CR)
+    doc["metadata"] = {"name": "cpu-kernel"}
+    doc["spec"]["nodeSelectors"] = {"matchLabels": {"agentpool": "cpu"}}
+    doc["spec"]["additionalTolerations"] = []
+    del doc["spec"]["packages"]["driver-config"]
+    return doc
+
+
+def nodewright(doc: dict[str, Any]) -> dict[str, Any]:
+    """The same CR as a NodeWright (nodewright.nvidia.com, the operator's new API group)."""
+    doc = copy.deepcopy(doc)
+    doc["apiVersion"] = "nodewright.nvidia.com/v1alpha1"
+    doc["kind"] = "NodeWright"
+    return doc
+
+
 def _fields_v1(value: Any) -> dict[str, Any]:
     """The managedFields ``fieldsV1`` set of a value, as the API server writes it (lists as leaves)."""
     if not isinstance(value, dict):
@@ -289,17 +310,26 @@ def review(
     op: str = "CREATE",
     old: dict[str, Any] | None = None,
     uid: str = UID_MARK,
+    sequenced: bool = False,
 ) -> dict[str, Any]:
-    """An AdmissionReview v1 as the API server sends it for a Skyhook CR."""
+    """An AdmissionReview v1 as the API server sends it for a NodeWright or Skyhook CR;
+    ``sequenced``: the object carries the sequence label (:data:`SEQ_MARK`, for :data:`REVIEWS`)."""
+    group, version = obj["apiVersion"].split("/")
+    kind = obj["kind"]
+    gvk = {"group": group, "version": version, "kind": kind}
+    gvr = {"group": group, "version": version, "resource": kind.lower() + "s"}
+    if user.startswith("system:serviceaccount:"):  # what the API server adds for a service account
+        namespace = user.split(":")[2]
+        groups = (*groups, "system:serviceaccounts", f"system:serviceaccounts:{namespace}")
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
             "uid": uid,
-            "kind": {"group": "skyhook.nvidia.com", "version": "v1alpha1", "kind": "Skyhook"},
-            "resource": {"group": "skyhook.nvidia.com", "version": "v1alpha1", "resource": "skyhooks"},
-            "requestKind": {"group": "skyhook.nvidia.com", "version": "v1alpha1", "kind": "Skyhook"},
-            "requestResource": {"group": "skyhook.nvidia.com", "version": "v1alpha1", "resource": "skyhooks"},
+            "kind": gvk,
+            "resource": gvr,
+            "requestKind": gvk,
+            "requestResource": gvr,
             "name": obj["metadata"]["name"],
             "operation": op,
             "userInfo": {
@@ -308,7 +338,9 @@ def review(
                 "groups": [*groups, "system:authenticated"],
                 "extra": {"authentication.kubernetes.io/credential-id": ["X509SHA256=" + "ab" * 32]},
             },
-            "object": as_stored(obj, 2 if old else 1),
+            "object": _sequenced(as_stored(obj, 2 if old else 1))
+            if sequenced
+            else as_stored(obj, 2 if old else 1),
             "oldObject": None if old is None else as_stored(old, 1),
             "dryRun": False,
             "options": {
@@ -317,6 +349,11 @@ def review(
             },
         },
     }
+
+
+def _sequenced(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["metadata"].setdefault("labels", {})[SEQ_LABEL] = SEQ_MARK
+    return doc
 
 
 @dataclass(frozen=True)
@@ -328,30 +365,73 @@ class Template:
     allowed: bool  # what the webhook must answer
     body: dict[str, Any]
 
-    def split(self) -> tuple[bytes, bytes]:
-        head, tail = json.dumps(self.body, separators=(",", ":")).split(UID_MARK)
-        return head.encode(), tail.encode()
+    def split(self) -> tuple[bytes, bytes, bytes]:
+        """The serialised body around the uid and the sequence label's value (in that order)."""
+        head, rest = json.dumps(self.body, separators=(",", ":")).split(UID_MARK)
+        mid, tail = rest.split(SEQ_MARK)
+        return head.encode(), mid.encode(), tail.encode()
+
+
+_NW = nodewright
+CI = "system:serviceaccount:ci:deployer"
+
+
+def _review(obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    return review(obj, sequenced=True, **kwargs)
 
 
 REVIEWS: list[Template] = [
-    # allowed: 70 %
-    Template("alice creates a gpu CR (no reboot)", 30, True, review(GPU_CR, user="alice")),
+    # allowed: 70 %, both API groups, five requesters (users, groups, a service account)
+    Template("alice creates a gpu Skyhook (no reboot)", 15, True, _review(GPU_CR, user="alice")),
+    Template("alice creates a gpu NodeWright (no reboot)", 10, True, _review(_NW(GPU_CR), user="alice")),
     Template(
-        "ml-platform creates a gpu CR with reboot",
-        15,
+        "ml-platform creates a gpu NodeWright with reboot",
+        10,
         True,
-        review(_with_reboot(GPU_CR), user="bob", groups=("ml-platform",)),
+        _review(_NW(_with_reboot(GPU_CR)), user="bob", groups=("ml-platform",)),
     ),
     Template(
-        "batch-team creates a cpu CR", 15, True, review(_cpu_cr(), user="carol", groups=("batch-team",))
+        "ml-platform creates a gpu Skyhook with reboot",
+        5,
+        True,
+        _review(_with_reboot(GPU_CR), user="bob", groups=("ml-platform",)),
     ),
     Template(
-        "alice bumps a version", 10, True, review(_bumped(GPU_CR), user="alice", op="UPDATE", old=GPU_CR)
+        "batch-team creates a cpu NodeWright",
+        10,
+        True,
+        _review(_NW(_cpu_cr()), user="carol", groups=("batch-team",)),
+    ),
+    Template("dave creates a cpu Skyhook", 5, True, _review(_cpu_cr(), user="dave")),
+    Template("ci's service account creates a cpu NodeWright", 5, True, _review(_NW(_cpu_cr()), user=CI)),
+    Template(
+        "alice bumps a version (Skyhook)",
+        5,
+        True,
+        _review(_bumped(GPU_CR), user="alice", op="UPDATE", old=GPU_CR),
+    ),
+    Template(
+        "alice bumps a version (NodeWright)",
+        5,
+        True,
+        _review(_NW(_bumped(GPU_CR)), user="alice", op="UPDATE", old=_NW(GPU_CR)),
     ),
     # denied: 30 %
-    Template("mallory creates a gpu CR (no RBAC)", 15, False, review(GPU_CR, user="mallory")),
-    Template("alice uses a foreign registry", 10, False, review(_foreign_image(GPU_CR), user="alice")),
-    Template("alice asks for a reboot (no verb)", 5, False, review(_with_reboot(GPU_CR), user="alice")),
+    Template("mallory creates a gpu Skyhook (no RBAC)", 8, False, _review(GPU_CR, user="mallory")),
+    Template("mallory creates a gpu NodeWright (no RBAC)", 5, False, _review(_NW(GPU_CR), user="mallory")),
+    Template(
+        "alice uses a foreign registry (NodeWright)",
+        7,
+        False,
+        _review(_NW(_foreign_image(GPU_CR)), user="alice"),
+    ),
+    Template("alice asks for a reboot (no verb)", 5, False, _review(_with_reboot(GPU_CR), user="alice")),
+    Template(
+        "batch-team reboots the cpu pool (policy limit)",
+        5,
+        False,
+        _review(_cpu_reboot(), user="carol", groups=("batch-team",)),
+    ),
 ]
 
 
@@ -362,12 +442,18 @@ class Request:
     allowed: bool
 
 
-def requests(count: int, rng: random.Random) -> list[Request]:
-    """``count`` serialised reviews in a shuffled mix with the templates' weights, fresh uids."""
+_SEQ = itertools.count(1)
+
+
+def requests(count: int, rng: random.Random, unique: bool = False) -> list[Request]:
+    """``count`` serialised reviews in a shuffled mix with the templates' weights, fresh uids.
+    ``unique``: every object carries a label value of its own (no two reviews alike but for the
+    uid, as after any real edit), otherwise the same ``0`` (repeats of a few kinds of review)."""
     parts = [(t.split(), t.allowed) for t in REVIEWS]
     weights = [t.weight for t in REVIEWS]
     out = []
-    for (head, tail), allowed in rng.choices(parts, weights, k=count):
+    for (head, mid, tail), allowed in rng.choices(parts, weights, k=count):
         uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        out.append(Request(head + uid.encode() + tail, uid, allowed))
+        seq = b"%d" % next(_SEQ) if unique else b"0"
+        out.append(Request(head + uid.encode() + mid + seq + tail, uid, allowed))
     return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -36,7 +37,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 
 from admission.decider import Decider
+from admission.decisioncache import DecisionCache
 from admission.mutate import CrMutator
+from admission.response import Decision
 from admission.webhook import MAX_REVIEW_BYTES, WebhookProblem, make_handler, make_mutate_handler
 from bootstrap.problems import MethodNotAllowed, NotFound
 from bootstrap.service.http.listener import connection_of
@@ -171,14 +174,23 @@ def make_app(
     *,
     limits: WebhookLimits | None = None,
     metrics: Metrics | None = None,
+    cache: DecisionCache | None = None,
+    on_cached: Callable[[Decision], None] | None = None,
+    allowed_level: int = logging.INFO,
+    audit: Callable[..., None] | None = None,
 ) -> web.Application:
     """The webhook routes (``/admission/mutate`` when a mutator is given) and ``/readyz``: 200
-    once PackagePolicies are loaded, 503 before (the webhook denies meanwhile)."""
+    once PackagePolicies are loaded, 503 before (the webhook denies meanwhile). ``cache``,
+    ``on_cached``, ``allowed_level`` and ``audit`` go to the validating handler
+    (``admission.webhook``)."""
     limits = limits or WebhookLimits()
     # auto_decompress off: bodies are taken as sent; an encoded one is refused above.
     app = web.Application(client_max_size=MAX_REVIEW_BYTES, handler_args={"auto_decompress": False})
     heavy = _Lane(1, limits.queue_seconds)
-    routes: list[tuple[str, Handler]] = [(VALIDATE, make_handler(decider))]
+    validate = make_handler(
+        decider, cache=cache, on_cached=on_cached, allowed_level=allowed_level, audit=audit
+    )
+    routes: list[tuple[str, Handler]] = [(VALIDATE, validate)]
     if mutator is not None:
         routes.append((MUTATE, make_mutate_handler(mutator)))
     for path, handler in routes:

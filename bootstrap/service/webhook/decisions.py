@@ -14,13 +14,28 @@ from admission.review import Request
 @dataclass
 class CountingDecider(Decider):
     counter: Any = field(default=None, repr=False, compare=False)  # a prometheus Counter(result, rule)
+    # The counter's children by labels: labels() takes a lock and checks its arguments each call.
+    _children: dict[tuple[Any, str, str], Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     async def decide(self, req: Request) -> Decision:
         decision = await super().decide(req)
+        self.count(decision)
+        return decision
+
+    def count(self, decision: Decision) -> None:
+        """Count one verdict (also for a review answered from the decision cache)."""
         if self.counter is not None:
             if decision.allowed:
-                self.counter.labels("allowed", "").inc()
+                self._child("allowed", "").inc()
             else:
                 for rule in sorted({v.rule for v in decision.violations}) or [""]:
-                    self.counter.labels("denied", rule).inc()
-        return decision
+                    self._child("denied", rule).inc()
+
+    def _child(self, result: str, rule: str) -> Any:
+        key = (self.counter, result, rule)  # the counter too: tests swap it
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.counter.labels(result, rule)
+        return child

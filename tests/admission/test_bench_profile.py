@@ -1,0 +1,43 @@
+"""The admission benchmark's stage profile (``tests.bench.admission_profile``) puts each py-spy
+stack where it belongs: the first matching stage, else by its innermost frame; the log writer at
+rest is no sample."""
+
+from __future__ import annotations
+
+from tests.bench import admission_profile
+
+LOOP = "run_forever (asyncio/base_events.py:608);_run_once (asyncio/base_events.py:1922)"
+HANDLER = f"{LOOP};_run (asyncio/events.py:80);serve (bootstrap/service/webhook/app.py:140)"
+RAW = "\n".join(
+    [
+        f"{HANDLER};validate (admission/webhook.py:190);decide (admission/decider.py:120) 7",
+        f"{HANDLER};validate (admission/webhook.py:200);log_decision (admission/webhook.py:150);"
+        "makeRecord (logging/__init__.py:1600) 3",
+        f"{HANDLER};validate (admission/webhook.py:180);read_review (admission/review.py:150) 2",
+        f"{HANDLER};validate (admission/webhook.py:200);AuditLog.__call__ (bootstrap/auditlog.py:60) 1",
+        f"{HANDLER};validate (admission/webhook.py:205);key (admission/decisioncache.py:100) 1",
+        f"{LOOP};_read_ready (asyncio/selector_events.py:900);"
+        "buffer_updated (asyncio/sslproto.py:400);read (ssl.py:900) 4",
+        f"{LOOP};select (selectors.py:468) 5",
+        "_bootstrap (threading.py:995);run (threading.py:975);BatchHandler._run (bootstrap/logbatch.py:73) 9",
+        "_bootstrap (threading.py:995);run (threading.py:975);BatchHandler._run (bootstrap/logbatch.py:80);"
+        "BatchHandler.flush (bootstrap/logbatch.py:90) 2",
+        "main (tests/bench/admission_server.py:130);"
+        f"{HANDLER.replace('bootstrap/service/webhook/app.py', 'aiohttp/web_app.py')};"
+        "bare_app.<locals>.validate (tests/bench/admission_server.py:60) 6",
+        "not a line",
+    ]
+)
+
+
+def test_each_stack_goes_to_its_stage() -> None:
+    found = admission_profile.stages(RAW)
+    assert found == {
+        "the decision (Decider.decide)": 7,
+        "logging (record, format, write)": 6,  # the writer's flush counts, its rest does not
+        "reading the review (JSON, envelope)": 2,
+        "decision cache": 1,
+        "TLS (ssl, sslproto)": 4,
+        "event loop (asyncio, epoll)": 5,
+        "webhook handler, rest (web.Response, ...)": 6,  # the bare handler, not its process's main()
+    }
