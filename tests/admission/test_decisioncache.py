@@ -222,7 +222,7 @@ _USERS = st.sampled_from([("alice", ()), ("mallory", ()), ("bob", ("gpu-team",))
 def _reviews(draw: st.DrawFn) -> dict[str, Any]:
     doc = no_reboot(SAMPLE) if draw(st.booleans()) else copy.deepcopy(SAMPLE)
     if draw(st.booleans()):
-        doc["spec"]["packages"]["tuning"]["image"] = draw(
+        doc["spec"]["packages"]["node-tuning"]["image"] = draw(
             st.sampled_from(["docker.io/evil/tuning", "ghcr.io/nvidia/skyhook-packages/tuning"])
         )
     if draw(st.booleans()):
