@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from attest.spiffeid import validate_trust_domain
-from attest.x509svid import CLOCK_SKEW, Signer, SvidPublicKey, _check_subject_key
+from attest.x509svid import CLOCK_SKEW, LEAF_KEY_USAGE, Signer, SvidPublicKey, _check_subject_key
 
 SCHEME = "x509pop://"
 MAX_FACTS = 16
@@ -103,17 +103,7 @@ def issue_x509pop(
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            LEAF_KEY_USAGE,
             critical=True,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)

@@ -32,6 +32,18 @@ from attest.errors import AttestationError
 from attest.spiffeid import SpiffeId, SpiffeIdError, parse_spiffe_id, validate_trust_domain
 
 CLOCK_SKEW = timedelta(seconds=60)
+# A leaf that signs (TLS handshakes, x509pop's proof of possession) and does nothing else.
+LEAF_KEY_USAGE = x509.KeyUsage(
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=False,
+    crl_sign=False,
+    encipher_only=False,
+    decipher_only=False,
+)
 # The EC curves an SVID (and a bundle key) may use: (JWK "crv", coordinate size in bytes).
 EC_CURVES: dict[str, tuple[str, int]] = {"secp256r1": ("P-256", 32), "secp384r1": ("P-384", 48)}
 
@@ -152,17 +164,7 @@ def issue_svid(
         .add_extension(x509.SubjectAlternativeName(sans), critical=True)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            LEAF_KEY_USAGE,
             critical=True,
         )
         .add_extension(
