@@ -90,19 +90,32 @@ class WebhookProblem(Exception):
         self.detail = detail
 
 
+def check_media(content_type: str, content_encoding: str) -> None:
+    """WebhookProblem (415) unless the body is JSON as sent: ``content_type`` is the media type
+    (lowercase, without parameters), ``content_encoding`` the header's value ("" when absent)."""
+    if content_encoding.strip().lower() not in ("", "identity"):
+        detail = f"Content-Encoding {content_encoding[:32]!r} is not accepted; send the body as is"
+        raise WebhookProblem(415, "malformed_request", detail)
+    if content_type != "application/json":
+        raise WebhookProblem(415, "malformed_request", "send application/json")
+
+
+def too_large() -> WebhookProblem:
+    return WebhookProblem(413, "payload_too_large", f"reviews are limited to {MAX_REVIEW_BYTES} bytes")
+
+
 async def _body(request: web.Request) -> bytes:
     """The review's body; WebhookProblem for a request that cannot carry one."""
-    if request.content_type != "application/json":
-        raise WebhookProblem(415, "malformed_request", "send application/json")
+    check_media(request.content_type, request.headers.get(hdrs.CONTENT_ENCODING, ""))
     body = b""
-    too_large = request.content_length is not None and request.content_length > MAX_REVIEW_BYTES
-    if not too_large:
+    oversize = request.content_length is not None and request.content_length > MAX_REVIEW_BYTES
+    if not oversize:
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
-            too_large = True
-    if too_large:
-        raise WebhookProblem(413, "payload_too_large", f"reviews are limited to {MAX_REVIEW_BYTES} bytes")
+            oversize = True
+    if oversize:
+        raise too_large()
     return body
 
 
@@ -162,22 +175,25 @@ def log_decision(
         log.handle(log.makeRecord(log.name, level, __file__, 0, "admission %s", verdict, None, _FUNC, fields))
 
 
-def make_handler(
+Validate = Callable[[bytes], Awaitable[bytes]]
+
+
+def make_validator(
     decider: Decider,
     *,
     cache: DecisionCache | None = None,
     on_cached: Callable[[Decision], None] | None = None,
     allowed_level: int = logging.INFO,
     audit: Callable[..., None] | None = None,
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The validating route. With ``cache``, a review that repeats an earlier one but for its uid
+) -> Validate:
+    """The validating webhook on a body: the AdmissionReview to answer with (JSON), or
+    WebhookProblem. With ``cache``, a review that repeats an earlier one but for its uid
     (``admission.decisioncache``) is answered as that one was, without being parsed or judged
     again; ``on_cached`` sees each decision answered from the cache (the metrics). ``audit``
     writes the line per review (``log_decision``'s arguments; default: ``log_decision``)."""
     log_line = audit or log_decision
 
-    async def validate(request: web.Request) -> web.StreamResponse:
-        body = await _body(request)
+    async def validate(body: bytes) -> bytes:
         keyed = None if cache is None else cache.key(body)
         generation = None
         if keyed is not None and cache is not None:
@@ -196,7 +212,7 @@ def make_handler(
                     user=hit.user,
                     allowed_level=allowed_level,
                 )
-                return _answer(b"%b%b%b" % (hit.head, keyed[1].encode(), hit.tail))
+                return b"%b%b%b" % (hit.head, keyed[1].encode(), hit.tail)
         req = _parse(body)
         decision = await decider.decide(req)
         obj = _object_of(req)
@@ -216,9 +232,29 @@ def make_handler(
             if split is not None:
                 entry = Cached(decision, *split, req.operation, obj, req.user_info.username, req.dry_run)
                 cache.put(keyed[0], entry, generation)
-        return _answer(answer)
+        return answer
 
     return validate
+
+
+def make_handler(
+    decider: Decider,
+    *,
+    cache: DecisionCache | None = None,
+    on_cached: Callable[[Decision], None] | None = None,
+    allowed_level: int = logging.INFO,
+    audit: Callable[..., None] | None = None,
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``make_validator`` as an aiohttp handler (the listener of ``nodegate serve`` frames its
+    requests itself: ``bootstrap.service.webhook``)."""
+    validate = make_validator(
+        decider, cache=cache, on_cached=on_cached, allowed_level=allowed_level, audit=audit
+    )
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return _answer(await validate(await _body(request)))
+
+    return handler
 
 
 def _split_answer(answer: bytes, uid: str) -> tuple[bytes, bytes] | None:
@@ -232,9 +268,14 @@ def _split_answer(answer: bytes, uid: str) -> tuple[bytes, bytes] | None:
     return answer[:start], answer[start + len(uid) :]
 
 
-def make_mutate_handler(mutator: CrMutator) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    async def mutate(request: web.Request) -> web.StreamResponse:
-        req = await _read(request)
+Mutate = Callable[[bytes], bytes]
+
+
+def make_mutation(mutator: CrMutator) -> Mutate:
+    """The mutating webhook on a body: the AdmissionReview to answer with, or WebhookProblem."""
+
+    def mutate(body: bytes) -> bytes:
+        req = _parse(body)
         mutation = mutator.mutate(req)
         if mutation.patch and log.isEnabledFor(logging.INFO):
             log.info(
@@ -249,8 +290,16 @@ def make_mutate_handler(mutator: CrMutator) -> Callable[[web.Request], Awaitable
                     "user": req.user_info.username,
                 },
             )
-        return web.Response(
-            body=encode_mutation_response(mutation, req.uid), content_type="application/json", charset="utf-8"
-        )
+        return encode_mutation_response(mutation, req.uid)
 
     return mutate
+
+
+def make_mutate_handler(mutator: CrMutator) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """``make_mutation`` as an aiohttp handler."""
+    mutate = make_mutation(mutator)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return _answer(mutate(await _body(request)))
+
+    return handler

@@ -199,13 +199,13 @@ def make_app(service: Service) -> web.Application:
     return app
 
 
-def make_admission_app(service: Service) -> web.Application:
+def make_admission_app(service: Service) -> webhookapp.ReviewApp:
     """The webhooks on their own listener (``admission.listen``): apart from the join API, with
     their own in-flight limit (``admission.max_inflight`` per route)."""
     return admission_app(service.settings, service.decider, service.metrics)
 
 
-def admission_app(settings: Settings, decider: Decider, metrics: Metrics | None) -> web.Application:
+def admission_app(settings: Settings, decider: Decider, metrics: Metrics | None) -> webhookapp.ReviewApp:
     """The webhook app as ``serve`` runs it (the admission benchmark builds it here too): with a
     decision cache when the authorizer's answers cannot change unseen (docs/admission.md)."""
     mutator = CrMutator(settings.gate.taint_key, settings.nodewright.inject_tolerations)
@@ -219,6 +219,8 @@ def admission_app(settings: Settings, decider: Decider, metrics: Metrics | None)
         on_cached=decider.count if isinstance(decider, CountingDecider) else None,
         allowed_level=logging.DEBUG if settings.admission.log_allowed == "debug" else logging.INFO,
         audit=AuditLog(),
+        # Offline RBAC asks no one: a review is judged without a task (bootstrap.service.http.eager).
+        eager=isinstance(decider.authorizer, LocalRbac),
     )
 
 

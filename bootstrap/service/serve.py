@@ -25,6 +25,7 @@ from bootstrap.names import is_loopback
 from bootstrap.service import preflight
 from bootstrap.service.compose import build_service, make_admission_app, make_app, tls_context
 from bootstrap.service.http.listener import ConnectionLimits, GuardedSite
+from bootstrap.service.webhook.site import ReviewSite
 from bootstrap.service.pki.startup import StartupError, one_line
 from bootstrap.service.state import Service
 
@@ -51,13 +52,12 @@ class Serving:
     runner: web.AppRunner
     site: GuardedSite
     port: int
-    admission_runner: web.AppRunner | None = None
-    admission_site: GuardedSite | None = None
+    admission_site: ReviewSite | None = None
     admission_port: int = 0
 
     async def close(self) -> None:
-        if self.admission_runner is not None:
-            await self.admission_runner.cleanup()
+        if self.admission_site is not None:
+            await self.admission_site.stop()
         await self.runner.cleanup()
         await self.service.close()
 
@@ -125,12 +125,8 @@ async def _start(
         )
         await site.start()
         serving = Serving(service, runner, site, site.port)
-        serving.admission_runner = web.AppRunner(
-            make_admission_app(service), access_log=None, handle_signals=False
-        )
-        await serving.admission_runner.setup()
-        serving.admission_site = GuardedSite(
-            serving.admission_runner,
+        serving.admission_site = ReviewSite(
+            make_admission_app(service),
             adm_host,
             adm_port,
             tls=ctx,

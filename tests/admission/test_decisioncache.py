@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +23,7 @@ from admission.response import Decision
 from bootstrap.service.webhook import app as webhookapp
 from tests.admission.test_admission_rules import SAMPLE
 from tests.admission.test_webhook import GPU, NODEGATE, POLICIES, RBAC, no_reboot, policy, review
+from tests.support.reviewserver import ReviewClient, review_client
 
 
 class Source:
@@ -41,7 +40,9 @@ def _decider(source: Any = None, rbac: Any = None) -> Decider:
     return Decider(source or Source(POLICIES), rbac or LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE)
 
 
-def _app(decider: Decider, cached: bool = True) -> tuple[web.Application, decisioncache.DecisionCache | None]:
+def _app(
+    decider: Decider, cached: bool = True
+) -> tuple[webhookapp.ReviewApp, decisioncache.DecisionCache | None]:
     cache = decisioncache.for_decider(decider.compiled_policies, decider.authorizer) if cached else None
     return webhookapp.make_app(decider, cache=cache), cache
 
@@ -52,7 +53,7 @@ def _body(doc: dict[str, Any], uid: str | None = None) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
-async def _post(client: TestClient[Any, Any], body: bytes) -> dict[str, Any]:
+async def _post(client: ReviewClient, body: bytes) -> dict[str, Any]:
     resp = await client.post("/admission/validate", data=body, headers={"Content-Type": "application/json"})
     assert resp.status == 200, await resp.text()
     out: dict[str, Any] = await resp.json()
@@ -73,7 +74,7 @@ DENIED = review(no_reboot(SAMPLE), user="mallory")
 async def test_a_repeated_review_gets_the_first_answer_with_its_own_uid() -> None:
     app, cache = _app(_decider())
     assert cache is not None
-    async with TestClient(TestServer(app)) as client:
+    async with review_client(app) as client:
         for doc in (ALLOWED, DENIED):
             first, second = _body(doc), _body(doc)
             one, two = await _post(client, first), await _post(client, second)
@@ -87,7 +88,7 @@ async def test_a_policy_change_empties_the_cache() -> None:
     source = Source(POLICIES)
     app, cache = _app(_decider(source))
     assert cache is not None
-    async with TestClient(TestServer(app)) as client:
+    async with review_client(app) as client:
         assert (await _post(client, _body(ALLOWED)))["response"]["allowed"]
         # The gpu policy now allows another registry only: the same review must be denied.
         source.items = [policy("gpu", nodeSelector=GPU, images={"registries": ["registry.example.com"]})]
@@ -100,7 +101,7 @@ async def test_an_rbac_change_empties_the_cache() -> None:
     rbac = LocalRbac(RbacEvaluator.from_objects(RBAC))
     app, cache = _app(_decider(rbac=rbac))
     assert cache is not None
-    async with TestClient(TestServer(app)) as client:
+    async with review_client(app) as client:
         assert (await _post(client, _body(ALLOWED)))["response"]["allowed"]
         rbac.evaluator = RbacEvaluator.from_objects([])  # alice's binding is gone
         out = await _post(client, _body(ALLOWED))
@@ -119,7 +120,7 @@ async def test_no_cache_without_policies_or_with_an_authorizer_that_can_change_u
     source.items = None  # not loaded: every review is denied as such, and none is kept
     app, cache = _app(_decider(source))
     assert cache is not None
-    async with TestClient(TestServer(app)) as client:
+    async with review_client(app) as client:
         for _ in range(2):
             assert "not loaded" in (await _post(client, _body(ALLOWED)))["response"]["status"]["message"]
     assert (cache.hits, len(cache)) == (0, 0)
@@ -136,7 +137,7 @@ async def test_no_cache_without_policies_or_with_an_authorizer_that_can_change_u
 async def test_only_an_api_server_uid_makes_a_key(uid: str) -> None:
     app, cache = _app(_decider())
     assert cache is not None
-    async with TestClient(TestServer(app)) as client:
+    async with review_client(app) as client:
         for _ in range(2):
             out = await _post(client, _body(ALLOWED, uid))
             assert out["response"]["uid"] == uid
@@ -158,7 +159,7 @@ async def test_a_decoy_uid_member_cannot_stand_for_another_review() -> None:
     decoy = copy.deepcopy(DENIED)
     decoy["request"]["uid"] = uid
     crafted = json.dumps({"zzz": {"uid": uid}, **decoy}, separators=(",", ":")).encode()
-    async with TestClient(TestServer(app)) as client:
+    async with review_client(app) as client:
         assert not (await _post(client, crafted))["response"]["allowed"]
         genuine = await _post(client, _body(DENIED))  # the same request without the decoy
         assert not genuine["response"]["allowed"]
@@ -202,7 +203,7 @@ async def test_a_cached_answer_is_logged_like_a_judged_one(caplog: pytest.LogCap
     app, _ = _app(_decider())
     bodies = [_body(DENIED), _body(DENIED)]
     with caplog.at_level(logging.INFO, logger="nodegate"):
-        async with TestClient(TestServer(app)) as client:
+        async with review_client(app) as client:
             for body in bodies:
                 await _post(client, body)
     lines = [r for r in caplog.records if r.getMessage().startswith("admission ")]
@@ -244,7 +245,7 @@ def test_any_sequence_is_answered_as_without_the_cache(
         source = Source(POLICIES)
         app, _ = _app(_decider(source), cached)
         out = []
-        async with TestClient(TestServer(app)) as client:
+        async with review_client(app) as client:
             for n, body in enumerate(bodies):
                 if n < len(changes) and changes[n]:  # a policy change between reviews
                     source.items = list(reversed(source.items or [])) if n % 2 else [POLICIES[0]]

@@ -14,8 +14,6 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +26,7 @@ from bootstrap.service.webhook import app as webhookapp
 from tests.admission.test_admission_rules import policy
 from tests.support import certs
 from tests.support.package_crs import SAMPLE
+from tests.support.reviewserver import listening, review_client
 
 NODEGATE = "system:serviceaccount:nodegate:nodegate"
 GPU = {"matchLabels": {"agentpool": "gpu"}}
@@ -297,15 +296,11 @@ def _tls(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
 @pytest.fixture
 async def endpoint(tmp_path: Path) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
     server_ctx, client_ctx = _tls(tmp_path)
-    # A short lingering close: after a 413 the server would otherwise read the unread body for 10 s.
-    runner = web.AppRunner(webhookapp.make_app(decider()), lingering_time=0.2)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ctx)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session:
-        yield f"https://127.0.0.1:{port}/admission/validate", session
-    await runner.cleanup()
+    async with (
+        listening(webhookapp.make_app(decider()), server_ctx) as site,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_ctx)) as session,
+    ):
+        yield f"https://127.0.0.1:{site.port}/admission/validate", session
 
 
 async def test_review_over_tls(endpoint: tuple[str, aiohttp.ClientSession]) -> None:
@@ -444,7 +439,7 @@ async def test_readyz_follows_the_policy_source() -> None:
 
     flag = Flag()
     app = webhookapp.make_app(Decider(flag, LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE))
-    async with TestClient(TestServer(app)) as client:
+    async with review_client(app) as client:
         assert (await client.get("/readyz")).status == 503
         flag.items = POLICIES
         assert (await client.get("/readyz")).status == 200

@@ -1,9 +1,9 @@
 """Benchmark of the admission webhook over TLS against a bare aiohttp handler, under load.
 
-What is measured, all in one run: two server processes on 127.0.0.1, each one aiohttp process
+What is measured, all in one run: two server processes on 127.0.0.1, each one asyncio process
 with TLS and keep-alive, access logs off:
   webhook   ``nodegate serve`` itself (``python -m bootstrap.cli serve``, since issue 35): its
-            admission listener as deployed (``compose.admission_app`` behind ``GuardedSite``:
+            admission listener as deployed (``compose.admission_app`` on ``ReviewSite``:
             TLS, in-flight limit, heavy lane, the decision cache, metrics), the JSON log at the
             default level (info: a line per review) written to a file, the join listener idle,
             with 3 PackagePolicies and 22 RBAC objects as files (``tests.bench.admission_data``):
@@ -66,8 +66,9 @@ stage (``tests.bench.admission_profile``), next to the ratios. The machine's loa
 printed for the run and each concurrency.
 
 ``--route validate|mutate|both`` (default both): the webhook route under load; the targets are
-issue 28's, for the validating route. ``NODEGATE_BENCH_PLAIN_SITE=1`` serves the webhook app on
-aiohttp's plain ``TCPSite`` instead of the admission listener (what the listener costs).
+issue 28's, for the validating route. ``--bare-server listener`` runs the bare handler on
+nodegate's own admission listener instead of aiohttp: the floor of that listener, so the ratio is
+what nodegate's own work per review costs (docs/benchmarks.md).
 
 ``NODEGATE_BENCH_PROFILE=DIR`` runs both servers under cProfile (stats in DIR/admission-<mode>.prof,
 the webhook's top functions printed to stderr); the numbers of such a run are slowed by it.
@@ -100,7 +101,7 @@ import yaml
 
 from tests.bench import admission_data, admission_profile, common
 from tests.bench.admission_data import Request
-from tests.bench.admission_server import BARE_PARSERS
+from tests.bench.admission_server import BARE_PARSERS, BARE_SERVERS
 from tests.support import certs
 
 CONCURRENCY = (8, 64)
@@ -195,6 +196,7 @@ def start_server(
     bare_parser: str = BARE_PARSERS[0],
     webhook: str = "serve",
     log_level: str = "info",
+    bare_server: str = BARE_SERVERS[0],
 ) -> Server:
     port_file, log = workdir / f"{mode}.port", workdir / f"{mode}.log"
     if mode == WEBHOOK and webhook == "serve":
@@ -210,6 +212,8 @@ def start_server(
         str(port_file),
         "--bare-parser",
         bare_parser,
+        "--bare-server",
+        bare_server,
     ]
     if profile is not None:
         cmd += ["--profile", str(profile)]
@@ -707,9 +711,14 @@ def _pct(value: float | None) -> str:
 
 
 def _bare_text(config: dict[str, Any]) -> str:
+    where = (
+        "on aiohttp"
+        if config.get("bare_server", "aiohttp") == "aiohttp"
+        else "on nodegate's admission listener"
+    )
     if config.get("bare_parser", "json") == "json":
-        return "bare parses with json.loads"
-    return "bare parses with pydantic_core.from_json (the webhook's parser)"
+        return f"bare {where}, parses with json.loads"
+    return f"bare {where}, parses with pydantic_core.from_json (the webhook's parser)"
 
 
 def _client_text(config: dict[str, Any]) -> str:
@@ -915,6 +924,12 @@ def _parser() -> argparse.ArgumentParser:
         help="sample both servers with py-spy during the load and print where the time goes per stage",
     )
     p.add_argument(
+        "--bare-server",
+        choices=BARE_SERVERS,
+        default=BARE_SERVERS[0],
+        help="where the bare handler runs: aiohttp (default, the issue's floor) or the admission listener",
+    )
+    p.add_argument(
         "--bare-parser",
         choices=BARE_PARSERS,
         default=BARE_PARSERS[0],
@@ -942,6 +957,7 @@ def run(
     unique: bool = False,
     spy: bool = False,
     log_level: str = "info",
+    bare_server: str = BARE_SERVERS[0],
 ) -> dict[str, Any]:
     if rounds < 1:
         raise ValueError("rounds must be at least 1")
@@ -966,7 +982,16 @@ def run(
             for mode in SERVERS:
                 servers.append(
                     start_server(
-                        mode, cert, key, workdir, profile_dir, server_cpus, bare_parser, webhook, log_level
+                        mode,
+                        cert,
+                        key,
+                        workdir,
+                        profile_dir,
+                        server_cpus,
+                        bare_parser,
+                        webhook,
+                        log_level,
+                        bare_server,
                     )
                 )
             wait_listening(servers)
@@ -1012,6 +1037,7 @@ def run(
         "rbac_objects": len(admission_data.RBAC),
         "client": client,
         "bare_parser": bare_parser,
+        "bare_server": bare_server,
         "server_cpus": sorted(server_cpus),
         "client_cpus": sorted(client_cpus),
         "timed_seconds": round(timed, 1),
@@ -1064,6 +1090,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             client=args.client,
             pin=not args.no_pin,
             bare_parser=args.bare_parser,
+            bare_server=args.bare_server,
             route=route,
             webhook=args.webhook,
             unique=args.unique,

@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from bootstrap.config import settings_from_obj
 from bootstrap.service.compose import admission_app
 from tests.admission.test_admission_rules import SAMPLE
 from tests.admission.test_webhook import decider, no_reboot, review
+from tests.support.reviewserver import review_client
 
 
 class Stream(io.StringIO):
@@ -129,7 +129,7 @@ async def test_allowed_reviews_at_the_chosen_level_denials_at_info(
     settings = settings_from_obj({"admission": {"log_allowed": log_allowed}})
     app = admission_app(settings, decider(), None)
     with caplog.at_level(logging.DEBUG, logger="nodegate"):
-        async with TestClient(TestServer(app)) as client:
+        async with review_client(app) as client:
             for user in ("alice", "mallory"):
                 body = review(no_reboot(SAMPLE), user=user)
                 assert (await client.post("/admission/validate", json=body)).status == 200

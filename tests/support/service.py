@@ -22,6 +22,8 @@ from bootstrap.config import Settings, settings_from_obj
 from bootstrap.kube import Kube
 from bootstrap.service.app import Service, build_service, make_app, tls_context
 from bootstrap.service.compose import make_admission_app
+from bootstrap.service.serve import default_admission_limits
+from bootstrap.service.webhook.site import ReviewSite
 from tests.support.softnode import SoftNode
 from tests.support.softtpm import SoftTpm
 
@@ -105,13 +107,19 @@ async def running(settings: Settings, *, kube: Kube | None = None) -> AsyncItera
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls_context(service))
     await site.start()
     port = runner.addresses[0][1]
-    webhooks = web.AppRunner(make_admission_app(service), access_log=None)
-    await webhooks.setup()
-    await web.TCPSite(webhooks, "127.0.0.1", 0, ssl_context=service.tls).start()
-    admission = f"https://127.0.0.1:{webhooks.addresses[0][1]}"
+    webhooks = ReviewSite(
+        make_admission_app(service),
+        "127.0.0.1",
+        0,
+        tls=service.tls,
+        limits=default_admission_limits(),
+        metrics=service.metrics,
+    )
+    await webhooks.start()
+    admission = f"https://127.0.0.1:{webhooks.port}"
     try:
         yield Running(service, f"https://127.0.0.1:{port}", port, admission)
     finally:
-        await webhooks.cleanup()
+        await webhooks.stop()
         await runner.cleanup()
         await service.close()

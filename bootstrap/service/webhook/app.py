@@ -7,18 +7,21 @@ the join listener's connections nor its in-flight slots (issue 21, finding 8).
 protections are the ones that matter for it, at as little cost per review as possible:
 
 - body size: at most ``MAX_REVIEW_BYTES`` (413), no ``Content-Encoding`` (415), JSON only;
-- in flight: at most ``max_inflight`` reviews per route; a review beyond it waits up to
-  ``queue_seconds`` for a slot, then gets 503 ``unavailable`` (``nodegate_admission_busy_total``);
-- large bodies (over ``heavy_bytes``, or of unknown length) take the one heavy lane before their
-  body is read: their parse holds the interpreter for tens of milliseconds (pydantic-core keeps
-  the GIL, so a thread would not free the event loop: measured, docs/benchmarks.md), so they run
-  one at a time, give the loop back between read and parse, and the lane rests as long as the
-  last one took before the next (at most half of the loop for large reviews);
+- in flight: at most ``max_inflight`` reviews per route, taken before the body is read; a review
+  beyond it waits up to ``queue_seconds`` for a slot, then gets 503 ``unavailable``
+  (``nodegate_admission_busy_total``);
+- large bodies (over ``heavy_bytes``) take the one heavy lane before their body is read: their
+  parse holds the interpreter for tens of milliseconds (pydantic-core keeps the GIL, so a thread
+  would not free the event loop: measured, docs/benchmarks.md), so they run one at a time, give
+  the loop back between read and parse, and the lane rests as long as the last one took before
+  the next (at most half of the loop for large reviews);
 - time: the listener's deadlines (handshake, the whole request from its first byte, idle
   keep-alive) are per connection (``bootstrap.service.http.listener``); nothing here arms a timer.
 
-No middleware, no per-request metrics, no body copy: the join API's per-request accounting is for
-nodes. Refusals of bodies are ``application/problem+json`` from the service's one builder.
+The app knows nothing of HTTP framing: ``bootstrap.service.webhook.protocol`` reads requests off
+the connection and writes the :class:`Answer` (issue 35: aiohttp's request machinery cost more
+per review than the decision, docs/admission.md). Refusals are ``application/problem+json`` from
+the service's one builder.
 """
 
 from __future__ import annotations
@@ -30,24 +33,30 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
-
-from aiohttp import hdrs, web
-from aiohttp.http_exceptions import HttpProcessingError
-from aiohttp.web_protocol import RequestPayloadError
+from typing import Final, Protocol
 
 from admission.decider import Decider
 from admission.decisioncache import DecisionCache
 from admission.mutate import CrMutator
 from admission.response import Decision
-from admission.webhook import MAX_REVIEW_BYTES, WebhookProblem, make_handler, make_mutate_handler
+from admission.webhook import (
+    MAX_REVIEW_BYTES,
+    WebhookProblem,
+    check_media,
+    make_mutation,
+    make_validator,
+    too_large,
+)
 from bootstrap.problems import MethodNotAllowed, NotFound
-from bootstrap.service.http.listener import connection_of
-from bootstrap.service.http.problemjson import problem, webhook_problem
+from bootstrap.service.http.framing import RequestHead
+from bootstrap.service.http.problemjson import CONTENT_TYPE as PROBLEM
+from bootstrap.service.http.problemjson import problem_body, retry_after_value
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.webhook.policywatch import WAITING_FOR_POLICIES
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+JSON: Final = "application/json; charset=utf-8"
+Judge = Callable[[bytes], Awaitable[bytes]]
+ReadBody = Callable[[], Awaitable[bytes]]
 
 VALIDATE: Final = "/admission/validate"
 MUTATE: Final = "/admission/mutate"
@@ -84,22 +93,28 @@ class _Lane:
         return False
 
     async def wait(self) -> None:
-        """A slot, handed over by ``give``; _Busy after ``seconds``."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        """A slot, handed over by ``give``; _Busy after ``seconds``. A timer, not
+        ``asyncio.timeout``: the listener may run this outside a task (``eager``)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append(waiter)
+        timer = loop.call_later(self._seconds, self._expire, waiter)
         try:
-            async with asyncio.timeout(self._seconds):
-                await waiter
-        except BaseException as exc:  # the time ran out, or the request was cancelled
-            if waiter.done() and not waiter.cancelled():
+            await waiter
+        except BaseException:  # the time ran out, or the request was cancelled
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
                 self.give()  # handed over just as it ended: pass it on
             else:
                 waiter.cancel()
                 with contextlib.suppress(ValueError):
                     self._waiters.remove(waiter)  # a stale waiter would keep take() failing
-            if isinstance(exc, TimeoutError):
-                raise _Busy from None
             raise
+        finally:
+            timer.cancel()
+
+    def _expire(self, waiter: asyncio.Future[None]) -> None:
+        if not waiter.done():
+            waiter.set_exception(_Busy())
 
     def give(self) -> None:
         while self._waiters:
@@ -110,62 +125,150 @@ class _Lane:
         self._free += 1
 
 
-def _check_encoding(request: web.Request) -> None:
-    encoding = request.headers.get(hdrs.CONTENT_ENCODING)
-    if encoding is not None and encoding.strip().lower() not in ("", "identity"):
-        detail = f"Content-Encoding {encoding[:32]!r} is not accepted; send the body as is"
-        raise WebhookProblem(415, "malformed_request", detail)
+class Reviews(Protocol):
+    """What the listener serves: an answer per request (``ReviewApp``; the benchmark's floor)."""
+
+    eager: bool  # ``answer`` may run outside a task (bootstrap.service.http.eager)
+
+    async def answer(self, head: RequestHead, read: ReadBody) -> Answer: ...
 
 
-def _guarded(
-    route: str, handler: Handler, lane: _Lane, heavy: _Lane, limits: WebhookLimits, metrics: Metrics | None
-) -> Handler:
-    async def serve(request: web.Request) -> web.StreamResponse:
-        conn = connection_of(request)
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What the connection writes back: status, body, its type; ``close`` ends the connection
+    after it; ``retry_after`` (seconds) is sent as Retry-After."""
+
+    status: int
+    body: bytes
+    content_type: str = JSON
+    close: bool = False
+    retry_after: str | None = None
+
+
+def problem_answer(
+    status: int, code: str, detail: str, *, close: bool = False, retry_after: float | None = None
+) -> Answer:
+    return Answer(
+        status,
+        problem_body(status, code, detail),
+        PROBLEM,
+        close,
+        None if retry_after is None else retry_after_value(retry_after),
+    )
+
+
+def _sync(judge: Callable[[bytes], bytes]) -> Judge:
+    async def run(body: bytes) -> bytes:
+        return judge(body)
+
+    return run
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    path: str
+    judge: Judge
+    lane: _Lane
+
+
+class ReviewApp:
+    """The routes, their review slots and the heavy lane; ``answer`` judges one request."""
+
+    def __init__(
+        self,
+        decider: Decider,
+        mutator: CrMutator | None = None,
+        *,
+        limits: WebhookLimits | None = None,
+        metrics: Metrics | None = None,
+        cache: DecisionCache | None = None,
+        on_cached: Callable[[Decision], None] | None = None,
+        allowed_level: int = logging.INFO,
+        audit: Callable[..., None] | None = None,
+        eager: bool = False,
+    ) -> None:
+        # eager: ``answer`` may run outside a task (its decision asks no one: offline RBAC);
+        # the listener then answers a review in the callback that brought its last byte.
+        self.eager = eager
+        self.limits = limits = limits or WebhookLimits()
+        self.metrics = metrics
+        self._decider = decider
+        self._heavy = _Lane(1, limits.queue_seconds)
+        validate = make_validator(
+            decider, cache=cache, on_cached=on_cached, allowed_level=allowed_level, audit=audit
+        )
+        self._routes: dict[str, _Route] = {
+            VALIDATE: _Route(VALIDATE, validate, _Lane(limits.max_inflight, limits.queue_seconds))
+        }
+        if mutator is not None:
+            self._routes[MUTATE] = _Route(
+                MUTATE, _sync(make_mutation(mutator)), _Lane(limits.max_inflight, limits.queue_seconds)
+            )
+
+    async def answer(self, head: RequestHead, read: ReadBody) -> Answer:
+        """The answer to ``head``; ``read`` gives its body (called at most once: a request
+        answered without it is answered with ``close``, its body unread)."""
+        route = self._routes.get(head.path)
+        if route is None or head.method != "POST":
+            return await self._elsewhere(head, read)
         try:
-            _check_encoding(request)
-            length = request.content_length
+            check_media(head.content_type, head.content_encoding)
+            if head.content_length > MAX_REVIEW_BYTES:
+                raise too_large()
+            lane = route.lane
             if not lane.take():
                 await lane.wait()
             try:
-                if length is not None and (length <= limits.heavy_bytes or length > MAX_REVIEW_BYTES):
-                    resp = await handler(request)  # small, or refused (413) before it is read
+                if head.content_length <= self.limits.heavy_bytes:
+                    body = await route.judge(await read())
                 else:
-                    if not heavy.take():
-                        await heavy.wait()
-                    try:
-                        await request.read()  # the body, within the heavy lane (read() is cached)
-                        await asyncio.sleep(0)  # joins get the loop between the read and the parse
-                        started = time.perf_counter()
-                        resp = await handler(request)
-                        # As long again before the next large one: large reviews get at most
-                        # half of the loop, joins the rest (python -m tests.bench joinload).
-                        await asyncio.sleep(time.perf_counter() - started)
-                    finally:
-                        heavy.give()
+                    body = await self._heavily(route, read)
             finally:
                 lane.give()
         except WebhookProblem as exc:
-            resp = webhook_problem(exc)
-        except web.HTTPRequestEntityTooLarge:
-            resp = webhook_problem(
-                WebhookProblem(413, "payload_too_large", f"reviews are limited to {MAX_REVIEW_BYTES} bytes")
-            )
+            return problem_answer(exc.status, exc.code, exc.detail, close=exc.status == 413)
         except _Busy:
-            if metrics is not None:
-                metrics.admission_busy.labels(route).inc()
-            resp = problem(503, "unavailable", f"{route}: every review slot is busy; retry", retry_after=1)
-            resp.force_close()  # its body was not read
-        except (ConnectionError, asyncio.IncompleteReadError, RequestPayloadError, HttpProcessingError):
-            if metrics is not None:
-                metrics.client_errors.labels("admission", "aborted").inc()
-            resp = problem(400, "malformed_request", "the body did not arrive whole")
-            resp.force_close()
-        if conn is not None and not conn.answered():
-            resp.force_close()
-        return resp
+            if self.metrics is not None:
+                self.metrics.admission_busy.labels(route.path).inc()
+            detail = f"{route.path}: every review slot is busy; retry"
+            return problem_answer(503, "unavailable", detail, close=True, retry_after=1)
+        except ConnectionError:
+            if self.metrics is not None:
+                self.metrics.client_errors.labels("admission", "aborted").inc()
+            return problem_answer(400, "malformed_request", "the body did not arrive whole", close=True)
+        return Answer(200, body)
 
-    return serve
+    async def _heavily(self, route: _Route, read: ReadBody) -> bytes:
+        heavy = self._heavy
+        if not heavy.take():
+            await heavy.wait()
+        try:
+            data = await read()
+            await asyncio.sleep(0)  # joins get the loop between the read and the parse
+            started = time.perf_counter()
+            body = await route.judge(data)
+            # As long again before the next large one: large reviews get at most half of the
+            # loop, joins the rest (python -m tests.bench joinload).
+            await asyncio.sleep(time.perf_counter() - started)
+            return body
+        finally:
+            heavy.give()
+
+    async def _elsewhere(self, head: RequestHead, read: ReadBody) -> Answer:
+        if head.path == "/readyz" and head.method in ("GET", "HEAD"):
+            if head.content_length:
+                await read()  # a GET with a body: read it, keep the connection
+            if self._decider.policy_source.policies() is None:
+                return Answer(503, f"PackagePolicies not loaded: {WAITING_FOR_POLICIES}\n".encode(), TEXT)
+            return Answer(200, b"ok\n", TEXT)
+        if head.path in self._routes or head.path == "/readyz":
+            detail = f"{head.method} is not allowed on {head.path}"
+            return problem_answer(405, MethodNotAllowed.code, detail, close=True)
+        detail = f"no endpoint {head.path} on the admission listener"
+        return problem_answer(404, NotFound.code, detail, close=True)
+
+
+TEXT: Final = "text/plain; charset=utf-8"
 
 
 def make_app(
@@ -178,38 +281,20 @@ def make_app(
     on_cached: Callable[[Decision], None] | None = None,
     allowed_level: int = logging.INFO,
     audit: Callable[..., None] | None = None,
-) -> web.Application:
+    eager: bool = False,
+) -> ReviewApp:
     """The webhook routes (``/admission/mutate`` when a mutator is given) and ``/readyz``: 200
     once PackagePolicies are loaded, 503 before (the webhook denies meanwhile). ``cache``,
-    ``on_cached``, ``allowed_level`` and ``audit`` go to the validating handler
-    (``admission.webhook``)."""
-    limits = limits or WebhookLimits()
-    # auto_decompress off: bodies are taken as sent; an encoded one is refused above.
-    app = web.Application(client_max_size=MAX_REVIEW_BYTES, handler_args={"auto_decompress": False})
-    heavy = _Lane(1, limits.queue_seconds)
-    validate = make_handler(
-        decider, cache=cache, on_cached=on_cached, allowed_level=allowed_level, audit=audit
+    ``on_cached``, ``allowed_level`` and ``audit`` go to the validating route
+    (``admission.webhook.make_validator``)."""
+    return ReviewApp(
+        decider,
+        mutator,
+        limits=limits,
+        metrics=metrics,
+        cache=cache,
+        on_cached=on_cached,
+        allowed_level=allowed_level,
+        audit=audit,
+        eager=eager,
     )
-    routes: list[tuple[str, Handler]] = [(VALIDATE, validate)]
-    if mutator is not None:
-        routes.append((MUTATE, make_mutate_handler(mutator)))
-    for path, handler in routes:
-        lane = _Lane(limits.max_inflight, limits.queue_seconds)
-        app.router.add_post(path, _guarded(path, handler, lane, heavy, limits, metrics))
-
-    async def readyz(_request: web.Request) -> web.Response:
-        if decider.policy_source.policies() is None:
-            return web.Response(status=503, text=f"PackagePolicies not loaded: {WAITING_FOR_POLICIES}\n")
-        return web.Response(text="ok\n")
-
-    async def elsewhere(request: web.Request) -> web.Response:
-        if request.path in (VALIDATE, MUTATE):
-            resp = problem(405, MethodNotAllowed.code, f"{request.method} is not allowed on {request.path}")
-        else:
-            resp = problem(404, NotFound.code, f"no endpoint {request.path} on the admission listener")
-        resp.force_close()  # a body may be left unread
-        return resp
-
-    app.router.add_get("/readyz", readyz)
-    app.router.add_route("*", "/{tail:.*}", elsewhere)  # after the routes above: what they do not take
-    return app

@@ -1,0 +1,161 @@
+"""HTTP/1.1 request framing for the admission listener (RFC 9112), strict and small.
+
+The admission listener has one client, the Kubernetes API server (Go's ``net/http``): an
+origin-form ``POST`` with ``Content-Length``, CRLF line ends, a handful of header fields. This
+module reads exactly that grammar and refuses the rest with a status, a machine code and a
+one-line detail (:class:`FramingError`); the connection is closed after such an answer, since
+its framing can no longer be trusted. Pure functions over bytes: no I/O, no clock.
+
+What is refused, and why (docs/admission.md, "The admission listener's HTTP"):
+
+- a request head over ``MAX_HEAD_BYTES`` or with more than ``MAX_FIELDS`` fields (431);
+- a request line that is not ``token SP origin-form SP HTTP/1.x`` (400), another major version
+  (505);
+- a field whose name is not a token, with whitespace before the colon, a folded line (obs-fold),
+  a bare CR or LF, or a control character in its value (400, RFC 9112 sections 5.1 and 5.2);
+- ``Transfer-Encoding`` (411: reviews carry ``Content-Length``; RFC 9112 section 6.3 lets a
+  server require it), and ``Content-Length`` values that disagree or are not digits (400);
+- ``Expect`` other than ``100-continue`` (417).
+
+What is accepted as Go, curl and aiohttp's client send it: empty lines before the request line
+(RFC 9112 section 2.2), any field order, repeated identical ``Content-Length`` values, a query
+string (the API server appends ``?timeout=10s`` to the webhook URL), HTTP/1.0 (closed after its
+answer unless it asks for keep-alive).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+MAX_HEAD_BYTES: Final = 16 * 1024  # Go's client sends ~200 bytes; aiohttp's own limit is 8 KiB a line
+MAX_FIELDS: Final = 100
+HEAD_END: Final = b"\r\n\r\n"
+
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") (/[\x21-\x7e]*) HTTP/([0-9])\.([0-9])")
+# Every field line at once: name ":" value CRLF, the value without control characters (HTAB
+# aside; obs-text 0x80-0xff allowed, RFC 9110 section 5.5). No quantifier can take what the next
+# one needs, so the match is linear in the head's length.
+_FIELD_LINES = re.compile(rb"(?:" + _TOKEN + rb":[^\x00-\x08\x0a-\x1f\x7f]*\r\n)*")
+# The fields the listener acts on, out of lines already found well formed.
+_WANTED = re.compile(
+    rb"^(content-length|content-type|transfer-encoding|content-encoding|connection|expect):([^\r]*)\r\n",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+class FramingError(Exception):
+    """A request the listener does not frame: answered with ``status`` and ``code``, then the
+    connection is closed."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+
+
+def _malformed(detail: str) -> FramingError:
+    return FramingError(400, "malformed_request", detail)
+
+
+@dataclass(slots=True)
+class RequestHead:
+    method: str
+    path: str  # the request target without its query
+    content_length: int
+    content_type: str  # the media type, lowercase, without parameters; "" when absent
+    content_encoding: str  # as sent (stripped); "" when absent
+    expect_continue: bool
+    keep_alive: bool  # False: the client asked to close (or HTTP/1.0 without keep-alive)
+
+
+def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
+    """The index just past the head's blank line, -1 while it is incomplete; FramingError when
+    the head is already longer than MAX_HEAD_BYTES."""
+    at = buffer.find(HEAD_END, start, start + MAX_HEAD_BYTES + len(HEAD_END))
+    if at >= 0:
+        return at + len(HEAD_END)
+    if len(buffer) - start > MAX_HEAD_BYTES:
+        raise FramingError(431, "malformed_request", f"request heads are limited to {MAX_HEAD_BYTES} bytes")
+    return -1
+
+
+def skip_blank_lines(buffer: bytes | bytearray, start: int) -> int:
+    """Past the CRLFs a client may send before a request line (RFC 9112 section 2.2)."""
+    while buffer.startswith(b"\r\n", start):
+        start += 2
+    return start
+
+
+def parse_head(head: bytes) -> RequestHead:
+    """The head of one request: its request line and fields, without the blank line that ends it."""
+    eol = head.find(b"\r\n")
+    fields = head[eol + 2 :] + b"\r\n" if eol >= 0 else b""
+    if fields.count(b"\r\n") > MAX_FIELDS:
+        raise FramingError(431, "malformed_request", f"requests are limited to {MAX_FIELDS} header fields")
+    line = _REQUEST_LINE.fullmatch(head if eol < 0 else head[:eol])
+    if line is None:
+        raise _malformed("the request line is not METHOD /path HTTP/1.1")
+    if line.group(3) != b"1":
+        raise FramingError(505, "malformed_request", "only HTTP/1.1 (and 1.0) is served here")
+    if _FIELD_LINES.fullmatch(fields) is None:
+        raise _malformed(
+            "a header field is malformed (name, colon, value; no folding, no control characters)"
+        )
+    lengths: list[bytes] = []
+    content_type = content_encoding = connection = expect = b""
+    for raw_name, raw_value in _WANTED.findall(fields):
+        name = raw_name.lower()
+        value = raw_value.strip(b" \t")
+        if name == b"content-length":
+            lengths += value.split(b",")
+        elif name == b"content-type":
+            content_type = value
+        elif name == b"transfer-encoding":
+            raise FramingError(
+                411, "malformed_request", "Transfer-Encoding is not accepted; send Content-Length"
+            )
+        elif name == b"content-encoding":
+            content_encoding = value
+        elif name == b"connection":
+            connection = connection + b"," + value if connection else value
+        else:
+            expect = value
+    return RequestHead(
+        line.group(1).decode("ascii"),
+        line.group(2).split(b"?", 1)[0].decode("ascii"),
+        _content_length(lengths),
+        content_type.split(b";", 1)[0].strip(b" \t").lower().decode("latin-1"),
+        content_encoding.decode("latin-1"),
+        _expect_continue(expect),
+        _keep_alive(connection, line.group(4) == b"0"),
+    )
+
+
+def _content_length(values: list[bytes]) -> int:
+    if not values:
+        return 0
+    first = values[0].strip(b" \t")
+    for raw in values:
+        value = raw.strip(b" \t")
+        if not value.isdigit() or len(value) > 18 or value != first:
+            raise _malformed("Content-Length is not one decimal number")
+    return int(first)
+
+
+def _expect_continue(expect: bytes) -> bool:
+    if not expect:
+        return False
+    if expect.lower() != b"100-continue":
+        raise FramingError(417, "malformed_request", "only Expect: 100-continue is understood")
+    return True
+
+
+def _keep_alive(connection: bytes, http10: bool) -> bool:
+    options = {option.strip(b" \t").lower() for option in connection.split(b",")} if connection else set()
+    if b"close" in options:
+        return False
+    return b"keep-alive" in options if http10 else True

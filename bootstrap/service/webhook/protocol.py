@@ -1,0 +1,295 @@
+"""One admission-listener connection: HTTP/1.1 requests read off it in order, each answered by the
+:class:`~bootstrap.service.webhook.app.ReviewApp`, the answers written back.
+
+Why not aiohttp's request handler (issue 35, docs/admission.md): per review it cost more than the
+decision itself (a request object, a payload stream, header multidicts, a response object and its
+writer; about 55 µs of the bare handler's 100 µs on the benchmark machine). This protocol frames
+the one grammar the API server speaks (``bootstrap.service.http.framing``), judges a review in
+the same callback as its last byte when the decision need not wait (``bootstrap.service.http.eager``),
+and writes one buffer per answer.
+
+The listener (``bootstrap.service.http.listener.Connection``) stays in front: address limits,
+TLS, and the deadlines of every phase. This protocol tells it when an answer is out
+(``answered``), and closes the connection when it says so.
+
+Flow control: one request at a time. While one is answered, later bytes wait in the buffer;
+past ``_HOLD_BYTES`` reading pauses (so does it while a large body waits for its lane, and while
+the client does not read its answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Final
+
+from bootstrap.service.http import eager
+from bootstrap.service.http.framing import FramingError, RequestHead, head_end, parse_head, skip_blank_lines
+from bootstrap.service.http.listener import Connection
+from bootstrap.service.webhook.app import Answer, Reviews, problem_answer
+
+log = logging.getLogger("nodegate.admission")
+
+_HOLD_BYTES: Final = 256 * 1024  # buffered beyond the request being read: reading pauses
+_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+_REASONS: Final = {s.value: s.phrase.encode() for s in HTTPStatus}
+
+
+class Clock:
+    """The Date header, formatted once a second."""
+
+    __slots__ = ("_second", "_value")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = b""
+
+    def date(self) -> bytes:
+        second = int(time.time())
+        if second != self._second:
+            self._second = second
+            self._value = formatdate(second, usegmt=True).encode()
+        return self._value
+
+
+def encode_answer(answer: Answer, date: bytes, close: bool, body: bool = True) -> bytes:
+    """Status line, fields and body (none for HEAD): one buffer, one write."""
+    extra = b""
+    if answer.retry_after is not None:
+        extra += b"Retry-After: %b\r\n" % answer.retry_after.encode()
+    if close:
+        extra += b"Connection: close\r\n"
+    return b"HTTP/1.1 %d %b\r\nContent-Type: %b\r\nContent-Length: %d\r\nDate: %b\r\n%b\r\n%b" % (
+        answer.status,
+        _REASONS.get(answer.status, b"Unknown"),
+        answer.content_type.encode(),
+        len(answer.body),
+        date,
+        extra,
+        answer.body if body else b"",
+    )
+
+
+class OpenSet:
+    """The listener's open connections; ``empty`` is set whenever there are none."""
+
+    def __init__(self) -> None:
+        self.members: set[ReviewProtocol] = set()
+        self.empty = asyncio.Event()
+        self.empty.set()
+
+    def add(self, proto: ReviewProtocol) -> None:
+        self.members.add(proto)
+        self.empty.clear()
+
+    def discard(self, proto: ReviewProtocol) -> None:
+        self.members.discard(proto)
+        if not self.members:
+            self.empty.set()
+
+
+class ReviewProtocol(asyncio.Protocol):
+    def __init__(self, app: Reviews, clock: Clock, protocols: OpenSet) -> None:
+        self._app = app
+        self._clock = clock
+        self._protocols = protocols
+        self._transport: asyncio.Transport | None = None
+        self._conn: Connection | None = None
+        self._buf = b""
+        self._head: RequestHead | None = None  # the request being answered
+        self._need = 0  # its body's length, while not yet taken
+        self._taken = True  # its body was read (or it has none)
+        self._waiter: asyncio.Future[bytes] | None = None  # a body awaited by the app
+        self._parts: list[bytes] = []
+        self._have = 0
+        self._busy = False  # an answer is being computed in a task
+        self._closing = False
+        self._draining = False  # the listener stops: close after the current answer
+        self._read_paused = False
+        self._write_paused = False
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not isinstance(transport, asyncio.Transport):
+            raise TypeError("the admission listener serves stream transports only")
+        self._transport = transport
+        proto = transport.get_protocol()  # the listener's Connection, in front of this protocol
+        self._conn = proto if isinstance(proto, Connection) else None
+        self._protocols.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        if self._waiter is not None:
+            self._parts.append(data)
+            self._have += len(data)
+            if self._have >= self._need:
+                self._fill()
+            return
+        self._buf = self._buf + data if self._buf else data
+        if self._busy or self._head is not None:
+            self._hold()
+        else:
+            self._next()
+
+    def eof_received(self) -> bool | None:
+        return False  # the transport closes; connection_lost follows
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._pause_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if not self._busy and self._head is None and not self._closing:
+            self._resume_reading()
+            self._next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._protocols.discard(self)
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(ConnectionResetError("the client closed the connection mid-body"))
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def _next(self) -> None:
+        """Answer the requests complete in the buffer, one after the other."""
+        while not (self._busy or self._closing or self._write_paused):
+            buf = self._buf
+            start = skip_blank_lines(buf, 0)
+            try:
+                end = head_end(buf, start)
+                if end < 0:
+                    self._buf = buf[start:] if start else buf
+                    return
+                head = parse_head(buf[start : end - 4])
+            except FramingError as exc:
+                self._write(problem_answer(exc.status, exc.code, exc.detail, close=True), True)
+                return
+            self._buf = buf[end:]
+            self._head, self._need, self._taken = head, head.content_length, head.content_length == 0
+            if head.expect_continue and head.content_length > len(self._buf):
+                self._send(_CONTINUE)
+            self._start(head)
+
+    def _start(self, head: RequestHead) -> None:
+        coro = self._app.answer(head, self._read)
+        if not self._app.eager:
+            task = asyncio.get_running_loop().create_task(coro)
+            self._busy = True
+            task.add_done_callback(self._done)
+            return
+        try:
+            outcome = eager.start(coro)
+        except Exception:
+            log.exception("admission: the review could not be answered")
+            self._finish(problem_answer(500, "internal", "the review could not be answered", close=True))
+            return
+        if isinstance(outcome, eager.Finished):
+            self._finish(outcome.value)
+        else:
+            self._busy = True
+            outcome.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Answer]) -> None:
+        self._busy = False
+        if task.cancelled():
+            answer = problem_answer(503, "unavailable", "the listener is stopping; retry", close=True)
+        elif (exc := task.exception()) is not None:
+            log.error("admission: the review could not be answered", exc_info=exc)
+            answer = problem_answer(500, "internal", "the review could not be answered", close=True)
+        else:
+            answer = task.result()
+        self._finish(answer)
+        if not (self._closing or self._write_paused):
+            self._resume_reading()
+            self._next()
+
+    def _finish(self, answer: Answer) -> None:
+        head, self._head = self._head, None
+        close = (
+            answer.close
+            or not self._taken  # its body is still on the wire: the framing cannot go on
+            or self._draining
+            or (head is not None and not head.keep_alive)
+        )
+        conn = self._conn
+        if not close and conn is not None and not conn.answered():
+            close = True  # the connection's last answer (the listener's limits)
+        self._write(answer, close, head is None or head.method != "HEAD")
+
+    async def _read(self) -> bytes:
+        """The current request's body (the app calls this at most once)."""
+        need, buf = self._need, self._buf
+        self._taken = True
+        if len(buf) >= need:
+            self._buf = buf[need:]
+            self._need = 0
+            if self._buf:
+                self._hold()
+            return buf[:need]
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        self._parts, self._have, self._buf = [buf], len(buf), b""
+        self._resume_reading()
+        return await waiter
+
+    def _fill(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        data, need = b"".join(self._parts), self._need
+        self._parts, self._have, self._need = [], 0, 0
+        self._buf = data[need:]
+        if self._buf:
+            self._hold()
+        if waiter is not None and not waiter.done():
+            waiter.set_result(data[:need])
+
+    def _hold(self) -> None:
+        if len(self._buf) > _HOLD_BYTES:
+            self._pause_reading()
+
+    # -- writing and closing ------------------------------------------------------------------
+
+    def _write(self, answer: Answer, close: bool, body: bool = True) -> None:
+        self._send(encode_answer(answer, self._clock.date(), close, body))
+        if close:
+            self.close()
+
+    def _send(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is not None and not self._closing:
+            transport.write(data)
+
+    def close(self) -> None:
+        """Close after what is written (a clean close: the client reads its last answer)."""
+        self._closing = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Close at once (the stop's time is up)."""
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    def drain(self) -> None:
+        """The listener stops: close now when idle, else after the current answer."""
+        self._draining = True
+        if self._head is None and not self._busy:
+            self.close()
+
+    def _pause_reading(self) -> None:
+        if not self._read_paused and self._transport is not None and not self._closing:
+            self._read_paused = True
+            self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._read_paused and self._transport is not None and not self._closing:
+            self._read_paused = False
+            self._transport.resume_reading()
