@@ -25,9 +25,9 @@ from bootstrap.names import is_loopback
 from bootstrap.service import preflight
 from bootstrap.service.compose import build_service, make_admission_app, make_app, tls_context
 from bootstrap.service.http.listener import ConnectionLimits, GuardedSite
-from bootstrap.service.webhook.site import ReviewSite
 from bootstrap.service.pki.startup import StartupError, one_line
 from bootstrap.service.state import Service
+from bootstrap.service.webhook.site import ReviewSite
 
 log = logging.getLogger("nodegate.server")
 

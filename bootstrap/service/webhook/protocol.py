@@ -234,7 +234,7 @@ class ReviewProtocol(asyncio.Protocol):
             if self._buf:
                 self._hold()
             return buf[:need]
-        waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         self._parts, self._have, self._buf = [buf], len(buf), b""
         self._resume_reading()
