@@ -41,3 +41,38 @@ def test_each_stack_goes_to_its_stage() -> None:
         "event loop (asyncio, epoll)": 5,
         "webhook handler, rest (web.Response, ...)": 6,  # the bare handler, not its process's main()
     }
+
+
+# Since issue 35 the listener answers a review in the callback that brought its bytes: every
+# stack of a review runs through TLS and the listener's connection.
+TLS_IN = f"{LOOP};_read_ready (asyncio/selector_events.py:952);buffer_updated (asyncio/sslproto.py:439)"
+CONN = f"{TLS_IN};Connection.data_received (bootstrap/service/http/listener.py:211)"
+PROTO = f"{CONN};ReviewProtocol.data_received (bootstrap/service/webhook/protocol.py:137)"
+EAGER = (
+    f"{PROTO};ReviewProtocol._next (bootstrap/service/webhook/protocol.py:179);"
+    "start (bootstrap/service/http/eager.py:55);ReviewApp.answer (bootstrap/service/webhook/app.py:215)"
+)
+LISTENER_RAW = "\n".join(
+    [
+        f"{EAGER};validate (admission/webhook.py:235);Decider.decide (admission/decider.py:156) 5",
+        f"{EAGER};validate (admission/webhook.py:217);read_review (admission/review.py:163) 3",
+        f"{EAGER};_Lane.take (bootstrap/service/webhook/app.py:90) 1",
+        f"{PROTO};ReviewProtocol._next (bootstrap/service/webhook/protocol.py:171);"
+        "parse_head (bootstrap/service/http/framing.py:128) 2",
+        f"{CONN};Connection._arm (bootstrap/service/http/listener.py:330) 1",
+        f"{TLS_IN};SSLObject.read (ssl.py:921) 4",
+        f"{EAGER};BareReviews.answer (tests/bench/admission_server.py:80) 2",
+    ]
+)
+
+
+def test_the_listeners_stacks_go_to_their_stages() -> None:
+    assert admission_profile.stages(LISTENER_RAW) == {
+        "the decision (Decider.decide)": 5,
+        "reading the review (JSON, envelope)": 3,
+        "review slots, routes (webhook app)": 1,
+        "HTTP framing (nodegate's listener)": 2,
+        "listener (connections, deadlines)": 1,
+        "TLS (ssl, sslproto)": 4,
+        "webhook handler, rest (web.Response, ...)": 2,
+    }

@@ -47,16 +47,20 @@ STAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("the answer (encode)", r"admission/response\.py"),
         (
             "webhook handler, rest (web.Response, ...)",
-            r"admission/webhook\.py|validate \([^)]*admission_server\.py",
+            r"admission/webhook\.py|validate \([^)]*admission_server\.py|BareReviews\.answer",
         ),
-        ("review slots, encoding check (webhookapp)", r"bootstrap/service/webhookapp\.py"),
+        ("review slots, routes (webhook app)", r"bootstrap/service/webhook/app\.py"),
+        (
+            "HTTP framing (nodegate's listener)",
+            r"bootstrap/service/(http/framing|http/eager|webhook/protocol|webhook/site)\.py",
+        ),
     )
 )
 # By the innermost frame whose file matches, for the rest.
 LEAF_STAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
-        ("listener (connections, deadlines)", r"bootstrap/service/listener\.py"),
+        ("listener (connections, deadlines)", r"bootstrap/service/http/listener\.py"),
         ("TLS (ssl, sslproto)", r"/ssl\.py|sslproto\.py"),
         ("HTTP (aiohttp)", r"aiohttp/"),
         ("event loop (asyncio, epoll)", r"asyncio/|selectors\.py"),

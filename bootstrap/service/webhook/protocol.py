@@ -167,7 +167,7 @@ class ReviewProtocol(asyncio.Protocol):
                 end = head_end(buf, start)
                 if end < 0:
                     self._buf = buf[start:] if start else buf
-                    return
+                    break
                 head = parse_head(buf[start : end - 4])
             except FramingError as exc:
                 self._write(problem_answer(exc.status, exc.code, exc.detail, close=True), True)
@@ -177,6 +177,8 @@ class ReviewProtocol(asyncio.Protocol):
             if head.expect_continue and head.content_length > len(self._buf):
                 self._send(_CONTINUE)
             self._start(head)
+        if not (self._busy or self._closing or self._write_paused) and len(self._buf) <= _HOLD_BYTES:
+            self._resume_reading()  # what was held is answered: read on
 
     def _start(self, head: RequestHead) -> None:
         coro = self._app.answer(head, self._read)
@@ -207,9 +209,7 @@ class ReviewProtocol(asyncio.Protocol):
         else:
             answer = task.result()
         self._finish(answer)
-        if not (self._closing or self._write_paused):
-            self._resume_reading()
-            self._next()
+        self._next()
 
     def _finish(self, answer: Answer) -> None:
         head, self._head = self._head, None

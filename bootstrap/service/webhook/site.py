@@ -80,6 +80,8 @@ class ReviewSite:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        for proto in list(self._protocols.members):
+            proto.drain()  # before any await: an answer finishing meanwhile closes its connection
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -87,8 +89,6 @@ class ReviewSite:
             self._sweeper = None
         if self.connections is not None:
             self.connections.abort_unserved()
-        for proto in list(self._protocols.members):
-            proto.drain()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._protocols.empty.wait(), STOP_SECONDS)
         for proto in list(self._protocols.members):

@@ -1,0 +1,160 @@
+"""The admission listener's HTTP/1.1 framing (``bootstrap.service.http.framing``): what the API
+server (Go's net/http), curl and aiohttp send is read; everything else is refused with its status
+and machine code, never another exception."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bootstrap.service.http.framing import (
+    MAX_FIELDS,
+    MAX_HEAD_BYTES,
+    FramingError,
+    head_end,
+    parse_head,
+    skip_blank_lines,
+)
+
+# What kube-apiserver's webhook client sends (Go net/http: canonical names, ?timeout= appended).
+GO_HEAD = (
+    b"POST /admission/validate?timeout=10s HTTP/1.1\r\n"
+    b"Host: nodegate-webhook.nodegate.svc:9443\r\n"
+    b"User-Agent: kube-apiserver-admission\r\n"
+    b"Content-Length: 3355\r\n"
+    b"Accept: application/json, */*\r\n"
+    b"Content-Type: application/json\r\n"
+    b"Accept-Encoding: gzip"
+)
+
+
+def test_the_api_servers_head_is_read() -> None:
+    head = parse_head(GO_HEAD)
+    assert (head.method, head.path, head.content_length) == ("POST", "/admission/validate", 3355)
+    assert (head.content_type, head.content_encoding) == ("application/json", "")
+    assert head.keep_alive and not head.expect_continue
+
+
+def test_names_are_case_insensitive_and_media_type_parameters_dropped() -> None:
+    head = parse_head(
+        b"POST /x HTTP/1.1\r\ncontent-LENGTH:  7 \r\nCONTENT-TYPE: Application/JSON; charset=utf-8\r\n"
+        b"Content-Encoding: identity"
+    )
+    assert (head.content_length, head.content_type, head.content_encoding) == (
+        7,
+        "application/json",
+        "identity",
+    )
+
+
+def test_repeated_identical_lengths_are_one_length() -> None:
+    assert parse_head(b"POST / HTTP/1.1\r\nContent-Length: 5, 5\r\nContent-Length: 5").content_length == 5
+
+
+def test_no_length_is_no_body() -> None:
+    assert parse_head(b"GET /readyz HTTP/1.1\r\nHost: x").content_length == 0
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6", 400),  # disagreeing lengths
+        (b"POST / HTTP/1.1\r\nContent-Length: +5", 400),
+        (b"POST / HTTP/1.1\r\nContent-Length: 0x10", 400),
+        (b"POST / HTTP/1.1\r\nContent-Length: 5,", 400),
+        (b"POST / HTTP/1.1\r\nContent-Length: 1234567890123456789", 400),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked", 411),
+        (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked", 411),  # smuggling shape
+        (b"POST / HTTP/1.1\r\nHost: x\r\n folded", 400),  # obs-fold
+        (b"POST / HTTP/1.1\r\nHost : x", 400),  # whitespace before the colon
+        (b"POST / HTTP/1.1\r\nHost: x\nContent-Length: 5", 400),  # a bare LF
+        (b"POST / HTTP/1.1\r\nHost: x\rContent-Length: 5", 400),  # a bare CR
+        (b"POST / HTTP/1.1\r\nHost: a\x00b", 400),  # a control character in a value
+        (b"POST / HTTP/1.1\r\nNo colon here", 400),
+        (b"POST / HTTP/1.1\r\n: empty name", 400),
+        (b"POST http://example.com/ HTTP/1.1", 400),  # absolute-form
+        (b"POST * HTTP/1.1", 400),
+        (b"POST /a b HTTP/1.1", 400),
+        (b"POST / HTTP/1.1 ", 400),
+        (b"POST / http/1.1", 400),
+        (b"POST / HTTP/2.0", 505),
+        (b"POST / HTTP/0.9", 505),
+        (b"POST / HTTP/1.1\r\nExpect: 200-ok", 417),
+        (b"POST / HTTP/1.1" + b"\r\nX: y" * (MAX_FIELDS + 1), 431),
+    ],
+)
+def test_what_is_refused(head: bytes, status: int) -> None:
+    with pytest.raises(FramingError) as refused:
+        parse_head(head)
+    assert refused.value.status == status
+    assert refused.value.code == "malformed_request"
+
+
+def test_expect_continue_and_connection_options() -> None:
+    assert parse_head(b"POST / HTTP/1.1\r\nExpect: 100-Continue").expect_continue
+    assert not parse_head(b"POST / HTTP/1.1\r\nConnection: keep-alive, Close").keep_alive
+    assert not parse_head(b"POST / HTTP/1.0").keep_alive
+    assert parse_head(b"POST / HTTP/1.0\r\nConnection: keep-alive").keep_alive
+    assert parse_head(b"POST / HTTP/1.1\r\nConnection: te\r\nConnection: upgrade").keep_alive
+
+
+def test_obs_text_in_values_is_accepted() -> None:
+    assert parse_head(b"POST / HTTP/1.1\r\nX-Note: caf\xe9\tau lait").method == "POST"
+
+
+def test_a_head_is_bounded_before_it_ends() -> None:
+    assert head_end(b"POST / HTTP/1.1\r\nHost: x\r\n\r\nbody") == len(b"POST / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert head_end(b"POST / HTTP/1.1\r\nHost: x\r\n") == -1
+    with pytest.raises(FramingError) as refused:
+        head_end(b"POST / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD_BYTES)
+    assert refused.value.status == 431
+
+
+def test_blank_lines_before_a_request_are_skipped() -> None:
+    assert skip_blank_lines(b"\r\n\r\nPOST", 0) == 4
+    assert skip_blank_lines(b"\nPOST", 0) == 0  # a bare LF is not a blank line here
+
+
+def test_a_long_adversarial_head_is_judged_in_one_pass() -> None:
+    """Values of spaces and tabs just under the limit, ending in a control character: refused
+    (the patterns are linear; a backtracking one would take minutes here)."""
+    head = b"POST / HTTP/1.1\r\nX: " + b" \t" * (MAX_HEAD_BYTES // 2 - 16) + b"\x01"
+    with pytest.raises(FramingError):
+        parse_head(head)
+
+
+@given(st.binary(max_size=600))
+def test_any_bytes_are_a_head_or_a_framing_error(data: bytes) -> None:
+    try:
+        head = parse_head(data)
+    except FramingError as exc:
+        assert exc.status in (400, 411, 417, 431, 505)
+    else:
+        assert head.path.startswith("/") and head.content_length >= 0
+
+
+_TOKEN = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-!#$%&'*+.^_`|~", min_size=1
+)
+_VALUE = st.binary(max_size=40).map(lambda b: bytes(c for c in b if c >= 0x20 and c != 0x7F).strip(b" \t"))
+
+
+@given(st.lists(st.tuples(_TOKEN, _VALUE), max_size=20), st.integers(0, 10**9))
+def test_any_well_formed_fields_are_read(fields: list[tuple[str, bytes]], length: int) -> None:
+    """Fields of any token names and visible values parse; the length is the one sent."""
+    fields = [(n, v) for n, v in fields if n.lower() not in _ACTED_ON]
+    raw = b"".join(b"\r\n%b: %b" % (n.encode(), v) for n, v in fields)
+    head = parse_head(b"POST /admission/validate HTTP/1.1" + raw + b"\r\nContent-Length: %d" % length)
+    assert head.content_length == length
+    assert head.keep_alive
+
+
+_ACTED_ON = {
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "content-encoding",
+    "connection",
+    "expect",
+}
