@@ -33,7 +33,8 @@ def test_the_api_servers_head_is_read() -> None:
     head = parse_head(GO_HEAD)
     assert (head.method, head.path, head.content_length) == ("POST", "/admission/validate", 3355)
     assert (head.content_type, head.content_encoding) == ("application/json", "")
-    assert head.keep_alive and not head.expect_continue
+    assert head.keep_alive
+    assert not head.expect_continue
 
 
 def test_names_are_case_insensitive_and_media_type_parameters_dropped() -> None:
@@ -126,12 +127,16 @@ def test_a_long_adversarial_head_is_judged_in_one_pass() -> None:
 
 @given(st.binary(max_size=600))
 def test_any_bytes_are_a_head_or_a_framing_error(data: bytes) -> None:
+    status = 0
     try:
         head = parse_head(data)
     except FramingError as exc:
-        assert exc.status in (400, 411, 417, 431, 505)
+        status = exc.status
+    if status:
+        assert status in (400, 411, 417, 431, 505)
     else:
-        assert head.path.startswith("/") and head.content_length >= 0
+        assert head.path.startswith("/")
+        assert head.content_length >= 0
 
 
 _TOKEN = st.text(

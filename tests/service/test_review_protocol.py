@@ -140,7 +140,8 @@ async def test_bad_framing_gets_its_code_and_the_connection_closes() -> None:
     proto.data_received(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
     (got,) = answers(wire)
     assert got.startswith(b"HTTP/1.1 411 Length Required\r\n")
-    assert b"Connection: close\r\n" in got and b"Content-Type: application/problem+json" in got
+    assert b"Connection: close\r\n" in got
+    assert b"Content-Type: application/problem+json" in got
     assert json.loads(got.split(b"\r\n\r\n", 1)[1])["code"] == "malformed_request"
     assert wire.closed
     proto.data_received(request())  # nothing more is read from a closed connection
@@ -203,7 +204,8 @@ async def test_head_gets_no_body() -> None:
     proto, wire = connect(Echo())
     proto.data_received(b"HEAD /x HTTP/1.1\r\nHost: x\r\n\r\n")
     (got,) = answers(wire)
-    assert got.endswith(b"\r\n\r\n") and b"Content-Length: " in got
+    assert got.endswith(b"\r\n\r\n")
+    assert b"Content-Length: " in got
 
 
 async def test_a_waiting_answer_holds_later_bytes_and_bounds_them() -> None:
@@ -231,7 +233,8 @@ async def test_the_client_leaving_mid_body_ends_the_request() -> None:
     await asyncio.sleep(0)
     proto.connection_lost(None)
     await settle()
-    assert app.seen == [] and answers(wire) == []
+    assert app.seen == []
+    assert answers(wire) == []
 
 
 async def test_a_decision_that_waits_is_answered_from_its_task() -> None:
@@ -284,7 +287,8 @@ async def test_eager_finishes_a_coroutine_that_never_waits() -> None:
         return 7
 
     outcome = eager.start(at_once())
-    assert isinstance(outcome, eager.Finished) and outcome.value == 7
+    assert isinstance(outcome, eager.Finished)
+    assert outcome.value == 7
 
 
 async def test_eager_hands_a_waiting_coroutine_to_a_task_with_the_same_outcome() -> None:
