@@ -66,7 +66,11 @@ class Echo:
             return Answer(404, b"{}")  # answered without reading the body
         if self.gate is not None:
             await self.gate.wait()
-        body = await read() if head.content_length else b""
+        try:
+            body = await read() if head.content_length else b""
+        except ConnectionError:
+            self.seen.append("gone")
+            return Answer(400, b"{}", close=True)
         self.seen.append(f"{head.method} {head.path} {len(body)}")
         return Answer(200, json.dumps({"path": head.path, "length": len(body)}).encode())
 
@@ -233,7 +237,7 @@ async def test_the_client_leaving_mid_body_ends_the_request() -> None:
     await asyncio.sleep(0)
     proto.connection_lost(None)
     await settle()
-    assert app.seen == []
+    assert app.seen == ["gone"]
     assert answers(wire) == []
 
 
@@ -338,3 +342,17 @@ async def test_eager_cancelling_the_task_cancels_the_coroutine() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert cleaned.is_set()
+
+
+async def test_a_request_whose_client_left_while_it_waited_reads_no_body() -> None:
+    """Gone while waiting for a slot: its body is never awaited (the slot comes back at once)."""
+    app = Echo()
+    app.gate = asyncio.Event()
+    proto, wire = connect(app)
+    proto.data_received(request(body=b"q" * 100)[:-50])
+    await settle()
+    proto.connection_lost(None)
+    app.gate.set()
+    await settle()
+    assert app.seen == ["gone"]  # read() failed at once instead of waiting for ever
+    assert answers(wire) == []

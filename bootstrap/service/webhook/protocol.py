@@ -228,6 +228,8 @@ class ReviewProtocol(asyncio.Protocol):
         """The current request's body (the app calls this at most once)."""
         need, buf = self._need, self._buf
         self._taken = True
+        if self._closing:  # gone while the request waited for its slot
+            raise ConnectionResetError("the client closed the connection before its body was read")
         if len(buf) >= need:
             self._buf = buf[need:]
             self._need = 0
