@@ -160,7 +160,7 @@ def read_review(body: bytes) -> Request:
     The JSON parser is pydantic's own (the same acceptance, nesting bound and values), but into
     Python objects directly, which also beats the json module."""
     try:
-        doc = from_json(body)
+        doc = from_json(body, cache_strings="keys")  # keys repeat, values rarely: caching them costs
     except ValueError:
         doc = None  # parse_review says why
     request = _exact_request(doc) if type(doc) is dict else None
