@@ -10,6 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from admission.checks.images import has_whitespace
+from admission.decider import Decider, _compile
+from admission.holdtolerations import (
+    PACKAGE_HOLD_VALUES,
+    hold_tolerations,
+    missing_hold_tolerations,
+    tolerates,
+)
+from admission.policy import PackagePolicy
+from admission.pools import required_labels_of
 from admission.structural import read_package_cr
 
 
@@ -90,3 +99,88 @@ def test_numeric_quantities_are_judged_afresh() -> None:
     assert _rules_of(_nodewright({"pkg": pkg})) == [
         ("resources", "spec.packages.pkg.resources.cpuLimit", "cpu limit is below its request")
     ]
+
+
+_HOLD = "nodegate.io/hold"
+_scalar = (
+    st.none() | st.booleans() | st.integers() | st.sampled_from(["", "Exists", "Equal", "Lt", "NoSchedule"])
+)
+_toleration = st.fixed_dictionaries(
+    {},
+    optional={
+        "key": _scalar | st.sampled_from([_HOLD, "nvidia.com/gpu"]),
+        "operator": _scalar,
+        "value": _scalar | st.sampled_from(PACKAGE_HOLD_VALUES),
+        "effect": _scalar | st.sampled_from(["NoExecute"]),
+    },
+)
+
+
+def _reference_missing(tolerations: object, key: str) -> list[dict[str, str]]:
+    """Every hold toleration that no given toleration tolerates, asked one by one."""
+    if not isinstance(tolerations, list):
+        return hold_tolerations(key)
+    have = [t for t in tolerations if isinstance(t, dict)]
+    return [
+        wanted
+        for wanted in hold_tolerations(key)
+        if not any(tolerates(t, {k: wanted[k] for k in ("key", "value", "effect")}) for t in have)
+    ]
+
+
+@given(
+    st.none()
+    | st.lists(_toleration | _scalar, max_size=4)
+    | st.lists(st.sampled_from(hold_tolerations(_HOLD)))
+)
+def test_missing_hold_tolerations_agree_with_asking_each(tolerations: object) -> None:
+    assert missing_hold_tolerations(tolerations, _HOLD) == _reference_missing(tolerations, _HOLD)
+
+
+_label = st.sampled_from(["a", "b", "pool"])
+_selector = st.fixed_dictionaries(
+    {},
+    optional={
+        "matchLabels": st.dictionaries(_label, st.sampled_from(["x", "y"]), max_size=2),
+        "matchExpressions": st.lists(
+            st.fixed_dictionaries(
+                {"key": _label, "operator": st.sampled_from(["In", "NotIn", "Exists"])},
+                optional={"values": st.lists(st.sampled_from(["x", "y"]), max_size=2)},
+            ),
+            max_size=2,
+        ),
+    },
+)
+_pools = st.lists(st.dictionaries(_label, st.sampled_from(["x", "y"]), max_size=2), min_size=1, max_size=4)
+
+
+@given(_selector, _pools)
+def test_candidates_are_the_policies_whose_pool_contains_the_cr(
+    selector: dict[str, Any], pools: list[dict[str, str]]
+) -> None:
+    obj = {**_nodewright({}), "spec": {"nodeSelectors": selector}}
+    view = read_package_cr(obj)
+    if isinstance(view, list):
+        return
+    compiled = tuple(
+        _compile(
+            PackagePolicy.model_validate(
+                {
+                    **_POLICY,
+                    "metadata": {"name": f"p{i}"},
+                    "spec": {**_POLICY["spec"], "nodeSelector": {"matchLabels": pool}},
+                }
+            )
+        )
+        for i, pool in enumerate(pools)
+    )
+    labels = view.match_labels if not view.match_expressions else required_labels_of(view)
+    assert Decider._candidates(view, compiled) == [c for c in compiled if c.rules.contains(view, labels)]
+
+
+_POLICY: dict[str, Any] = {
+    "apiVersion": "nodegate.io/v1alpha1",
+    "kind": "PackagePolicy",
+    "metadata": {"name": "p"},
+    "spec": {"images": {"registries": ["ghcr.io/nvidia"]}},
+}
