@@ -198,10 +198,7 @@ class CrView:
     # The structural violations found while reading, with the rank of their rule.
     found: tuple[tuple[int, Violation], ...]
     cycle: tuple[str, ...]  # a dependsOn cycle (NodeWright does not refuse one: a warning)
-
-    @property
-    def group(self) -> str:
-        return self.api_version.split("/", 1)[0]
+    group: str  # the API group of api_version
 
     @property
     def reboot(self) -> bool:

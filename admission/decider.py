@@ -227,7 +227,7 @@ class Decider:
         cr = read_package_cr(obj)
         if isinstance(cr, list):
             return _deny("package CR refused by nodegate: malformed", cr, "schema")
-        found = rules.structural_violations(cr)
+        found = [v for _, v in cr.found] if cr.found else []  # rules.structural_violations(cr)
         old: CrView | None = None
         update_warnings: list[str] = []
         # The old object is read only when a rule needs it: the uninstall rules, or which packages
