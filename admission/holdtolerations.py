@@ -68,7 +68,7 @@ def missing_hold_values(tolerations: object, key: str) -> tuple[str, ...]:
     """The hold reasons (of :data:`PACKAGE_HOLD_VALUES`, in order) whose toleration
     :func:`missing_hold_tolerations` names. On the validating webhook's path for every admitted
     CR: the common answers (both present, or no toleration of the key at all) are quick."""
-    if not isinstance(tolerations, list):
+    if not isinstance(tolerations, list) or not tolerations:  # none: every one is missing
         return PACKAGE_HOLD_VALUES
     for wanted in _wanted(key):  # as the mutation wrote them: one C-level compare each
         if wanted not in tolerations:

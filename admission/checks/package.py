@@ -14,13 +14,12 @@ from admission.checks.interrupts import interrupt_rules, read_config_interrupts,
 from admission.checks.ranks import Found
 from admission.checks.resources import Quantities, read_resources, resource_rules
 from admission.checks.uninstall import read_uninstall, uninstall_rules
-from admission.checks.values import ABSENT, NO_MAP, Names, NotCanonical, opt_str, str_map
+from admission.checks.values import ABSENT, NO_MAP, Names, NotCanonical, str_map
 from admission.crs import PackageView
 from admission.violations import Violation
 
 # Bound of the memo of package rules (each entry holds the strings of one package).
 _MAX_MEMO = 1024
-_STR_OR_NONE = frozenset({str, type(None)})
 Findings = tuple[tuple[int, Violation], ...]
 
 
@@ -79,10 +78,12 @@ def read_package(
         uninstall,
         nodewright,
     )
-    if resources is None or {type(q) for q in resources} <= _STR_OR_NONE:
-        rules = _memo_rules(*rule_args)
-    else:
-        rules = _rules(*rule_args)
+    memo = True
+    if resources is not None:
+        for q in resources:
+            if q is not None and type(q) is not str:
+                memo = False
+    rules = _memo_rules(*rule_args) if memo else _rules(*rule_args)
     if rules:
         found += rules
     return PackageView(
@@ -151,7 +152,9 @@ def _env_value_from(env: Any, names: frozenset[str]) -> tuple[int, ...]:
     for i, var in enumerate(env):
         if type(var) is not dict or not names.isdisjoint(var) or type(var.get("name")) is not str:
             raise NotCanonical
-        opt_str(var.get("value"))
+        value = var.get("value")
+        if value is not None and type(value) is not str:
+            raise NotCanonical
         source = var.get("valueFrom")
         if source is not None:
             if type(source) is not dict or not all(type(k) is str for k in source):
