@@ -5,11 +5,12 @@ NodeWright accepts but will not do as written. Refusing these is a PackagePolicy
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from admission.checks.images import valid_digest
 from admission.crs import CrView
-from admission.holdtolerations import missing_hold_tolerations
+from admission.holdtolerations import HOLD_EFFECT, missing_hold_values
 from admission.images import ImageError, parse_image
 
 
@@ -52,16 +53,19 @@ def hold_warnings(obj: Mapping[str, Any], hold_taint_key: str) -> list[str]:
     missing toleration, in the form to paste (warnings are cut at 120 characters). On the path of
     every admitted CR: objects from the review's JSON are dicts, checked as such (no ABC check)."""
     spec = obj.get("spec")
-    missing = missing_hold_tolerations(
+    missing = missing_hold_values(
         spec.get("additionalTolerations") if type(spec) is dict else None, hold_taint_key
     )
-    if not missing:
-        return []
+    return list(_hold_lines(hold_taint_key, missing)) if missing else []
+
+
+@lru_cache(maxsize=16)  # one hold taint key per deployment, and a few subsets of its reasons
+def _hold_lines(hold_taint_key: str, missing: tuple[str, ...]) -> tuple[str, ...]:
     head = f"NodeWright skips nodes held by {hold_taint_key}; add to spec.additionalTolerations:"
-    return [
+    return (
         head,
         *(
-            f"- {{key: {t['key']}, operator: Equal, value: {t['value']}, effect: {t['effect']}}}"
-            for t in missing
+            f"- {{key: {hold_taint_key}, operator: Equal, value: {value}, effect: {HOLD_EFFECT}}}"
+            for value in missing
         ),
-    ]
+    )

@@ -33,15 +33,17 @@ def gates(obj: Mapping[str, Any] | None) -> tuple[Any, ...]:
 # NodeWright's mirror controller stamps the NodeWright it copies from a Skyhook with this claim;
 # the gate then judges the NodeWright instead of the Skyhook (bootstrap/gate/mirror.py).
 MIRRORED_FROM = "nodewright.nvidia.com/mirrored-from"
+_NODEWRIGHT = "nodewright.nvidia.com"
 
 
 def mirror_claim(obj: Mapping[str, Any] | None) -> object:
     """A NodeWright's ``mirrored-from`` annotation, as given (None: none; a Skyhook's is not read)."""
-    if not isinstance(obj, Mapping) or group_of(obj) != "nodewright.nvidia.com":
+    # Objects from the review's JSON are dicts: tested as such first (no ABC check on this path).
+    if (type(obj) is not dict and not isinstance(obj, Mapping)) or group_of(obj) != _NODEWRIGHT:
         return None
     meta = obj.get("metadata")
-    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return ann.get(MIRRORED_FROM) if isinstance(ann, Mapping) else None
+    ann = meta.get("annotations") if type(meta) is dict or isinstance(meta, Mapping) else None
+    return ann.get(MIRRORED_FROM) if type(ann) is dict or isinstance(ann, Mapping) else None
 
 
 def claims_mirror(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
@@ -59,9 +61,11 @@ def stray_claim(obj: Mapping[str, Any]) -> str | None:
     itself: upstream's mirror never writes one (it backs off from such a target), and the gate
     ignores it."""
     claim = mirror_claim(obj)
+    if claim is None:
+        return None
     meta = obj.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
-    if claim is None or claim == name:
+    if claim == name:
         return None
     return (
         f"{MIRRORED_FROM}: {str(claim)[:253]!r} is not this NodeWright's name; NodeWright's mirror "
@@ -70,7 +74,8 @@ def stray_claim(obj: Mapping[str, Any]) -> str | None:
 
 
 def group_of(obj: Mapping[str, Any]) -> str:
-    return str(obj.get("apiVersion", "")).split("/", 1)[0]
+    api_version = obj.get("apiVersion", "")
+    return (api_version if type(api_version) is str else str(api_version)).partition("/")[0]
 
 
 def unchanged(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[bool, bool]:

@@ -157,7 +157,6 @@ def loc_path(loc: tuple[int | str, ...]) -> str:
 @dataclass(slots=True)
 class PackageView:
     key: str
-    path: str  # spec.packages.<key>
     raw: dict[str, Any]  # as given, for equality
     version: str | None
     image: str | None
@@ -169,6 +168,11 @@ class PackageView:
     value_from: tuple[int, ...]  # indices of the env entries with valueFrom
     uninstall: tuple[bool, bool] | None  # (enabled, apply)
     reboot: bool  # some interrupt of the package is a reboot
+
+    @property
+    def path(self) -> str:
+        """spec.packages.<key>: built only for the texts of a violation."""
+        return f"spec.packages.{self.key}"
 
 
 @dataclass(slots=True)
@@ -194,10 +198,7 @@ class CrView:
     # The structural violations found while reading, with the rank of their rule.
     found: tuple[tuple[int, Violation], ...]
     cycle: tuple[str, ...]  # a dependsOn cycle (NodeWright does not refuse one: a warning)
-
-    @property
-    def group(self) -> str:
-        return self.api_version.split("/", 1)[0]
+    group: str  # the API group of api_version
 
     @property
     def reboot(self) -> bool:

@@ -101,7 +101,7 @@ def _deny(message: str, violations: list[Violation] | None = None, rule: str = "
 
 def _user(info: RequestUser) -> UserInfo:
     extra = info.extra
-    values = dict(zip(extra, map(tuple, extra.values()), strict=True)) if extra else {}
+    values = {key: tuple(value) for key, value in extra.items()} if extra else {}
     return UserInfo(info.username, info.uid, tuple(info.groups), values)
 
 
@@ -227,7 +227,7 @@ class Decider:
         cr = read_package_cr(obj)
         if isinstance(cr, list):
             return _deny("package CR refused by nodegate: malformed", cr, "schema")
-        found = rules.structural_violations(cr)
+        found = [v for _, v in cr.found] if cr.found else []  # rules.structural_violations(cr)
         old: CrView | None = None
         update_warnings: list[str] = []
         # The old object is read only when a rule needs it: the uninstall rules, or which packages
@@ -326,8 +326,18 @@ class Decider:
 
     @staticmethod
     def _candidates(cr: CrView, compiled: tuple[_Candidate, ...]) -> list[_Candidate]:
-        labels = cr.match_labels if not cr.match_expressions else rules.required_labels_of(cr)
-        return [c for c in compiled if c.rules.contains(cr, labels)]
+        """The policies whose pool contains the CR: ``c.rules.contains(cr, labels)``, with the
+        CR's part of that test taken once for all of them."""
+        if not cr.match_expressions:
+            if not cr.match_labels:  # the selector of every node: only the pool of every node
+                return [c for c in compiled if not c.rules.pool]
+            items = cr.match_labels.items()
+        else:
+            labels = rules.required_labels_of(cr)
+            if labels is None:  # selects nothing: inside every pool
+                return list(compiled)
+            items = labels.items()
+        return [c for c in compiled if items >= c.rules.pool]
 
     async def _authorize(
         self, req: Request, cr: CrView, old: CrView | None, compiled: tuple[_Candidate, ...]
@@ -337,14 +347,22 @@ class Decider:
             return _deny("package CR refused by nodegate", [rules.no_pool_violation(cr)], "pool")
         user = _user(req.user_info)
         reboots = rules.new_reboots(old, cr) if cr.reboot else []
-        allowed = self.authorizer.allowed
+        authorizer = self.authorizer
+        allowed = authorizer.allowed
+        # Local RBAC answers synchronously: asked directly, without a coroutine per question.
+        local = authorizer.evaluator.allowed if type(authorizer) is LocalRbac else None
         # Why each candidate before the admitting one fails; their texts are only built for a denial.
         refused: list[tuple[_Candidate, list[str]]] = []
         for candidate in candidates:
             # Rights first: the limits of a policy the requester may not use are not worth computing.
-            missing = [] if await allowed(user, candidate.deploy) else ["deploy"]
-            if reboots and not await allowed(user, candidate.reboot):
-                missing.append("reboot")
+            if local is not None:
+                missing = [] if local(user, candidate.deploy) else ["deploy"]
+                if reboots and not local(user, candidate.reboot):
+                    missing.append("reboot")
+            else:
+                missing = [] if await allowed(user, candidate.deploy) else ["deploy"]
+                if reboots and not await allowed(user, candidate.reboot):
+                    missing.append("reboot")
             if missing:
                 refused.append((candidate, missing))
                 continue

@@ -57,22 +57,38 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 def missing_hold_tolerations(tolerations: object, key: str) -> list[dict[str, str]]:
     """The hold tolerations not already covered by ``tolerations`` (a CR's
     ``spec.additionalTolerations`` as sent, from JSON: absent, null or a list; entries that are
-    not objects tolerate nothing). Covered means some toleration already tolerates that hold taint. On the
-    validating webhook's path for every admitted CR: the common answer (both present) is quick."""
-    if not isinstance(tolerations, list):
-        return hold_tolerations(key)
+    not objects tolerate nothing). Covered means some toleration already tolerates that hold taint."""
+    return [
+        {"key": key, "operator": "Equal", "value": value, "effect": HOLD_EFFECT}
+        for value in missing_hold_values(tolerations, key)
+    ]
+
+
+def missing_hold_values(tolerations: object, key: str) -> tuple[str, ...]:
+    """The hold reasons (of :data:`PACKAGE_HOLD_VALUES`, in order) whose toleration
+    :func:`missing_hold_tolerations` names. On the validating webhook's path for every admitted
+    CR: the common answers (both present, or no toleration of the key at all) are quick."""
+    if not isinstance(tolerations, list) or not tolerations:  # none: every one is missing
+        return PACKAGE_HOLD_VALUES
     for wanted in _wanted(key):  # as the mutation wrote them: one C-level compare each
         if wanted not in tolerations:
             break
     else:
-        return []
-    have = [t for t in tolerations if isinstance(t, dict)]
-    out: list[dict[str, str]] = []
-    for value in PACKAGE_HOLD_VALUES:
-        taint = {"key": key, "value": value, "effect": HOLD_EFFECT}
-        if not any(tolerates(t, taint) for t in have):
-            out.append({"key": key, "operator": "Equal", "value": value, "effect": HOLD_EFFECT})
-    return out
+        return ()
+    # A toleration naming another key (a string) tolerates no hold taint (``tolerates`` says no
+    # at its first test): only the others are asked.
+    have = [
+        t
+        for t in tolerations
+        if isinstance(t, dict) and not ((k := t.get("key")) and isinstance(k, str) and k != key)
+    ]
+    if not have:
+        return PACKAGE_HOLD_VALUES
+    return tuple(
+        value
+        for value in PACKAGE_HOLD_VALUES
+        if not any(tolerates(t, {"key": key, "value": value, "effect": HOLD_EFFECT}) for t in have)
+    )
 
 
 def show(tolerations: Sequence[Mapping[str, Any]]) -> str:

@@ -29,7 +29,7 @@ from admission.checks.package import read_package
 from admission.checks.ranks import Found
 from admission.checks.selector import read_selector
 from admission.checks.tolerations import read_tolerations
-from admission.checks.values import ABSENT, NO_MAP, Names, NotCanonical, aliased, flag, opt_str, str_map
+from admission.checks.values import ABSENT, NO_MAP, Names, NotCanonical, aliased, str_map
 from admission.crs import (
     PACKAGE_GROUPS,
     CrView,
@@ -100,13 +100,10 @@ def structural_violations(cr: PackageCR | CrView) -> list[Violation]:
     return [v for _, v in view.found] if view.found else []
 
 
-def _pods_and_drain(spec: Mapping[str, Any], names: Names, found: Found, nodewright: bool) -> None:
+def _pods_and_drain(pods: Any, drain: Any, names: Names, found: Found, nodewright: bool) -> None:
     """podNonInterruptLabels and drainConfig, which only NodeWright's webhook checks (Skyhook's
     never did): read for their types either way."""
-    read_selector(
-        spec.get("podNonInterruptLabels"), names.selector, found, "spec.podNonInterruptLabels", nodewright
-    )
-    drain = spec.get("drainConfig")
+    read_selector(pods, names.selector, found, "spec.podNonInterruptLabels", nodewright)
     if drain is not None and (type(drain) is not dict or not names.drain.isdisjoint(drain)):
         raise NotCanonical
     drain_rules(drain, found, nodewright)
@@ -126,7 +123,9 @@ def _metadata(meta: Any) -> tuple[str, Mapping[str, str]]:
 
 
 def _read(obj: Any, names: Names) -> CrView:
-    """The view of a package CR whose values all have the models' types; NotCanonical otherwise."""
+    """The view of a package CR whose values all have the models' types; NotCanonical otherwise.
+    Fields that are absent (or null where that means absent) are not handed to their readers: on
+    every review, a call saved per field counts."""
     if type(obj) is not dict or not names.cr.isdisjoint(obj):
         raise NotCanonical
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
@@ -137,18 +136,26 @@ def _read(obj: Any, names: Names) -> CrView:
     if raw_spec is None:
         if "spec" in obj:
             raise NotCanonical  # null is not a spec
-        spec: Mapping[str, Any] = NO_MAP
+        get = NO_MAP.get
     elif type(raw_spec) is not dict or not names.spec.isdisjoint(raw_spec):
         raise NotCanonical
     else:
-        spec = raw_spec
+        get = raw_spec.get
     found: Found = []
     nodewright = kind == "NodeWright"
-    deployment_policy = opt_str(spec.get("deploymentPolicy"))
-    budget = read_budget(spec.get("interruptionBudget"), deployment_policy, found)
-    labels, expressions = read_selector(spec.get("nodeSelectors"), names.selector, found)
-    _pods_and_drain(spec, names, found, nodewright)
-    packages_raw = spec.get("packages", ABSENT)
+    deployment_policy = get("deploymentPolicy")
+    if deployment_policy is not None and type(deployment_policy) is not str:
+        raise NotCanonical
+    raw_budget = get("interruptionBudget")
+    budget = None if raw_budget is None else read_budget(raw_budget, deployment_policy, found)
+    raw_selector = get("nodeSelectors")
+    labels, expressions = (
+        (NO_MAP, ()) if raw_selector is None else read_selector(raw_selector, names.selector, found)
+    )
+    pods, drain = get("podNonInterruptLabels"), get("drainConfig")
+    if pods is not None or drain is not None:
+        _pods_and_drain(pods, drain, names, found, nodewright)
+    packages_raw = get("packages", ABSENT)
     packages: list[PackageView] = []
     by_key: dict[str, PackageView] = {}
     kinds: set[str] = set()
@@ -160,11 +167,17 @@ def _read(obj: Any, names: Names) -> CrView:
             view = read_package(key, raw, names, kinds, found, nodewright)
             packages.append(view)
             by_key[key] = view
-            depends = depends or bool(view.depends_on)
+            if view.depends_on:
+                depends = True
     cycle = dependency_rules(packages, by_key, found) if depends else ()
-    tolerations = read_tolerations(spec.get("additionalTolerations", ABSENT))
-    priority = spec.get("priority", 200)
-    if type(priority) is not int:
+    raw_tolerations = get("additionalTolerations", ABSENT)
+    tolerations = () if raw_tolerations is ABSENT else read_tolerations(raw_tolerations)
+    priority, runtime_required, auto_taint = (
+        get("priority", 200),
+        get("runtimeRequired", False),
+        get("autoTaintNewNodes", False),
+    )
+    if type(priority) is not int or type(runtime_required) is not bool or type(auto_taint) is not bool:
         raise NotCanonical
     if len(found) > 1:
         found.sort(key=_rank)
@@ -181,10 +194,11 @@ def _read(obj: Any, names: Names) -> CrView:
         tuple(packages),
         by_key,
         tolerations,
-        flag(spec, "runtimeRequired"),
-        flag(spec, "autoTaintNewNodes"),
+        runtime_required,
+        auto_taint,
         priority,
         frozenset(kinds),
         tuple(found) if found else (),
         cycle,
+        api_version.partition("/")[0],
     )

@@ -31,46 +31,33 @@ def split_reference(image: str) -> tuple[str, str | None, str | None]:
     return image, None, digest
 
 
+def has_whitespace(text: str) -> bool:
+    """``any(c.isspace() for c in text)`` without a generator step per character: ``str.split()``
+    splits at exactly the characters ``str.isspace`` names (CPython's one predicate,
+    ``Py_UNICODE_ISSPACE``), and gives ``[text]`` back only when there is none to cut at or strip."""
+    return text.split() != [text] if text else False
+
+
+def image_problem(image: str | None) -> tuple[str, str] | None:
+    """(message, fix) of rule "image" for a NodeWright package's ``image``, or None."""
+    if not image or has_whitespace(image):
+        return (
+            "image is missing" if not image else "image contains whitespace",
+            "set image to a repository such as registry.example.com/team/pkg",
+        )
+    _repository, tag, digest = split_reference(image)
+    if digest is not None:
+        return "image contains an inline digest", "put the digest in containerSHA"
+    if tag is not None:
+        return f"image contains an inline tag {tag!r}", "drop the tag; version supplies it"
+    return None
+
+
 def image_rules(path: str, image: str | None, sha: str | None, found: Found) -> None:
     """The image fields of the package at ``path`` of a NodeWright (nodewright.nvidia.com) CR."""
-    if not image or any(c.isspace() for c in image):
-        found.append(
-            (
-                IMAGE,
-                Violation(
-                    "image",
-                    f"{path}.image",
-                    "image is missing" if not image else "image contains whitespace",
-                    "set image to a repository such as registry.example.com/team/pkg",
-                ),
-            )
-        )
-    else:
-        _repository, tag, digest = split_reference(image)
-        if digest is not None:
-            found.append(
-                (
-                    IMAGE,
-                    Violation(
-                        "image",
-                        f"{path}.image",
-                        "image contains an inline digest",
-                        "put the digest in containerSHA",
-                    ),
-                )
-            )
-        elif tag is not None:
-            found.append(
-                (
-                    IMAGE,
-                    Violation(
-                        "image",
-                        f"{path}.image",
-                        f"image contains an inline tag {tag!r}",
-                        "drop the tag; version supplies it",
-                    ),
-                )
-            )
+    problem = image_problem(image)
+    if problem is not None:
+        found.append((IMAGE, Violation("image", f"{path}.image", *problem)))
     if sha and not valid_digest(sha):
         found.append(
             (

@@ -4,7 +4,7 @@ configInterrupts key naming a configMap key, exactly or as a ``*`` pattern (rule
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection
 from typing import Any
 
 from admission.checks.ranks import INTERRUPTS, Found
@@ -30,28 +30,34 @@ def read_interrupt_type(value: Any) -> str:
 
 
 def read_config_interrupts(value: Any) -> tuple[tuple[str, str], ...]:
-    """configInterrupts as (configMap glob, interrupt type)."""
-    if value is ABSENT:
-        return ()
+    """configInterrupts as (configMap glob, interrupt type); what :func:`read_interrupt_type`
+    takes, inlined (a plain loop: this is read for every package that has them)."""
     if type(value) is not dict:
         raise NotCanonical
-    config_interrupts = tuple([(glob, read_interrupt_type(v)) for glob, v in value.items()])
-    for glob, _kind in config_interrupts:
-        if type(glob) is not str:
+    out = []
+    for glob, interrupt in value.items():
+        if type(glob) is not str or type(interrupt) is not dict:
             raise NotCanonical
-    return config_interrupts
+        kind = interrupt.get("type")
+        if type(kind) is not str:
+            raise NotCanonical
+        services = interrupt.get("services", ABSENT)
+        if services is not ABSENT:
+            str_list(services)
+        out.append((glob, kind))
+    return tuple(out)
 
 
 def interrupt_rules(
     path: str,
     interrupt: str | None,
     config_interrupts: tuple[tuple[str, str], ...],
-    config_map: Mapping[str, str],
+    config_keys: Collection[str],
     kinds: set[str],
     found: Found,
 ) -> bool:
-    """The interrupts of the package at ``path``. Adds their types to ``kinds``; whether one
-    reboots."""
+    """The interrupts of the package at ``path`` (``config_keys``: its configMap's keys). Adds
+    their types to ``kinds``; whether one reboots."""
     reboot = False
     if interrupt is not None:
         kinds.add(interrupt)
@@ -64,7 +70,7 @@ def interrupt_rules(
         if kind not in INTERRUPT_TYPE_SET:
             found.append((INTERRUPTS, _unknown_interrupt(f"{path}.configInterrupts.{glob}", kind)))
     for glob, _kind in config_interrupts:
-        if matches_some(glob, config_map):
+        if matches_some(glob, config_keys):
             continue
         found.append(
             (

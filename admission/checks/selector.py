@@ -8,6 +8,7 @@ operator would also make pool containment meaningless.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from admission.checks.ranks import SELECTOR, Found
@@ -28,10 +29,11 @@ def read_selector(
         raise NotCanonical
     labels = value.get("matchLabels", ABSENT)
     exprs = value.get("matchExpressions", ABSENT)
-    requirements: list[tuple[str, str, tuple[str, ...]]] = []
+    expressions: Expressions = ()
     if exprs is not ABSENT:
         if type(exprs) is not list:
             raise NotCanonical
+        requirements = []
         for req in exprs:
             if type(req) is not dict:
                 raise NotCanonical
@@ -39,23 +41,37 @@ def read_selector(
             if type(key) is not str or type(operator) is not str:
                 raise NotCanonical
             requirements.append((key, operator, () if values is ABSENT else str_list(values)))
+        expressions = tuple(requirements)
     match_labels = NO_MAP if labels is ABSENT else str_map(labels)
-    expressions = tuple(requirements)
     if check and (match_labels or expressions):
-        selector_rules(path, match_labels, expressions, found)
+        # A pure function of the selector; CRs repeat the same few (the usual one: a label or two).
+        problems = (
+            _problems(tuple(match_labels.items()), expressions)
+            if len(match_labels) <= _MEMO_LABELS
+            else selector_problems(match_labels, expressions)
+        )
+        for where, problem in problems:
+            found.append((SELECTOR, _violation(path, where, problem)))
     return match_labels, expressions
+
+
+_MEMO_LABELS = 8  # memo keys of at most this many labels
+
+
+@lru_cache(maxsize=1024)
+def _problems(labels: tuple[tuple[str, str], ...], expressions: Expressions) -> tuple[tuple[str, str], ...]:
+    return tuple(selector_problems(dict(labels), expressions))
+
+
+def _violation(path: str, where: str, problem: str) -> Violation:
+    return Violation(
+        "selector",
+        f"{path}.{where}",
+        problem,
+        "use a label selector Kubernetes accepts (NodeWright refuses this one)",
+    )
 
 
 def selector_rules(path: str, labels: Mapping[str, str], expressions: Expressions, found: Found) -> None:
     for where, problem in selector_problems(labels, expressions):
-        found.append(
-            (
-                SELECTOR,
-                Violation(
-                    "selector",
-                    f"{path}.{where}",
-                    problem,
-                    "use a label selector Kubernetes accepts (NodeWright refuses this one)",
-                ),
-            )
-        )
+        found.append((SELECTOR, _violation(path, where, problem)))
