@@ -4,14 +4,17 @@ and machine code, never another exception."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bootstrap.service.http.framing import (
     MAX_FIELDS,
     MAX_HEAD_BYTES,
     FramingError,
+    HeadReader,
     head_end,
     parse_head,
     skip_blank_lines,
@@ -163,3 +166,45 @@ _ACTED_ON = {
     "connection",
     "expect",
 }
+
+
+def _outcome(parse: Any, head: bytes) -> Any:
+    try:
+        return parse(head)
+    except FramingError as exc:
+        return (exc.status, exc.detail)
+
+
+_LINES = st.sampled_from(
+    [
+        b"Content-Length: 12",
+        b"content-length:7",
+        b"Content-Length: 5, 5",
+        b"Content-Length: 0012 ",
+        b"Content-Length: 99999999999999999999",
+        b"Content-Length: x",
+        b"Content-Type: application/json",
+        b"Transfer-Encoding: chunked",
+        b"Connection: close",
+        b"Expect: 100-continue",
+        b"Host: x",
+        b"Host : x",
+        b" folded",
+        b"X-Content-Length: 3",
+    ]
+)
+
+
+@settings(max_examples=400)
+@given(
+    st.lists(st.lists(_LINES, max_size=5), min_size=1, max_size=6),
+    st.lists(st.integers(0, 10**6), min_size=1),
+)
+def test_the_head_memo_answers_as_a_full_parse(heads: list[list[bytes]], lengths: list[int]) -> None:
+    """Any sequence of heads, each sent again with other Content-Length digits: the memo's
+    result (or refusal) is always the full parse's."""
+    reader = HeadReader(size=4)
+    for lines in heads:
+        for length in lengths:
+            head = b"\r\n".join([b"POST /admission/validate HTTP/1.1", *lines]).replace(b"12", b"%d" % length)
+            assert _outcome(reader.parse, head) == _outcome(parse_head, head)

@@ -27,7 +27,7 @@ from http import HTTPStatus
 from typing import Final
 
 from bootstrap.service.http import eager
-from bootstrap.service.http.framing import FramingError, RequestHead, head_end, parse_head, skip_blank_lines
+from bootstrap.service.http.framing import FramingError, HeadReader, RequestHead, head_end, skip_blank_lines
 from bootstrap.service.http.listener import Connection
 from bootstrap.service.webhook.app import Answer, Reviews, problem_answer
 
@@ -92,8 +92,11 @@ class OpenSet:
 
 
 class ReviewProtocol(asyncio.Protocol):
-    def __init__(self, app: Reviews, clock: Clock, protocols: OpenSet) -> None:
+    def __init__(
+        self, app: Reviews, clock: Clock, protocols: OpenSet, heads: HeadReader | None = None
+    ) -> None:
         self._app = app
+        self._heads = heads or HeadReader()
         self._clock = clock
         self._protocols = protocols
         self._transport: asyncio.Transport | None = None
@@ -168,7 +171,7 @@ class ReviewProtocol(asyncio.Protocol):
                 if end < 0:
                     self._buf = buf[start:] if start else buf
                     break
-                head = parse_head(buf[start : end - 4])
+                head = self._heads.parse(buf[start : end - 4])
             except FramingError as exc:
                 self._write(problem_answer(exc.status, exc.code, exc.detail, close=True), True)
                 return

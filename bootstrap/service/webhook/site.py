@@ -9,6 +9,7 @@ import ssl
 import time
 from typing import Final
 
+from bootstrap.service.http.framing import HeadReader
 from bootstrap.service.http.listener import ConnectionLimits, Connections
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.webhook.app import Reviews
@@ -42,6 +43,7 @@ class ReviewSite:
         self._metrics = metrics
         self._backlog = backlog
         self._clock = Clock()
+        self._heads = HeadReader()  # shared by the connections: the API server's heads repeat
         self._protocols = OpenSet()
         self.connections: Connections | None = None
         self._server: asyncio.Server | None = None
@@ -60,7 +62,7 @@ class ReviewSite:
         return f"{'https' if self._tls is not None else 'http'}://{self._host}:{self.port}"
 
     def _protocol(self) -> ReviewProtocol:
-        return ReviewProtocol(self.app, self._clock, self._protocols)
+        return ReviewProtocol(self.app, self._clock, self._protocols, self._heads)
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
