@@ -180,6 +180,7 @@ _LINES = st.sampled_from(
         b"Content-Length: 12",
         b"content-length:7",
         b"Content-Length: 5, 5",
+        b"Content-Length: 7",
         b"Content-Length: 0012 ",
         b"Content-Length: 99999999999999999999",
         b"Content-Length: x",
