@@ -209,3 +209,11 @@ def test_the_head_memo_answers_as_a_full_parse(heads: list[list[bytes]], lengths
         for length in lengths:
             head = b"\r\n".join([b"POST /admission/validate HTTP/1.1", *lines]).replace(b"12", b"%d" % length)
             assert _outcome(reader.parse, head) == _outcome(parse_head, head)
+
+
+def test_a_second_length_field_is_never_taken_from_the_memo() -> None:
+    reader = HeadReader()
+    agreeing = b"POST / HTTP/1.1\r\nContent-Length: 7\r\nContent-Length: 7"
+    assert reader.parse(agreeing).content_length == 7
+    with pytest.raises(FramingError):
+        reader.parse(agreeing.replace(b"Length: 7\r\n", b"Length: 5\r\n", 1))
