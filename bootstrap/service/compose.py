@@ -219,8 +219,6 @@ def admission_app(settings: Settings, decider: Decider, metrics: Metrics | None)
         on_cached=decider.count if isinstance(decider, CountingDecider) else None,
         allowed_level=logging.DEBUG if settings.admission.log_allowed == "debug" else logging.INFO,
         audit=AuditLog(),
-        # Offline RBAC asks no one: a review is judged without a task (bootstrap.service.http.eager).
-        eager=isinstance(decider.authorizer, LocalRbac),
     )
 
 

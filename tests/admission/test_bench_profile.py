@@ -43,15 +43,12 @@ def test_each_stack_goes_to_its_stage() -> None:
     }
 
 
-# Since issue 35 the listener answers a review in the callback that brought its bytes: every
-# stack of a review runs through TLS and the listener's connection.
+# Since issue 35 the listener frames requests itself (TLS, the listener's connection, the
+# protocol) and judges each in a task.
 TLS_IN = f"{LOOP};_read_ready (asyncio/selector_events.py:952);buffer_updated (asyncio/sslproto.py:439)"
 CONN = f"{TLS_IN};Connection.data_received (bootstrap/service/http/listener.py:211)"
 PROTO = f"{CONN};ReviewProtocol.data_received (bootstrap/service/webhook/protocol.py:137)"
-EAGER = (
-    f"{PROTO};ReviewProtocol._next (bootstrap/service/webhook/protocol.py:179);"
-    "start (bootstrap/service/http/eager.py:55);ReviewApp.answer (bootstrap/service/webhook/app.py:215)"
-)
+EAGER = f"{LOOP};_run (asyncio/events.py:80);ReviewApp.answer (bootstrap/service/webhook/app.py:215)"
 LISTENER_RAW = "\n".join(
     [
         f"{EAGER};validate (admission/webhook.py:235);Decider.decide (admission/decider.py:156) 5",

@@ -52,7 +52,7 @@ STAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("review slots, routes (webhook app)", r"bootstrap/service/webhook/app\.py"),
         (
             "HTTP framing (nodegate's listener)",
-            r"bootstrap/service/(http/framing|http/eager|webhook/protocol|webhook/site)\.py",
+            r"bootstrap/service/(http/framing|webhook/protocol|webhook/site)\.py",
         ),
     )
 )

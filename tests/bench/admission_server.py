@@ -74,7 +74,6 @@ class BareReviews:
     """``bare_app``'s handler on the admission listener: reads the body, parses it, answers allowed."""
 
     def __init__(self, parser: str = "json") -> None:
-        self.eager = True
         self._loads = from_json if parser == "pydantic-core" else json.loads
 
     async def answer(self, head: RequestHead, read: ReadBody) -> Answer:

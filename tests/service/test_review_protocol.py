@@ -13,7 +13,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bootstrap.service.http import eager
 from bootstrap.service.http.framing import RequestHead
 from bootstrap.service.webhook.app import Answer, ReadBody
 from bootstrap.service.webhook.protocol import Clock, OpenSet, ReviewProtocol
@@ -54,8 +53,7 @@ class Wire(asyncio.Transport):
 class Echo:
     """Answers each request with its method, path and body length; ``gate`` makes it wait."""
 
-    def __init__(self, eager_ok: bool = True) -> None:
-        self.eager = eager_ok
+    def __init__(self) -> None:
         self.gate: asyncio.Event | None = None
         self.entered = asyncio.Event()
         self.seen: list[str] = []
@@ -87,9 +85,9 @@ def request(path: str = "/admission/validate", body: bytes = b"{}", extra: bytes
     )
 
 
-async def settle() -> None:
+async def settle(steps: int = 10) -> None:
     """Let the loop run what the last bytes started (a task's steps, its done callback)."""
-    for _ in range(10):
+    for _ in range(steps):
         await asyncio.sleep(0)
 
 
@@ -112,6 +110,7 @@ def answers(wire: Wire) -> list[bytes]:
 async def test_pipelined_requests_are_answered_in_order() -> None:
     proto, wire = connect(Echo())
     proto.data_received(request(body=b"a" * 10) + request("/admission/mutate", b"b" * 20) + request(body=b""))
+    await settle()
     got = answers(wire)
     assert len(got) == 3
     assert [json.loads(a.split(b"\r\n\r\n", 1)[1])["length"] for a in got] == [10, 20, 0]
@@ -134,6 +133,7 @@ def test_any_split_of_the_bytes_gives_the_same_answers(cuts: list[int]) -> None:
     async def whole() -> list[bytes]:
         proto, wire = connect(Echo())
         proto.data_received(STREAM)
+        await settle()
         return answers(wire)
 
     assert asyncio.run(run()) == asyncio.run(whole())
@@ -142,6 +142,7 @@ def test_any_split_of_the_bytes_gives_the_same_answers(cuts: list[int]) -> None:
 async def test_bad_framing_gets_its_code_and_the_connection_closes() -> None:
     proto, wire = connect(Echo())
     proto.data_received(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+    await settle()
     (got,) = answers(wire)
     assert got.startswith(b"HTTP/1.1 411 Length Required\r\n")
     assert b"Connection: close\r\n" in got
@@ -149,12 +150,14 @@ async def test_bad_framing_gets_its_code_and_the_connection_closes() -> None:
     assert json.loads(got.split(b"\r\n\r\n", 1)[1])["code"] == "malformed_request"
     assert wire.closed
     proto.data_received(request())  # nothing more is read from a closed connection
+    await settle()
     assert len(answers(wire)) == 1
 
 
 async def test_a_head_over_the_limit_is_refused_before_it_ends() -> None:
     proto, wire = connect(Echo())
     proto.data_received(b"POST / HTTP/1.1\r\nX-Pad: " + b"a" * (17 * 1024))
+    await settle()
     (got,) = answers(wire)
     assert got.startswith(b"HTTP/1.1 431 ")
     assert wire.closed
@@ -165,6 +168,7 @@ async def test_an_answer_before_the_body_closes_the_connection() -> None:
     read as the next request."""
     proto, wire = connect(Echo())
     proto.data_received(request("/nobody", body=b"POST /admission/validate HTTP/1.1\r\n\r\n"))
+    await settle()
     (got,) = answers(wire)
     assert got.startswith(b"HTTP/1.1 404 ")
     assert wire.closed
@@ -199,6 +203,7 @@ async def test_expect_continue_is_answered_before_the_body() -> None:
 async def test_keep_alive_as_the_client_asks(stream: bytes, closed: bool) -> None:
     proto, wire = connect(Echo())
     proto.data_received(stream)
+    await settle()
     (got,) = answers(wire)
     assert got.startswith(b"HTTP/1.1 200 OK\r\n")
     assert (b"Connection: close\r\n" in got, wire.closed) == (closed, closed)
@@ -207,6 +212,7 @@ async def test_keep_alive_as_the_client_asks(stream: bytes, closed: bool) -> Non
 async def test_head_gets_no_body() -> None:
     proto, wire = connect(Echo())
     proto.data_received(b"HEAD /x HTTP/1.1\r\nHost: x\r\n\r\n")
+    await settle()
     (got,) = answers(wire)
     assert got.endswith(b"\r\n\r\n")
     assert b"Content-Length: " in got
@@ -219,13 +225,13 @@ async def test_a_waiting_answer_holds_later_bytes_and_bounds_them() -> None:
     app.gate = asyncio.Event()
     proto, wire = connect(app)
     proto.data_received(request())
-    await asyncio.sleep(0)
+    await settle()
     assert answers(wire) == []
     for _ in range(40):
         proto.data_received(request(body=b"z" * 16 * 1024))
     assert wire.paused
     app.gate.set()
-    await settle()
+    await settle(41 * 5)  # a task per request, one after the other
     assert len(answers(wire)) == 41
     assert not wire.paused
 
@@ -234,31 +240,30 @@ async def test_the_client_leaving_mid_body_ends_the_request() -> None:
     app = Echo()
     proto, wire = connect(app)
     proto.data_received(request(body=b"q" * 1000)[:-500])
-    await asyncio.sleep(0)
+    await settle()
     proto.connection_lost(None)
     await settle()
     assert app.seen == ["gone"]
     assert answers(wire) == []
 
 
-async def test_a_decision_that_waits_is_answered_from_its_task() -> None:
-    app = Echo(eager_ok=False)  # an authorizer that asks the API server: always a task
+async def test_requests_are_judged_in_tasks_and_answered_in_order() -> None:
+    app = Echo()
     proto, wire = connect(app)
     proto.data_received(request(body=b"abc") + request(body=b"de"))
-    assert answers(wire) == []
+    assert answers(wire) == []  # nothing is judged in the read callback
     await settle()
     assert [json.loads(a.split(b"\r\n\r\n", 1)[1])["length"] for a in answers(wire)] == [3, 2]
 
 
 async def test_a_bug_is_a_500_with_its_traceback_logged(caplog: pytest.LogCaptureFixture) -> None:
     class Broken:
-        eager = True
-
         async def answer(self, head: RequestHead, read: ReadBody) -> Answer:
             raise KeyError("bug")
 
     proto, wire = connect(Broken())
     proto.data_received(request())
+    await settle()
     (got,) = answers(wire)
     assert got.startswith(b"HTTP/1.1 500 ")
     assert json.loads(got.split(b"\r\n\r\n", 1)[1])["code"] == "internal"
@@ -281,67 +286,6 @@ async def test_stopping_lets_an_answer_in_flight_finish() -> None:
         answer = await reader.read()
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
     assert b"Connection: close\r\n" in answer
-
-
-# -- eager: a coroutine stepped at once ------------------------------------------------------
-
-
-async def test_eager_finishes_a_coroutine_that_never_waits() -> None:
-    async def at_once() -> int:
-        return 7
-
-    outcome = eager.start(at_once())
-    assert isinstance(outcome, eager.Finished)
-    assert outcome.value == 7
-
-
-async def test_eager_hands_a_waiting_coroutine_to_a_task_with_the_same_outcome() -> None:
-    gate = asyncio.Event()
-
-    async def later() -> str:
-        await gate.wait()
-        await asyncio.sleep(0)
-        return "done"
-
-    outcome = eager.start(later())
-    assert isinstance(outcome, asyncio.Task)
-    gate.set()
-    assert await outcome == "done"
-
-
-async def test_eager_raises_at_once_or_from_the_task() -> None:
-    async def now() -> None:
-        raise ValueError("now")
-
-    with pytest.raises(ValueError, match="now"):
-        eager.start(now())
-
-    async def after() -> None:
-        await asyncio.sleep(0)
-        raise ValueError("after")
-
-    task = eager.start(after())
-    assert isinstance(task, asyncio.Task)
-    with pytest.raises(ValueError, match="after"):
-        await task
-
-
-async def test_eager_cancelling_the_task_cancels_the_coroutine() -> None:
-    cleaned = asyncio.Event()
-
-    async def forever() -> None:
-        try:
-            await asyncio.Event().wait()
-        finally:
-            cleaned.set()
-
-    task = eager.start(forever())
-    assert isinstance(task, asyncio.Task)
-    await asyncio.sleep(0)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert cleaned.is_set()
 
 
 async def test_a_request_whose_client_left_while_it_waited_reads_no_body() -> None:

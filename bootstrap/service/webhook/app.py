@@ -93,8 +93,7 @@ class _Lane:
         return False
 
     async def wait(self) -> None:
-        """A slot, handed over by ``give``; _Busy after ``seconds``. A timer, not
-        ``asyncio.timeout``: the listener may run this outside a task (``eager``)."""
+        """A slot, handed over by ``give``; _Busy after ``seconds`` (one timer per waiter)."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiters.append(waiter)
@@ -127,8 +126,6 @@ class _Lane:
 
 class Reviews(Protocol):
     """What the listener serves: an answer per request (``ReviewApp``; the benchmark's floor)."""
-
-    eager: bool  # ``answer`` may run outside a task (bootstrap.service.http.eager)
 
     async def answer(self, head: RequestHead, read: ReadBody) -> Answer: ...
 
@@ -185,11 +182,7 @@ class ReviewApp:
         on_cached: Callable[[Decision], None] | None = None,
         allowed_level: int = logging.INFO,
         audit: Callable[..., None] | None = None,
-        eager: bool = False,
     ) -> None:
-        # eager: ``answer`` may run outside a task (its decision asks no one: offline RBAC);
-        # the listener then answers a review in the callback that brought its last byte.
-        self.eager = eager
         self.limits = limits = limits or WebhookLimits()
         self.metrics = metrics
         self._decider = decider
@@ -281,7 +274,6 @@ def make_app(
     on_cached: Callable[[Decision], None] | None = None,
     allowed_level: int = logging.INFO,
     audit: Callable[..., None] | None = None,
-    eager: bool = False,
 ) -> ReviewApp:
     """The webhook routes (``/admission/mutate`` when a mutator is given) and ``/readyz``: 200
     once PackagePolicies are loaded, 503 before (the webhook denies meanwhile). ``cache``,
@@ -296,5 +288,4 @@ def make_app(
         on_cached=on_cached,
         allowed_level=allowed_level,
         audit=audit,
-        eager=eager,
     )

@@ -4,9 +4,10 @@
 Why not aiohttp's request handler (issue 35, docs/admission.md): per review it cost more than the
 decision itself (a request object, a payload stream, header multidicts, a response object and its
 writer; about 55 µs of the bare handler's 100 µs on the benchmark machine). This protocol frames
-the one grammar the API server speaks (``bootstrap.service.http.framing``), judges a review in
-the same callback as its last byte when the decision need not wait (``bootstrap.service.http.eager``),
-and writes one buffer per answer.
+the one grammar the API server speaks (``bootstrap.service.http.framing``), judges each request in
+a task of its own and writes one buffer per answer. (Judging a review inside the read callback,
+without a task, was tried and measured: it cost more CPU per review and doubled the p90 latency at
+8 clients; docs/benchmarks.md.)
 
 The listener (``bootstrap.service.http.listener.Connection``) stays in front: address limits,
 TLS, and the deadlines of every phase. This protocol tells it when an answer is out
@@ -26,7 +27,6 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import Final
 
-from bootstrap.service.http import eager
 from bootstrap.service.http.framing import FramingError, HeadReader, RequestHead, head_end, skip_blank_lines
 from bootstrap.service.http.listener import Connection
 from bootstrap.service.webhook.app import Answer, Reviews, problem_answer
@@ -184,23 +184,9 @@ class ReviewProtocol(asyncio.Protocol):
             self._resume_reading()  # what was held is answered: read on
 
     def _start(self, head: RequestHead) -> None:
-        coro = self._app.answer(head, self._read)
-        if not self._app.eager:
-            task = asyncio.get_running_loop().create_task(coro)
-            self._busy = True
-            task.add_done_callback(self._done)
-            return
-        try:
-            outcome = eager.start(coro)
-        except Exception:
-            log.exception("admission: the review could not be answered")
-            self._finish(problem_answer(500, "internal", "the review could not be answered", close=True))
-            return
-        if isinstance(outcome, eager.Finished):
-            self._finish(outcome.value)
-        else:
-            self._busy = True
-            outcome.add_done_callback(self._done)
+        task = asyncio.get_running_loop().create_task(self._app.answer(head, self._read))
+        self._busy = True
+        task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[Answer]) -> None:
         self._busy = False
