@@ -174,16 +174,24 @@ async def test_an_answer_before_the_body_closes_the_connection() -> None:
     assert wire.closed
 
 
-async def test_expect_continue_is_answered_before_the_body() -> None:
+async def test_expect_continue_is_answered_when_the_body_is_wanted() -> None:
     proto, wire = connect(Echo())
-    proto.data_received(
-        request(body=b"", extra=b"Expect: 100-continue\r\n").replace(b"Length: 0", b"Length: 4")
-    )
+    expect = b"Expect: 100-continue\r\n"
+    proto.data_received(request(body=b"", extra=expect).replace(b"Length: 0", b"Length: 4"))
+    assert bytes(wire.out) == b""  # nothing before the app asks for the body
+    await settle()
     assert bytes(wire.out) == b"HTTP/1.1 100 Continue\r\n\r\n"
     proto.data_received(b"abcd")
     await settle()
     got = answers(wire)
     assert got[-1].startswith(b"HTTP/1.1 200 OK\r\n")
+    # A request refused before its body is read gets no 100 Continue: the refusal, then a close.
+    proto, wire = connect(Echo())
+    proto.data_received(request("/nobody", body=b"", extra=expect).replace(b"Length: 0", b"Length: 4"))
+    await settle()
+    (refused,) = answers(wire)
+    assert refused.startswith(b"HTTP/1.1 404 ")
+    assert wire.closed
 
 
 @pytest.mark.parametrize(
@@ -207,6 +215,19 @@ async def test_keep_alive_as_the_client_asks(stream: bytes, closed: bool) -> Non
     (got,) = answers(wire)
     assert got.startswith(b"HTTP/1.1 200 OK\r\n")
     assert (b"Connection: close\r\n" in got, wire.closed) == (closed, closed)
+
+
+async def test_readyz_with_a_body_is_answered_and_the_body_never_read() -> None:
+    """A GET with a (huge) body: answered at once, the connection closed, nothing buffered."""
+    from bootstrap.service.webhook.app import make_app
+    from tests.admission.test_webhook import decider
+
+    proto, wire = connect(make_app(decider()))
+    proto.data_received(b"GET /readyz HTTP/1.1\r\nContent-Length: 10000000000\r\n\r\nxxxx")
+    await settle()
+    (got,) = answers(wire)
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert wire.closed
 
 
 async def test_head_gets_no_body() -> None:

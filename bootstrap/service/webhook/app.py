@@ -249,8 +249,7 @@ class ReviewApp:
 
     async def _elsewhere(self, head: RequestHead, read: ReadBody) -> Answer:
         if head.path == "/readyz" and head.method in ("GET", "HEAD"):
-            if head.content_length:
-                await read()  # a GET with a body: read it, keep the connection
+            # A body, if any, is not read: the connection closes after the answer.
             if self._decider.policy_source.policies() is None:
                 return Answer(503, f"PackagePolicies not loaded: {WAITING_FOR_POLICIES}\n".encode(), TEXT)
             return Answer(200, b"ok\n", TEXT)

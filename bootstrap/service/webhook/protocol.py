@@ -177,8 +177,6 @@ class ReviewProtocol(asyncio.Protocol):
                 return
             self._buf = buf[end:]
             self._head, self._need, self._taken = head, head.content_length, head.content_length == 0
-            if head.expect_continue and head.content_length > len(self._buf):
-                self._send(_CONTINUE)
             self._start(head)
         if not (self._busy or self._closing or self._write_paused) and len(self._buf) <= _HOLD_BYTES:
             self._resume_reading()  # what was held is answered: read on
@@ -225,6 +223,9 @@ class ReviewProtocol(asyncio.Protocol):
             if self._buf:
                 self._hold()
             return buf[:need]
+        head = self._head
+        if head is not None and head.expect_continue:
+            self._send(_CONTINUE)  # only now: a request refused before its body never gets it
         waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self._waiter = waiter
         self._parts, self._have, self._buf = [buf], len(buf), b""
