@@ -42,6 +42,12 @@ from admission.response import Decision
 
 MAX_ENTRIES = 256
 MAX_BODY = 32 * 1024  # larger reviews are judged every time (a few per cluster; their memory matters)
+# While repeats are rare the cache only costs (a key of the whole body, an entry nobody asks for:
+# about 9 µs a review, docs/benchmarks.md): after a window of WINDOW look-ups with fewer than
+# QUIET_HITS hits, one review in SAMPLE is keyed; the first hit among those keys every review again.
+WINDOW = 1024
+QUIET_HITS = 8
+SAMPLE = 16
 
 # The API server's request uid: a lowercase UUID, the first uid member of the envelope.
 _UID = re.compile(rb'"uid":"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"')
@@ -88,9 +94,19 @@ class DecisionCache:
         self._current: Generation | None = None
         self.hits = 0
         self.misses = 0
+        self.sampling = False  # repeats are rare: one review in SAMPLE is keyed
+        self._skipped = 0
+        self._window = 0  # look-ups in the current window
+        self._window_hits = 0
 
     def key(self, body: bytes) -> tuple[Key, str] | None:
-        """The body's key and its uid; None for a body that is never cached."""
+        """The body's key and its uid; None for a body that is not cached (too large, no API
+        server uid, or not sampled while repeats are rare)."""
+        if self.sampling:
+            self._skipped += 1
+            if self._skipped < SAMPLE:
+                return None
+            self._skipped = 0
         if len(body) > self._max_body:
             return None
         found = _UID.search(body)
@@ -117,12 +133,28 @@ class DecisionCache:
         if generation is None:
             return None, None
         found = self._entries.get(key)
+        self._observe(found is not None)
         if found is None:
             self.misses += 1
             return None, generation
         self._entries.move_to_end(key)
         self.hits += 1
         return found, generation
+
+    def _observe(self, hit: bool) -> None:
+        """Whether repeats are rare now (``sampling``), from the hits of the last window."""
+        self._window += 1
+        self._window_hits += hit
+        if self.sampling:
+            if hit:
+                self.sampling = False  # repeats are back: key every review
+            elif self._window < WINDOW // SAMPLE:
+                return
+        elif self._window < WINDOW:
+            return
+        else:
+            self.sampling = self._window_hits < QUIET_HITS
+        self._window = self._window_hits = 0
 
     def put(self, key: Key, entry: Cached, generation: Generation | None) -> None:
         """Store ``entry``, judged under ``generation``, unless the generation moved meanwhile."""

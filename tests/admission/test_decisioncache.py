@@ -253,3 +253,81 @@ def test_any_sequence_is_answered_as_without_the_cache(
         return out
 
     assert asyncio.run(answers(True)) == asyncio.run(answers(False))
+
+
+# -- while repeats are rare, one review in SAMPLE is keyed ------------------------------------
+
+
+def _cache() -> decisioncache.DecisionCache:
+    generation = (object(), object())
+    return decisioncache.DecisionCache(lambda: generation)
+
+
+def _miss_window(cache: decisioncache.DecisionCache, count: int) -> None:
+    """``count`` look-ups of reviews seen once each."""
+    for n in range(count):
+        cache.lookup((0, b"review %d" % n))
+
+
+def test_a_window_without_repeats_keys_one_review_in_sample() -> None:
+    cache = _cache()
+    _miss_window(cache, decisioncache.WINDOW)
+    assert cache.sampling
+    keyed = [cache.key(_body(ALLOWED)) for _ in range(decisioncache.SAMPLE * 4)]
+    assert sum(k is not None for k in keyed) == 4  # the other reviews are judged without a key
+
+
+def test_a_repeat_among_the_sampled_reviews_keys_every_review_again() -> None:
+    cache = _cache()
+    _miss_window(cache, decisioncache.WINDOW)
+    assert cache.sampling
+    body = _body(ALLOWED)
+    keyed = None
+    while keyed is None:
+        keyed = cache.key(body)
+    entry = decisioncache.Cached(Decision(True), b"{", b"}", "CREATE", "o", "alice", False)
+    hit, generation = cache.lookup(keyed[0])
+    assert hit is None
+    cache.put(keyed[0], entry, generation)
+    again = None
+    while again is None:
+        again = cache.key(_body(ALLOWED, uid=json.loads(body)["request"]["uid"].replace("a", "b")))
+    assert cache.lookup(again[0])[0] == entry  # the same review but for its uid: a hit
+    assert not cache.sampling
+    assert all(cache.key(_body(ALLOWED)) is not None for _ in range(decisioncache.SAMPLE))
+
+
+def test_hits_in_a_window_keep_every_review_keyed() -> None:
+    cache = _cache()
+    keyed = cache.key(_body(ALLOWED))
+    assert keyed is not None
+    _, generation = cache.lookup(keyed[0])
+    cache.put(
+        keyed[0], decisioncache.Cached(Decision(True), b"{", b"}", "CREATE", "o", "a", False), generation
+    )
+    for n in range(decisioncache.WINDOW):
+        if n % 64 == 0:
+            assert cache.lookup(keyed[0])[0] is not None  # 16 hits a window: repeats are common
+        else:
+            cache.lookup((0, str(n).encode()))
+    assert not cache.sampling
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=st.lists(_reviews(), min_size=2, max_size=10))
+def test_any_sequence_is_answered_as_without_the_cache_while_sampling(docs: list[dict[str, Any]]) -> None:
+    """With windows of 4 look-ups and one review in 2 keyed while sampling, every mode switch
+    happens within a short sequence: the answers stay those of no cache."""
+    bodies = [_body(d) for d in docs for _ in range(3)]
+
+    async def answers(cached: bool) -> list[dict[str, Any]]:
+        app, _ = _app(_decider(Source(POLICIES)), cached)
+        async with review_client(app) as client:
+            return [await _post(client, body) for body in bodies]
+
+    saved = (decisioncache.WINDOW, decisioncache.QUIET_HITS, decisioncache.SAMPLE)
+    decisioncache.WINDOW, decisioncache.QUIET_HITS, decisioncache.SAMPLE = 4, 2, 2
+    try:
+        assert asyncio.run(answers(True)) == asyncio.run(answers(False))
+    finally:
+        decisioncache.WINDOW, decisioncache.QUIET_HITS, decisioncache.SAMPLE = saved
