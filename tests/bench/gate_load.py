@@ -186,10 +186,13 @@ def _child_main(conn: Connection, url: str, nodes: int, cpus: list[int], agent: 
 
 
 async def _serve(conn: Connection, url: str, nodes: int, agent_name: str, timeout: float) -> None:
-    from tests.bench import gate as bench  # the child imports the benchmark itself (spawn)
+    # Imported here: gate_reaction imports this module (the child imports the benchmark itself, spawn).
+    from bootstrap.kube import Kube
+    from tests.bench.gate_kube import api_client
+    from tests.bench.gate_reaction import NodeWatch, round_trip
 
-    agent = bench.Kube(bench._api(url, agent_name), timeout)
-    watch = bench.NodeWatch(agent, nodes)
+    agent = Kube(api_client(url, agent_name), timeout)
+    watch = NodeWatch(agent, nodes)
     loop = asyncio.get_running_loop()
     stop = loop.create_future()
     tasks: set[asyncio.Task[None]] = set()
@@ -229,7 +232,7 @@ async def _serve(conn: Connection, url: str, nodes: int, agent_name: str, timeou
                 await _patch_unread(agent, True, group, version, plural, name, patch)
                 value = time.perf_counter_ns() - started
             elif op == "round_trip":
-                value = await bench._round_trip(agent, *args)
+                value = await round_trip(agent, *args)
             elif op == "seen":
                 node, want = args
                 wanted = _WANTS[want]

@@ -42,13 +42,11 @@ import aiohttp
 import yaml
 
 from tests.bench import admission_data, common
-from tests.bench.join import (
+from tests.bench.join_load import Prepared, build_nodes, one_join
+from tests.bench.join_servers import (
     CHAIN,
-    Prepared,
     Server,
-    build_nodes,
     client_tls,
-    one_join,
     server_config,
     service_ca,
     start_server,

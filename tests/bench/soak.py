@@ -47,12 +47,10 @@ from cryptography.hazmat.primitives import serialization
 
 from attest import svid
 from tests.bench import admission_data, common
-from tests.bench.join import (
+from tests.bench.join_load import HEADERS, Prepared, build_nodes
+from tests.bench.join_servers import (
     CHAIN,
-    HEADERS,
-    Prepared,
     Server,
-    build_nodes,
     client_tls,
     server_config,
     service_ca,
