@@ -207,8 +207,11 @@ class ReviewProtocol(asyncio.Protocol):
             or (head is not None and not head.keep_alive)
         )
         conn = self._conn
-        if not close and conn is not None and not conn.answered():
-            close = True  # the connection's last answer (the listener's limits)
+        if not close and conn is not None:
+            if not conn.answered():
+                close = True  # the connection's last answer (the listener's limits)
+            elif self._buf:
+                conn.started()  # the next request is already here: the request deadline, not idle
         self._write(answer, close, head is None or head.method != "HEAD")
 
     async def _read(self) -> bytes:

@@ -1,0 +1,56 @@
+"""Hostile clients on the admission listener (an adversarial review of issue 35's HTTP/1.1): each
+test is a way a client could hold the listener longer, make it work harder or keep a connection
+it should lose, and the behaviour that stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from bootstrap.service.http.listener import Connection, ConnectionLimits, Connections
+from bootstrap.service.metrics import Metrics
+from bootstrap.service.webhook.protocol import Clock, OpenSet, ReviewProtocol
+from tests.service.test_review_protocol import Echo, Wire, answers, request, settle
+from tests.support.reviewserver import listening
+
+
+class Socket(Wire):
+    """A Wire in front of which the listener's Connection sits (as on a real socket)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.protocol: Any = None
+
+    def get_protocol(self) -> Any:
+        return self.protocol
+
+
+def guarded(app: Any, limits: ConnectionLimits) -> tuple[Connections, Connection, Socket]:
+    """A connection through the listener's limits to a ReviewProtocol, on an in-memory socket."""
+    clock, protocols = Clock(), OpenSet()
+    connections = Connections(limits, Metrics(), lambda: ReviewProtocol(app, clock, protocols), None)
+    conn = connections.protocol()
+    sock = Socket()
+    sock.protocol = conn
+    conn.connection_made(sock)
+    return connections, conn, sock
+
+
+LIMITS = ConnectionLimits(header_timeout=35.0, idle_timeout=120.0, max_age=None, max_requests=None, sweep=1.0)
+
+
+async def test_a_pipelined_request_is_under_the_request_deadline() -> None:
+    """A request already buffered behind the previous answer is a request, not an idle
+    connection: it gets the request deadline (not the idle one, 3x longer, while it holds a
+    review slot waiting for a body that never comes) and cannot be evicted as idle."""
+    app = Echo()
+    connections, conn, sock = guarded(app, LIMITS)
+    second = request(body=b"q" * 100)[:-100]  # its head, and no body: it waits for it
+    conn.data_received(request() + second)
+    await settle()
+    assert len(answers(sock)) == 1  # the first is answered; the second waits for its body
+    assert connections.idle_count() == 0  # busy: not a candidate for eviction
+    connections.sweep(time.monotonic() + LIMITS.header_timeout + 1)
+    assert sock.closed  # cut at the request deadline
