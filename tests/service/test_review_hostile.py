@@ -12,7 +12,7 @@ from typing import Any
 from bootstrap.service.http.listener import Connection, ConnectionLimits, Connections
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.webhook.protocol import Clock, OpenSet, ReviewProtocol
-from tests.service.test_review_protocol import Echo, Wire, answers, request, settle
+from tests.service.test_review_protocol import Echo, Wire, answers, connect, request, settle
 from tests.support.reviewserver import listening
 
 
@@ -54,3 +54,22 @@ async def test_a_pipelined_request_is_under_the_request_deadline() -> None:
     assert connections.idle_count() == 0  # busy: not a candidate for eviction
     connections.sweep(time.monotonic() + LIMITS.header_timeout + 1)
     assert sock.closed  # cut at the request deadline
+
+
+async def test_empty_lines_before_a_request_are_bounded() -> None:
+    """Empty lines before a request line are allowed (RFC 9112 section 2.2), but not without end:
+    a stream of CRLFs was skipped two bytes per Python step for the whole request deadline (about
+    50 ns a byte: a fast client kept the loop busy). Past the head limit it is refused."""
+    proto, wire = connect(Echo())
+    for _ in range(8):
+        proto.data_received(b"\r\n" * 4096)  # 8 KiB a read, 64 KiB in all
+    (got,) = answers(wire)
+    assert got.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(got.split(b"\r\n\r\n", 1)[1])["code"] == "malformed_request"
+    assert wire.closed
+    proto, wire = connect(Echo())  # a few, in pieces, are still skipped
+    for piece in (b"\r\n\r\n", b"\r\n", request()):
+        proto.data_received(piece)
+    await settle()
+    (ok,) = answers(wire)
+    assert ok.startswith(b"HTTP/1.1 200 ")

@@ -33,6 +33,7 @@ MAX_HEAD_BYTES: Final = 16 * 1024  # Go's client sends ~200 bytes; aiohttp's own
 MAX_FIELDS: Final = 100
 HEAD_END: Final = b"\r\n\r\n"
 
+_BLANK_LINES = re.compile(rb"(?:\r\n)*")
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") (/[\x21-\x7e]*) HTTP/([0-9])\.([0-9])")
 # Every field line at once: name ":" value CRLF, the value without control characters (HTAB
@@ -84,10 +85,14 @@ def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
 
 
 def skip_blank_lines(buffer: bytes | bytearray, start: int) -> int:
-    """Past the CRLFs a client may send before a request line (RFC 9112 section 2.2)."""
-    while buffer.startswith(b"\r\n", start):
-        start += 2
-    return start
+    """Past the CRLFs a client may send before a request line (RFC 9112 section 2.2);
+    FramingError past MAX_HEAD_BYTES of them (without a bound, a stream of CRLFs would be read
+    for the whole request deadline, each byte costing more than a body's)."""
+    found = _BLANK_LINES.match(buffer, start, start + MAX_HEAD_BYTES + 2)
+    end = found.end() if found is not None else start
+    if end - start > MAX_HEAD_BYTES:
+        raise _malformed(f"more than {MAX_HEAD_BYTES} bytes of empty lines before the request line")
+    return end
 
 
 def parse_head(head: bytes) -> RequestHead:

@@ -165,12 +165,11 @@ class ReviewProtocol(asyncio.Protocol):
         """Answer the requests complete in the buffer, one after the other."""
         while not (self._busy or self._closing or self._write_paused):
             buf = self._buf
-            start = skip_blank_lines(buf, 0)
             try:
+                start = skip_blank_lines(buf, 0)
                 end = head_end(buf, start)
                 if end < 0:
-                    self._buf = buf[start:] if start else buf
-                    break
+                    break  # empty lines kept: they count towards their limit across reads
                 head = self._heads.parse(buf[start : end - 4])
             except FramingError as exc:
                 self._write(problem_answer(exc.status, exc.code, exc.detail, close=True), True)
