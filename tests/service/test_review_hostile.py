@@ -26,6 +26,14 @@ class Socket(Wire):
     def get_protocol(self) -> Any:
         return self.protocol
 
+    def close(self) -> None:
+        if not self.closed and self.protocol is not None:
+            asyncio.get_running_loop().call_soon(self.protocol.connection_lost, None)
+        super().close()
+
+    def abort(self) -> None:
+        self.close()
+
 
 def guarded(app: Any, limits: ConnectionLimits) -> tuple[Connections, Connection, Socket]:
     """A connection through the listener's limits to a ReviewProtocol, on an in-memory socket."""
@@ -73,3 +81,27 @@ async def test_empty_lines_before_a_request_are_bounded() -> None:
     await settle()
     (ok,) = answers(wire)
     assert ok.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_a_connection_that_arrives_during_a_stop_is_closed_at_once() -> None:
+    """A connection whose accept (or TLS handshake) completes after the stop began was never
+    told to drain: it stayed open, serving, until the stop's 10 s ran out."""
+    app = Echo()
+    app.gate = asyncio.Event()
+    async with listening(app) as site:
+        reader, writer = await asyncio.open_connection("127.0.0.1", site.port)
+        writer.write(request())
+        await writer.drain()
+        await app.entered.wait()  # an answer in flight keeps the stop waiting
+        stopping = asyncio.create_task(site.stop())
+        await asyncio.sleep(0)  # the stop has begun
+        assert site.connections is not None
+        late = site.connections.protocol()  # accepted just now (its accept task ran late)
+        sock = Socket()
+        sock.protocol = late
+        late.connection_made(sock)
+        assert sock.closed
+        app.gate.set()
+        await stopping
+        assert (await reader.read()).startswith(b"HTTP/1.1 200 OK\r\n")
+        writer.close()

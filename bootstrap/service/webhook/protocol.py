@@ -80,6 +80,7 @@ class OpenSet:
         self.members: set[ReviewProtocol] = set()
         self.empty = asyncio.Event()
         self.empty.set()
+        self.draining = False  # the listener stops: a connection made now closes at once
 
     def add(self, proto: ReviewProtocol) -> None:
         self.members.add(proto)
@@ -123,6 +124,8 @@ class ReviewProtocol(asyncio.Protocol):
         proto = transport.get_protocol()  # the listener's Connection, in front of this protocol
         self._conn = proto if isinstance(proto, Connection) else None
         self._protocols.add(self)
+        if self._protocols.draining:  # accepted (or its handshake done) after the stop began
+            self.drain()
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
