@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+from bootstrap.service.http.framing import parse_head
 from bootstrap.service.http.listener import Connection, ConnectionLimits, Connections
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.webhook.protocol import Clock, OpenSet, ReviewProtocol
@@ -105,3 +106,19 @@ async def test_a_connection_that_arrives_during_a_stop_is_closed_at_once() -> No
         await stopping
         assert (await reader.read()).startswith(b"HTTP/1.1 200 OK\r\n")
         writer.close()
+
+
+async def test_an_http10_request_gets_no_100_continue() -> None:
+    """RFC 9110 section 10.1.1: an expectation in an HTTP/1.0 request is ignored; a 1.0 client
+    would take a ``100 Continue`` for its answer (and the real answer for junk after it)."""
+    assert not parse_head(b"POST / HTTP/1.0\r\nExpect: 100-continue").expect_continue
+    assert not parse_head(b"POST / HTTP/1.0\r\nExpect: 200-ok").expect_continue  # not a 417
+    proto, wire = connect(Echo())
+    head = request(body=b"", extra=b"Expect: 100-continue\r\n").replace(b"Length: 0", b"Length: 4")
+    proto.data_received(head.replace(b"HTTP/1.1\r\n", b"HTTP/1.0\r\n", 1))
+    await settle()
+    assert bytes(wire.out) == b""  # waiting for the body, nothing written
+    proto.data_received(b"abcd")
+    await settle()
+    (got,) = answers(wire)
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n")

@@ -15,7 +15,7 @@ What is refused, and why (docs/admission.md, "The admission listener's HTTP"):
   a bare CR or LF, or a control character in its value (400, RFC 9112 sections 5.1 and 5.2);
 - ``Transfer-Encoding`` (411: reviews carry ``Content-Length``; RFC 9112 section 6.3 lets a
   server require it), and ``Content-Length`` values that disagree or are not digits (400);
-- ``Expect`` other than ``100-continue`` (417).
+- ``Expect`` other than ``100-continue`` (417; in an HTTP/1.0 request ``Expect`` is ignored).
 
 What is accepted as Go, curl and aiohttp's client send it: empty lines before the request line
 (RFC 9112 section 2.2), any field order, repeated identical ``Content-Length`` values, a query
@@ -135,7 +135,7 @@ def parse_head(head: bytes) -> RequestHead:
         _content_length(lengths),
         content_type.split(b";", 1)[0].strip(b" \t").lower().decode("latin-1"),
         content_encoding.decode("latin-1"),
-        _expect_continue(expect),
+        line.group(4) != b"0" and _expect_continue(expect),  # HTTP/1.0: ignored (RFC 9110 10.1.1)
         _keep_alive(connection, line.group(4) == b"0"),
     )
 
