@@ -122,3 +122,15 @@ async def test_an_http10_request_gets_no_100_continue() -> None:
     await settle()
     (got,) = answers(wire)
     assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+async def test_an_empty_line_after_a_body_leaves_the_connection_idle() -> None:
+    """Some clients send CRLF after a POST body: that is no request, the connection is idle."""
+    connections, conn, sock = guarded(Echo(), LIMITS)
+    conn.data_received(request() + b"\r\n")
+    await settle()
+    assert len(answers(sock)) == 1
+    assert connections.idle_count() == 1
+    conn.data_received(request())  # the next request after the empty line is answered
+    await settle()
+    assert len(answers(sock)) == 2

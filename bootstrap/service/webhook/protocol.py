@@ -212,9 +212,16 @@ class ReviewProtocol(asyncio.Protocol):
         if not close and conn is not None:
             if not conn.answered():
                 close = True  # the connection's last answer (the listener's limits)
-            elif self._buf:
+            elif self._pending():
                 conn.started()  # the next request is already here: the request deadline, not idle
         self._write(answer, close, head is None or head.method != "HEAD")
+
+    def _pending(self) -> bool:
+        """Part of a request (not only empty lines) is in the buffer."""
+        try:
+            return skip_blank_lines(self._buf, 0) < len(self._buf)
+        except FramingError:
+            return True
 
     async def _read(self) -> bytes:
         """The current request's body (the app calls this at most once)."""
