@@ -15,7 +15,7 @@ What is refused, and why (docs/admission.md, "The admission listener's HTTP"):
   a bare CR or LF, or a control character in its value (400, RFC 9112 sections 5.1 and 5.2);
 - ``Transfer-Encoding`` (411: reviews carry ``Content-Length``; RFC 9112 section 6.3 lets a
   server require it), and ``Content-Length`` values that disagree or are not digits (400);
-- ``Expect`` other than ``100-continue`` (417).
+- ``Expect`` other than ``100-continue`` (417; in an HTTP/1.0 request ``Expect`` is ignored).
 
 What is accepted as Go, curl and aiohttp's client send it: empty lines before the request line
 (RFC 9112 section 2.2), any field order, repeated identical ``Content-Length`` values, a query
@@ -33,6 +33,7 @@ MAX_HEAD_BYTES: Final = 16 * 1024  # Go's client sends ~200 bytes; aiohttp's own
 MAX_FIELDS: Final = 100
 HEAD_END: Final = b"\r\n\r\n"
 
+_BLANK_LINES = re.compile(rb"(?:\r\n)*")
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") (/[\x21-\x7e]*) HTTP/([0-9])\.([0-9])")
 # Every field line at once: name ":" value CRLF, the value without control characters (HTAB
@@ -84,10 +85,14 @@ def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
 
 
 def skip_blank_lines(buffer: bytes | bytearray, start: int) -> int:
-    """Past the CRLFs a client may send before a request line (RFC 9112 section 2.2)."""
-    while buffer.startswith(b"\r\n", start):
-        start += 2
-    return start
+    """Past the CRLFs a client may send before a request line (RFC 9112 section 2.2);
+    FramingError past MAX_HEAD_BYTES of them (without a bound, a stream of CRLFs would be read
+    for the whole request deadline, each byte costing more than a body's)."""
+    found = _BLANK_LINES.match(buffer, start, start + MAX_HEAD_BYTES + 2)
+    end = found.end() if found is not None else start
+    if end - start > MAX_HEAD_BYTES:
+        raise _malformed(f"more than {MAX_HEAD_BYTES} bytes of empty lines before the request line")
+    return end
 
 
 def parse_head(head: bytes) -> RequestHead:
@@ -130,7 +135,7 @@ def parse_head(head: bytes) -> RequestHead:
         _content_length(lengths),
         content_type.split(b";", 1)[0].strip(b" \t").lower().decode("latin-1"),
         content_encoding.decode("latin-1"),
-        _expect_continue(expect),
+        line.group(4) != b"0" and _expect_continue(expect),  # HTTP/1.0: ignored (RFC 9110 10.1.1)
         _keep_alive(connection, line.group(4) == b"0"),
     )
 

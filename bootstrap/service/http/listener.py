@@ -203,11 +203,7 @@ class Connection(asyncio.Protocol):
         if self._handler is None:  # TLS data that arrived with the handshake's last flight
             self._early.append(data)
             return
-        if self.phase == "idle":
-            self.phase = "headers"
-            self._owner.busy(self)
-            if self._timer_reason != "header_timeout":  # a fresh connection's clock keeps running
-                self._arm(self._owner.limits.header_timeout, "header_timeout")
+        self.started()
         self._handler.data_received(data)
 
     def eof_received(self) -> bool | None:
@@ -234,6 +230,15 @@ class Connection(asyncio.Protocol):
             self._handler.connection_lost(exc)
 
     # -- phases (the middleware moves a request along) ----------------------------------------
+
+    def started(self) -> None:
+        """A request began: its first byte came, or it was already read, behind the last answer
+        (pipelined). Either way it is under the request deadline, and the connection is busy."""
+        if self.phase == "idle":
+            self.phase = "headers"
+            self._owner.busy(self)
+            if self._timer_reason != "header_timeout":  # a fresh connection's clock keeps running
+                self._arm(self._owner.limits.header_timeout, "header_timeout")
 
     def reading_body(self, seconds: float) -> None:
         self.phase = "body"

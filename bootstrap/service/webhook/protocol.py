@@ -80,6 +80,7 @@ class OpenSet:
         self.members: set[ReviewProtocol] = set()
         self.empty = asyncio.Event()
         self.empty.set()
+        self.draining = False  # the listener stops: a connection made now closes at once
 
     def add(self, proto: ReviewProtocol) -> None:
         self.members.add(proto)
@@ -123,6 +124,8 @@ class ReviewProtocol(asyncio.Protocol):
         proto = transport.get_protocol()  # the listener's Connection, in front of this protocol
         self._conn = proto if isinstance(proto, Connection) else None
         self._protocols.add(self)
+        if self._protocols.draining:  # accepted (or its handshake done) after the stop began
+            self.drain()
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -165,12 +168,11 @@ class ReviewProtocol(asyncio.Protocol):
         """Answer the requests complete in the buffer, one after the other."""
         while not (self._busy or self._closing or self._write_paused):
             buf = self._buf
-            start = skip_blank_lines(buf, 0)
             try:
+                start = skip_blank_lines(buf, 0)
                 end = head_end(buf, start)
                 if end < 0:
-                    self._buf = buf[start:] if start else buf
-                    break
+                    break  # empty lines kept: they count towards their limit across reads
                 head = self._heads.parse(buf[start : end - 4])
             except FramingError as exc:
                 self._write(problem_answer(exc.status, exc.code, exc.detail, close=True), True)
@@ -207,9 +209,19 @@ class ReviewProtocol(asyncio.Protocol):
             or (head is not None and not head.keep_alive)
         )
         conn = self._conn
-        if not close and conn is not None and not conn.answered():
-            close = True  # the connection's last answer (the listener's limits)
+        if not close and conn is not None:
+            if not conn.answered():
+                close = True  # the connection's last answer (the listener's limits)
+            elif self._pending():
+                conn.started()  # the next request is already here: the request deadline, not idle
         self._write(answer, close, head is None or head.method != "HEAD")
+
+    def _pending(self) -> bool:
+        """Part of a request (not only empty lines) is in the buffer."""
+        try:
+            return skip_blank_lines(self._buf, 0) < len(self._buf)
+        except FramingError:
+            return True
 
     async def _read(self) -> bytes:
         """The current request's body (the app calls this at most once)."""

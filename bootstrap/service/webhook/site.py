@@ -66,6 +66,7 @@ class ReviewSite:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._protocols.draining = False
         self.connections = Connections(self._limits, self._metrics, self._protocol, self._tls)
         self._server = await loop.create_server(
             self.connections.protocol, self._host, self._port, backlog=self._backlog, reuse_address=True
@@ -82,6 +83,7 @@ class ReviewSite:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        self._protocols.draining = True
         for proto in list(self._protocols.members):
             proto.drain()  # before any await: an answer finishing meanwhile closes its connection
         if self._sweeper is not None:
