@@ -367,6 +367,37 @@ class Connection(asyncio.Protocol):
             transport.abort()  # not close(): a client that stopped reading never drains it
 
 
+async def listen(
+    connections: Connections, host: str, port: int, backlog: int
+) -> tuple[asyncio.Server, asyncio.Task[None] | None]:
+    """The bound socket whose connections go through ``connections``, and the task that enforces
+    their deadlines when ``limits.sweep`` is set (None: a timer per phase instead)."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(connections.protocol, host, port, backlog=backlog, reuse_address=True)
+    interval = connections.limits.sweep
+    return server, None if interval is None else loop.create_task(_sweep(connections, interval))
+
+
+async def _sweep(connections: Connections, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        connections.sweep(time.monotonic())
+
+
+async def stop_sweeping(sweeper: asyncio.Task[None] | None) -> None:
+    if sweeper is not None:
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
+
+
+def bound_port(server: asyncio.AbstractServer | None, configured: int) -> int:
+    """The port ``server`` is bound to (``configured`` until it is)."""
+    for sock in getattr(server, "sockets", None) or []:
+        return int(sock.getsockname()[1])
+    return configured
+
+
 def connection_of(request: web.BaseRequest) -> Connection | None:
     """The guarded connection a request came on (None under a plain aiohttp site, in tests)."""
     transport = request.transport
@@ -410,9 +441,7 @@ class GuardedSite(web.BaseSite):
     @property
     def port(self) -> int:
         """The bound port (the configured one until started)."""
-        for sock in getattr(self._server, "sockets", None) or []:
-            return int(sock.getsockname()[1])
-        return self._port
+        return bound_port(self._server, self._port)
 
     async def start(self) -> None:
         await super().start()
@@ -420,23 +449,10 @@ class GuardedSite(web.BaseSite):
         if server is None:
             raise RuntimeError("call runner.setup() first")
         self.connections = Connections(self._limits, self._metrics, server, self._tls)
-        self._server = await asyncio.get_running_loop().create_server(
-            self.connections.protocol, self._host, self._port, backlog=self._backlog, reuse_address=True
-        )
-        if self._limits.sweep is not None:
-            self._sweeper = asyncio.get_running_loop().create_task(self._sweep(self._limits.sweep))
-
-    async def _sweep(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            if self.connections is not None:
-                self.connections.sweep(time.monotonic())
+        self._server, self._sweeper = await listen(self.connections, self._host, self._port, self._backlog)
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await stop_sweeping(self._sweeper)
         await super().stop()
         if self.connections is not None:
             self.connections.abort_unserved()

@@ -169,7 +169,9 @@ class _Route:
 
 
 class ReviewApp:
-    """The routes, their review slots and the heavy lane; ``answer`` judges one request."""
+    """The routes, their review slots and the heavy lane; ``answer`` judges one request.
+    ``cache``, ``on_cached``, ``allowed_level`` and ``audit`` go to the validating route
+    (``admission.webhook.make_validator``)."""
 
     def __init__(
         self,
@@ -263,28 +265,6 @@ class ReviewApp:
 TEXT: Final = "text/plain; charset=utf-8"
 
 
-def make_app(
-    decider: Decider,
-    mutator: CrMutator | None = None,
-    *,
-    limits: WebhookLimits | None = None,
-    metrics: Metrics | None = None,
-    cache: DecisionCache | None = None,
-    on_cached: Callable[[Decision], None] | None = None,
-    allowed_level: int = logging.INFO,
-    audit: Callable[..., None] | None = None,
-) -> ReviewApp:
-    """The webhook routes (``/admission/mutate`` when a mutator is given) and ``/readyz``: 200
-    once PackagePolicies are loaded, 503 before (the webhook denies meanwhile). ``cache``,
-    ``on_cached``, ``allowed_level`` and ``audit`` go to the validating route
-    (``admission.webhook.make_validator``)."""
-    return ReviewApp(
-        decider,
-        mutator,
-        limits=limits,
-        metrics=metrics,
-        cache=cache,
-        on_cached=on_cached,
-        allowed_level=allowed_level,
-        audit=audit,
-    )
+# The name ``compose`` and the tests build the app by: the routes (``/admission/mutate`` when a
+# mutator is given) and ``/readyz`` (200 once PackagePolicies are loaded, 503 before).
+make_app = ReviewApp

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import time
 from typing import Final
 
 from bootstrap.service.http.framing import HeadReader
-from bootstrap.service.http.listener import ConnectionLimits, Connections
+from bootstrap.service.http.listener import ConnectionLimits, Connections, bound_port, listen, stop_sweeping
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.webhook.app import Reviews
 from bootstrap.service.webhook.protocol import Clock, OpenSet, ReviewProtocol
@@ -52,10 +51,7 @@ class ReviewSite:
     @property
     def port(self) -> int:
         """The bound port (the configured one until started)."""
-        if self._server is not None:
-            for sock in self._server.sockets:
-                return int(sock.getsockname()[1])
-        return self._port
+        return bound_port(self._server, self._port)
 
     @property
     def name(self) -> str:
@@ -65,20 +61,9 @@ class ReviewSite:
         return ReviewProtocol(self.app, self._clock, self._protocols, self._heads)
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
         self._protocols.draining = False
         self.connections = Connections(self._limits, self._metrics, self._protocol, self._tls)
-        self._server = await loop.create_server(
-            self.connections.protocol, self._host, self._port, backlog=self._backlog, reuse_address=True
-        )
-        if self._limits.sweep is not None:
-            self._sweeper = loop.create_task(self._sweep(self._limits.sweep))
-
-    async def _sweep(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            if self.connections is not None:
-                self.connections.sweep(time.monotonic())
+        self._server, self._sweeper = await listen(self.connections, self._host, self._port, self._backlog)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -86,11 +71,8 @@ class ReviewSite:
         self._protocols.draining = True
         for proto in list(self._protocols.members):
             proto.drain()  # before any await: an answer finishing meanwhile closes its connection
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        await stop_sweeping(self._sweeper)
+        self._sweeper = None
         if self.connections is not None:
             self.connections.abort_unserved()
         with contextlib.suppress(TimeoutError):
