@@ -17,6 +17,7 @@ from typing import Any
 from tests.bench import admission_profile, common
 from tests.bench.admission_client import CONCURRENCY, Level
 from tests.bench.admission_servers import BARE, SERVERS, WEBHOOK, Server
+from tests.bench.common import num, pct
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -142,14 +143,6 @@ def _environment() -> dict[str, Any]:
     }
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}%"
-
-
 def _bare_text(config: dict[str, Any]) -> str:
     where = (
         "on aiohttp"
@@ -264,10 +257,10 @@ def render(results: dict[str, Any]) -> str:
         for row in rows:
             errs = row["errors"] + row["warmup_errors"]
             lines.append(
-                f"  {row['server']:<8} {row['reviews_per_s']:>10,.0f} {_num(row['p50_ms'], '.2f'):>8} "
-                f"{_num(row['p99_ms'], '.2f'):>8} {_num(row['server_cpu_us_per_review'], ',.0f'):>8} "
-                f"{_pct(row['server_cpu_share']):>6} {row['client_cpu_us_per_review']:>8,.0f} "
-                f"{_pct(row['client_cpu_share']):>6} {errs:>7}"
+                f"  {row['server']:<8} {row['reviews_per_s']:>10,.0f} {num(row['p50_ms'], '.2f'):>8} "
+                f"{num(row['p99_ms'], '.2f'):>8} {num(row['server_cpu_us_per_review'], ',.0f'):>8} "
+                f"{pct(row['server_cpu_share']):>6} {row['client_cpu_us_per_review']:>8,.0f} "
+                f"{pct(row['client_cpu_share']):>6} {errs:>7}"
             )
         ratio = results["ratios"].get(str(concurrency))
         if ratio:

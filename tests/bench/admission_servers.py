@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from tests.bench import admission_data
+from tests.bench import admission_data, procstat
 from tests.bench.admission_server import BARE_PARSERS, BARE_SERVERS
 from tests.support import certs
 
@@ -50,12 +50,7 @@ class Server:
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU time of the server process so far (Linux /proc), None elsewhere."""
-        try:
-            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
-        except OSError:
-            return None
-        fields = stat[stat.rindex(")") + 2 :].split()  # fields 3.. of proc(5); utime, stime: 14, 15
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return procstat.pid_cpu_seconds(self.proc.pid)
 
     def tail(self) -> str:
         try:

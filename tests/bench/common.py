@@ -74,3 +74,13 @@ def per_call_us(fn: Callable[[], object], n: int) -> float:
         return (time.perf_counter_ns() - start) / n / 1000.0
     finally:
         gc.enable()
+
+
+def num(value: float | None, fmt: str) -> str:
+    """``value`` formatted, or "-" when it was not measured."""
+    return "-" if value is None else format(value, fmt)
+
+
+def pct(value: float | None) -> str:
+    """A share as a whole percentage, or "-"."""
+    return "-" if value is None else f"{value * 100:.0f}%"

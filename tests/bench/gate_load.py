@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from bootstrap.kube.core import MERGE_PATCH
+from tests.bench import procstat
 
 _WANTS = {"released": None, "held_unattested": "unattested"}  # the hold taint's wanted value
 
@@ -113,7 +114,7 @@ class Load:
         return ns
 
     def cpu_seconds(self) -> float | None:
-        return _cpu_seconds(self.proc.pid)
+        return procstat.pid_cpu_seconds(self.proc.pid)
 
     async def close(self) -> None:
         with contextlib.suppress(Exception):
@@ -142,16 +143,6 @@ class Watch:
 
     async def close(self) -> None:
         return None
-
-
-def _cpu_seconds(pid: int | None) -> float | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # ------------------------------------------------------------------------------------------

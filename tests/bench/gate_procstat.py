@@ -1,36 +1,19 @@
-"""CPU and memory of the gate benchmark's processes (``tests.bench.gate``), from /proc: a
-process's CPU time, RSS and peak, and the CPU that other work on the machine took over a span."""
+"""The CPU that other work on the machine took over a span of the gate benchmark
+(``tests.bench.gate``); the /proc readings themselves are ``tests.bench.procstat``'s (re-exported)."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from tests.bench.procstat import busy_seconds, hwm_kib, pid_cpu_seconds, rss_kib
 
 if TYPE_CHECKING:
     from tests.bench import gate_load
     from tests.bench.gate_double import Double
 
 
-def pid_cpu_seconds(pid: int | None) -> float | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # fields 3.. of proc(5); utime, stime: 14, 15
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def busy_seconds() -> float | None:
-    """CPU time the whole machine has spent busy (all CPUs, every process), from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    # Interrupt time is left out: loopback traffic of the gate and the double lands there.
-    user, nice, system, _idle, _iowait, _irq, _softirq, steal = (int(x) for x in fields[1:9])
-    return (user + nice + system + steal) / os.sysconf("SC_CLK_TCK")
+__all__ = ["Others", "busy_seconds", "hwm_kib", "pid_cpu_seconds", "rss_kib"]
 
 
 class Others:
@@ -56,21 +39,3 @@ class Others:
         if mine is None or busy is None or mine0 is None or busy0 is None:
             return None
         return round(max(0.0, (busy - busy0) - (mine - mine0)), 2)
-
-
-def _status_kib(pid: int | str | None, key: str) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(f"{key}:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def rss_kib(pid: int | str | None = "self") -> int | None:
-    return _status_kib(pid, "VmRSS")
-
-
-def hwm_kib(pid: int | str | None = "self") -> int | None:
-    return _status_kib(pid, "VmHWM")

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tests.bench import common, gate_event, gate_phases
+from tests.bench.common import num
 from tests.bench.gate_reaction import ReactionResult
 from tests.bench.gate_resync import Pass, SizeResult
 
@@ -228,15 +229,11 @@ def _calls(calls: dict[str, int]) -> str:
     return ", ".join(f"{k} {v:,}" for k, v in sorted(calls.items(), key=lambda kv: -kv[1]))
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
 def _timing(label: str, t: dict[str, Any]) -> str:
     return (
-        f"  {label} median {_num(t['median_ms'], '.2f')} ms  p99 {_num(t['p99_ms'], '.2f')} ms  "
-        f"max {_num(t['max_ms'], '.2f')} ms  ({_num(t['vs_roundtrip_median'], '.2f')}x / "
-        f"{_num(t['vs_roundtrip_p99'], '.2f')}x the round trip median)"
+        f"  {label} median {num(t['median_ms'], '.2f')} ms  p99 {num(t['p99_ms'], '.2f')} ms  "
+        f"max {num(t['max_ms'], '.2f')} ms  ({num(t['vs_roundtrip_median'], '.2f')}x / "
+        f"{num(t['vs_roundtrip_p99'], '.2f')}x the round trip median)"
     )
 
 
@@ -266,8 +263,8 @@ def render(results: dict[str, Any]) -> str:
             p = row[label]
             lines.append(
                 f"  {row['nodes']:>6,} {label:<6} {p['wall_s']:>7.2f} {p['ms_per_node']:>8.3f} "
-                f"{p['gate_cpu_ms_per_node']:>7.3f}ms {_num(p['double_cpu_s'], '.1f'):>6}s "
-                f"{_num(p['others_cpu_s'], '.1f'):>6}s {p['calls_total']:>7,} {p['calls_per_node']:>6.2f} "
+                f"{p['gate_cpu_ms_per_node']:>7.3f}ms {num(p['double_cpu_s'], '.1f'):>6}s "
+                f"{num(p['others_cpu_s'], '.1f'):>6}s {p['calls_total']:>7,} {p['calls_per_node']:>6.2f} "
                 f"{p['writes']:>7,}"
             )
     large = results["resync"][-1]
@@ -298,22 +295,22 @@ def render(results: dict[str, Any]) -> str:
     lines += [
         "",
         f"reaction at {r['nodes']:,} nodes (Gate.run(): package complete -> hold taint gone, "
-        f"{r['samples']} samples in {r['seconds']} s, others used {_num(r['others_cpu_s'], '.1f')} s CPU)",
+        f"{r['samples']} samples in {r['seconds']} s, others used {num(r['others_cpu_s'], '.1f')} s CPU)",
         f"  run() start-up: every node decided and the gate idle after {r['converge_s']} s "
         f"({r['converge_calls'].get('get nodes', 0):,} node GETs: {_calls(r['converge_calls'])})",
-        f"  reaction      median {_num(r['median_ms'], '.2f')} ms  p99 {_num(r['p99_ms'], '.2f')} ms  "
-        f"max {_num(r['max_ms'], '.2f')} ms  (from the patch's answer: median "
-        f"{_num(r['from_ack']['median_ms'], '.2f')} ms, p99 {_num(r['from_ack']['p99_ms'], '.2f')} ms)",
-        f"  baseline      median {_num(r['baseline']['median_ms'], '.2f')} ms  p99 "
-        f"{_num(r['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
-        f"  status write  median {_num(r['status_baseline']['median_ms'], '.2f')} ms  p99 "
-        f"{_num(r['status_baseline']['p99_ms'], '.2f')} ms  (the operator's same merge patch through /status "
+        f"  reaction      median {num(r['median_ms'], '.2f')} ms  p99 {num(r['p99_ms'], '.2f')} ms  "
+        f"max {num(r['max_ms'], '.2f')} ms  (from the patch's answer: median "
+        f"{num(r['from_ack']['median_ms'], '.2f')} ms, p99 {num(r['from_ack']['p99_ms'], '.2f')} ms)",
+        f"  baseline      median {num(r['baseline']['median_ms'], '.2f')} ms  p99 "
+        f"{num(r['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
+        f"  status write  median {num(r['status_baseline']['median_ms'], '.2f')} ms  p99 "
+        f"{num(r['status_baseline']['p99_ms'], '.2f')} ms  (the operator's same merge patch through /status "
         f"to an unwatched copy of the same CR: that request's bare round trip); reaction / it: median "
-        f"{_num(r['vs_status_write_median'], '.2f')}x, p99 {_num(r['vs_status_write_p99'], '.2f')}x",
-        f"  reaction / round trip: median {_num(r['vs_roundtrip_median'], '.2f')}x, p99 "
-        f"{_num(r['vs_roundtrip_p99'], '.2f')}x the baseline median; from the status write's answer "
+        f"{num(r['vs_status_write_median'], '.2f')}x, p99 {num(r['vs_status_write_p99'], '.2f')}x",
+        f"  reaction / round trip: median {num(r['vs_roundtrip_median'], '.2f')}x, p99 "
+        f"{num(r['vs_roundtrip_p99'], '.2f')}x the baseline median; from the status write's answer "
         f"(the API's work before its answer left out) median "
-        f"{_num(r['from_ack_vs_roundtrip_median'], '.2f')}x",
+        f"{num(r['from_ack_vs_roundtrip_median'], '.2f')}x",
         f"  the gate's calls: {r['calls_per_reaction']:.2f} per reaction ({_calls(r['calls'])}); this "
         f"process's CPU (the gate's alone) {r['cpu_ms_per_reaction']:.1f} ms per reaction (two events, one a "
         f"whole CR); the load's process {r['load_cpu_ms_per_reaction']:.1f} ms",
@@ -326,8 +323,8 @@ def render(results: dict[str, Any]) -> str:
         f"the attestation of the new boot -> released; {b['samples']} samples in {b['seconds']} s)",
         _timing("boot id -> hold    ", hold),
         _timing("attested -> release", free),
-        f"  baseline            median {_num(b['baseline']['median_ms'], '.2f')} ms  p99 "
-        f"{_num(b['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
+        f"  baseline            median {num(b['baseline']['median_ms'], '.2f')} ms  p99 "
+        f"{num(b['baseline']['p99_ms'], '.2f')} ms  (the agent's patch + GET of a node-sized object)",
         f"  the gate's calls: {b['calls_per_reboot']:.2f} per reboot and attestation ({_calls(b['calls'])}); "
         f"this process's CPU {b['cpu_ms_per_reboot']:.1f} ms per reboot and attestation",
     ]
@@ -340,8 +337,7 @@ def render(results: dict[str, Any]) -> str:
         verdict = "PASS" if t["met"] else "MISS"
         unit = t.get("unit", "x")
         lines.append(
-            f"  {verdict}  {t['metric']}: {_num(t['value'], '.2f')}{unit} {t['op']} "
-            f"{t['threshold']:.2f}{unit}"
+            f"  {verdict}  {t['metric']}: {num(t['value'], '.2f')}{unit} {t['op']} {t['threshold']:.2f}{unit}"
         )
     return "\n".join(lines)
 
@@ -374,8 +370,8 @@ def _render_new(results: dict[str, Any]) -> list[str]:
             f"in_progress then complete, in waves; {burst['operator_writes']:,} operator writes in "
             f"{burst['ticks']} ticks",
             f"  {burst['released']:,} released in {burst['seconds']} s; lag (last status write -> release) "
-            f"median {_num(lag['median_ms'], '.1f')} ms, p99 {_num(lag['p99_ms'], '.1f')} ms, "
-            f"max {_num(lag['max_ms'], '.1f')} ms",
+            f"median {num(lag['median_ms'], '.1f')} ms, p99 {num(lag['p99_ms'], '.1f')} ms, "
+            f"max {num(lag['max_ms'], '.1f')} ms",
             f"  the gate's writes per release {burst['gate_writes_per_release']:.2f} (a held node's status "
             f"follows each step); its calls: {_calls(burst['gate_calls'])}; this process's CPU "
             f"{burst['cpu_ms_per_node']:.1f} ms per node (the operator's writes included)",

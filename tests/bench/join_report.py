@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench import common
+from tests.bench.common import num, pct
 from tests.bench.join_floor import OPS
 from tests.bench.join_measure import SESSION_CONCURRENCY, VariantResult
 from tests.bench.join_servers import ALLOWLIST, CHAIN, bench_cpus
@@ -170,14 +171,6 @@ def _environment() -> dict[str, Any]:
     }
 
 
-def _num(value: float | None, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.0f}%"
-
-
 def _mib(kib: float | None) -> str:
     return "-" if kib is None else f"{kib / 1024:.1f} MiB"
 
@@ -221,12 +214,11 @@ def render(results: dict[str, Any]) -> str:
         for row in v["rows"]:
             errs = row["errors"] + row["warmup_errors"]
             lines.append(
-                f"  {row['concurrency']:>4} {row['joins_per_s']:>8,.0f} {_num(row['p50_ms'], '.1f'):>8} "
-                f"{_num(row['p99_ms'], '.1f'):>8} {_num(row['server_cpu_us_per_join'], ',.0f'):>8} "
-                f"{_pct(row['server_cpu_share']):>6} {_pct(row['client_cpu_share']):>6} "
+                f"  {row['concurrency']:>4} {row['joins_per_s']:>8,.0f} {num(row['p50_ms'], '.1f'):>8} "
+                f"{num(row['p99_ms'], '.1f'):>8} {num(row['server_cpu_us_per_join'], ',.0f'):>8} "
+                f"{pct(row['server_cpu_share']):>6} {pct(row['client_cpu_share']):>6} "
                 f"{row['floor_joins_per_s']:>8,.0f} {row['vs_floor']:>8.2f}x "
-                f"{_num(row['floor_over_server_cpu'], '.2f'):>9}x {errs:>7}"
-                + f"   [{row['joins_per_round']}]"
+                f"{num(row['floor_over_server_cpu'], '.2f'):>9}x {errs:>7}" + f"   [{row['joins_per_round']}]"
             )
         cost = v["allowlist_cost"]
         if cost:

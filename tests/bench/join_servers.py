@@ -19,7 +19,7 @@ import yaml
 from attest import ca, svid
 from bootstrap.config import Settings, settings_from_obj
 from bootstrap.service.pki.authority import CaStore
-from tests.bench import common
+from tests.bench import common, procstat
 
 VARIANTS = ("chain", "allowlist")
 CHAIN, ALLOWLIST = VARIANTS
@@ -56,21 +56,10 @@ class Server:
 
     def cpu_seconds(self) -> float | None:
         """User + system CPU time of the server process (all threads) so far; None off Linux."""
-        try:
-            stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
-        except OSError:
-            return None
-        fields = stat[stat.rindex(")") + 2 :].split()  # fields 3.. of proc(5); utime, stime: 14, 15
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return procstat.pid_cpu_seconds(self.proc.pid)
 
     def rss_kib(self) -> int | None:
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        except OSError:
-            return None
-        return None
+        return procstat.rss_kib(self.proc.pid)
 
     def tail(self) -> str:
         try:
