@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +12,7 @@ from pydantic import ValidationError
 
 from admission.policy import PackagePolicy
 from attest import validation
+from bootstrap.gate.backoff import failure_delay
 from bootstrap.kube import Kube, KubeUnavailable, WatchExpired
 
 # what /readyz and the start-up warning say when the webhook has no policies
@@ -31,9 +31,8 @@ GROUP, VERSION, PLURAL = "nodegate.io", "v1alpha1", "packagepolicies"
 
 
 class PolicyWatcher:
-    def __init__(self, kube: Kube, *, max_backoff: float = 30.0) -> None:
+    def __init__(self, kube: Kube) -> None:
         self._kube = kube
-        self._max_backoff = max_backoff
         self._policies: dict[str, PackagePolicy] | None = None
         self._invalid: dict[str, str] = {}
         self._rv = ""
@@ -96,6 +95,6 @@ class PolicyWatcher:
                 self._rv = ""  # forces a re-list; the current snapshot stays in force meanwhile
             except KubeUnavailable as exc:
                 failures += 1
-                delay = min(self._max_backoff, 0.5 * 2**failures) * random.uniform(0.5, 1.0)  # noqa: S311
+                delay = failure_delay(failures)  # the exponent capped: a long outage cannot overflow
                 log.warning("PackagePolicy watch failed (%s); retrying in %.1f s", exc, delay)
                 await asyncio.sleep(delay)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from typing import Any
 
 import msgspec
 
 from admission.selection import PackageSelector
+from bootstrap.gate.backoff import failure_delay
 from bootstrap.kube import Kube, KubeUnavailable, NotServed, WatchExpired
 from bootstrap.kube.decode import loads
 
@@ -80,9 +80,8 @@ class _Group:
 
 
 class SelectorWatcher:
-    def __init__(self, kube: Kube, *, max_backoff: float = 30.0, recheck: float = 60.0) -> None:
+    def __init__(self, kube: Kube, *, recheck: float = 60.0) -> None:
         self._kube = kube
-        self._max_backoff = max_backoff
         self._recheck = recheck
         self._groups = {g: _Group(g) for g in RESOURCES}
         self._snapshot: tuple[PackageSelector, ...] | None = None
@@ -146,7 +145,7 @@ class SelectorWatcher:
                 src.rv = ""  # forces a re-list; the current snapshot stays in force meanwhile
             except KubeUnavailable as exc:
                 failures += 1
-                delay = min(self._max_backoff, 0.5 * 2**failures) * random.uniform(0.5, 1.0)  # noqa: S311
+                delay = failure_delay(failures)  # the exponent capped: a long outage cannot overflow
                 log.warning("%s watch failed (%s); retrying in %.1f s", group, exc, delay)
                 await asyncio.sleep(delay)
 
