@@ -217,3 +217,15 @@ async def test_review_slots_are_handed_over_in_order_and_never_lost() -> None:
         await short.wait()
     short.give()
     assert short.take()  # the timed-out waiter left nothing behind
+
+
+async def test_reviews_are_counted_and_timed_per_endpoint(tmp_path: Path, ek_ca: EkCa) -> None:
+    """docs/operations.md's metrics (and the chart's latency alert) for the webhook: every
+    review in nodegate_requests_total{endpoint="admission"} and nodegate_request_seconds."""
+    async with serving(settings_for(tmp_path, ek_ca)) as s, http(s, source=GENUINE) as h:
+        for body in (review("counted-1"), review("counted-2"), b"{not json"):
+            async with h.post(f"{admission(s)}/admission/validate", data=body, headers=_JSON) as r:
+                await r.read()
+    assert counter(s, "nodegate_requests_total", endpoint="admission", code="ok") == 2
+    assert counter(s, "nodegate_requests_total", endpoint="admission", code="malformed_request") == 1
+    assert counter(s, "nodegate_request_seconds_count", endpoint="admission") == 3

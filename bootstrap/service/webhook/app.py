@@ -32,8 +32,8 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Final, Protocol
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
 
 from admission.decider import Decider
 from admission.decisioncache import DecisionCache
@@ -161,11 +161,15 @@ def _sync(judge: Callable[[bytes], bytes]) -> Judge:
     return run
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Route:
     path: str
+    endpoint: str  # the route's label in nodegate_requests_total / nodegate_request_seconds
     judge: Judge
     lane: _Lane
+    # The metric children, looked up once (``labels()`` costs more than the increment).
+    latency: Any = None
+    counts: dict[str, Any] = field(default_factory=dict)
 
 
 class ReviewApp:
@@ -193,12 +197,20 @@ class ReviewApp:
             decider, cache=cache, on_cached=on_cached, allowed_level=allowed_level, audit=audit
         )
         self._routes: dict[str, _Route] = {
-            VALIDATE: _Route(VALIDATE, validate, _Lane(limits.max_inflight, limits.queue_seconds))
+            VALIDATE: _Route(
+                VALIDATE, "admission", validate, _Lane(limits.max_inflight, limits.queue_seconds)
+            )
         }
         if mutator is not None:
             self._routes[MUTATE] = _Route(
-                MUTATE, _sync(make_mutation(mutator)), _Lane(limits.max_inflight, limits.queue_seconds)
+                MUTATE,
+                "admission_mutate",
+                _sync(make_mutation(mutator)),
+                _Lane(limits.max_inflight, limits.queue_seconds),
             )
+        if metrics is not None:
+            for route in self._routes.values():
+                route.latency = metrics.latency.labels(route.endpoint)
 
     async def answer(self, head: RequestHead, read: ReadBody) -> Answer:
         """The answer to ``head``; ``read`` gives its body (called at most once: a request
@@ -206,6 +218,22 @@ class ReviewApp:
         route = self._routes.get(head.path)
         if route is None or head.method != "POST":
             return await self._elsewhere(head, read)
+        if self.metrics is None:
+            return (await self._review(route, head, read))[0]
+        started = time.perf_counter()
+        answer, code = await self._review(route, head, read)
+        if code is None:
+            return answer  # counted as busy or as a client error, as on the join listener
+        counter = route.counts.get(code)
+        if counter is None:
+            counter = route.counts[code] = self.metrics.requests.labels(route.endpoint, code)
+        counter.inc()
+        route.latency.observe(time.perf_counter() - started)
+        return answer
+
+    async def _review(self, route: _Route, head: RequestHead, read: ReadBody) -> tuple[Answer, str | None]:
+        """The answer to a review on ``route`` and its code (``ok`` or the problem's; None for a
+        review refused as busy or whose client went away, which other counters count)."""
         try:
             check_media(head.content_type, head.content_encoding)
             if head.content_length > MAX_REVIEW_BYTES:
@@ -221,17 +249,18 @@ class ReviewApp:
             finally:
                 lane.give()
         except WebhookProblem as exc:
-            return problem_answer(exc.status, exc.code, exc.detail, close=exc.status == 413)
+            return problem_answer(exc.status, exc.code, exc.detail, close=exc.status == 413), exc.code
         except _Busy:
             if self.metrics is not None:
                 self.metrics.admission_busy.labels(route.path).inc()
             detail = f"{route.path}: every review slot is busy; retry"
-            return problem_answer(503, "unavailable", detail, close=True, retry_after=1)
+            return problem_answer(503, "unavailable", detail, close=True, retry_after=1), None
         except ConnectionError:
             if self.metrics is not None:
                 self.metrics.client_errors.labels("admission", "aborted").inc()
-            return problem_answer(400, "malformed_request", "the body did not arrive whole", close=True)
-        return Answer(200, body)
+            answer = problem_answer(400, "malformed_request", "the body did not arrive whole", close=True)
+            return answer, None
+        return Answer(200, body), "ok"
 
     async def _heavily(self, route: _Route, read: ReadBody) -> bytes:
         heavy = self._heavy
