@@ -185,7 +185,7 @@ class Decider:
 
     def _selection(self, req: Request) -> list[Violation]:
         """A node's own label change that takes it out of a package CR's selection."""
-        if req.operation != "UPDATE" or not req.user_info.username.startswith(selection.NODE_USER_PREFIX):
+        if req.operation != "UPDATE" or not req.user_info.username.startswith(nodes.NODE_USER_PREFIX):
             return []
         source = self.selector_source
         return selection.selection_violations(

@@ -158,7 +158,9 @@ class DecisionCache:
 
     def put(self, key: Key, entry: Cached, generation: Generation | None) -> None:
         """Store ``entry``, judged under ``generation``, unless the generation moved meanwhile."""
-        if generation is None or self.generation() is not generation:
+        # Every look-up checks the generation first and empties the cache when it moved, so an
+        # entry judged under an older one would be dropped before any look-up could find it.
+        if generation is None or generation is not self._current:
             return
         self._entries[key] = entry
         self._entries.move_to_end(key)

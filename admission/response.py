@@ -44,8 +44,6 @@ class Decision:
 
 _ESC = json.encoder.encode_basestring_ascii  # what json.dumps writes for a str (ensure_ascii)
 _HEAD = '{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": '
-_RESPONSE_KEYS = frozenset({"uid", "allowed", "status", "warnings", "auditAnnotations"})
-_STATUS_KEYS = frozenset({"code", "reason", "message"})
 
 
 # Warnings (cut at 120 characters) and audit annotations repeat the same few texts: their
@@ -58,9 +56,7 @@ def encode_review_response(decision: Decision, uid: str) -> bytes:
     it writes; composed from its few strings without the generic encoder (for a Decision itself,
     straight from its fields, without the response dict)."""
     try:
-        if type(decision) is Decision:
-            return _compose_decision(decision, uid)
-        return _compose(decision.response(uid))
+        return _compose_decision(decision, uid)
     except TypeError:  # not the shape response() gives (a str that is not one): the generic encoder
         resp = decision.response(uid)
         out = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
@@ -68,7 +64,8 @@ def encode_review_response(decision: Decision, uid: str) -> bytes:
 
 
 def _compose_decision(decision: Decision, uid: str) -> bytes:
-    """``_compose(decision.response(uid))``, read from the decision's fields."""
+    """The encoding of ``decision.response(uid)``, read from the decision's fields; TypeError for
+    a field not of the type ``response()`` gives."""
     allowed, warnings, audit = decision.allowed, decision.warnings, decision.audit
     if type(allowed) is not bool:
         raise TypeError
@@ -87,42 +84,6 @@ def _compose_decision(decision: Decision, uid: str) -> bytes:
         parts += [
             ', "auditAnnotations": {',
             ", ".join([f"{_esc_short(k)}: {_esc_short(v)}" for k, v in audit.items()]),
-            "}",
-        ]
-    parts.append("}}")
-    return "".join(parts).encode()
-
-
-def _compose(resp: dict[str, Any]) -> bytes:
-    allowed, status, warnings, audit = (
-        resp["allowed"],
-        resp.get("status"),
-        resp.get("warnings"),
-        resp.get("auditAnnotations"),
-    )
-    if type(allowed) is not bool or not resp.keys() <= _RESPONSE_KEYS:
-        raise TypeError
-    parts = [_HEAD, _ESC(resp["uid"]), ', "allowed": true' if allowed else ', "allowed": false']
-    if status is not None:
-        if type(status) is not dict or status.keys() != _STATUS_KEYS or type(status["code"]) is not int:
-            raise TypeError
-        parts += [
-            f', "status": {{"code": {status["code"]}, "reason": ',
-            _ESC(status["reason"]),  # _ESC raises TypeError for anything but a str
-            ', "message": ',
-            _ESC(status["message"]),
-            "}",
-        ]
-    if warnings is not None:
-        if type(warnings) is not list:
-            raise TypeError
-        parts += [', "warnings": [', ", ".join(map(_ESC, warnings)), "]"]
-    if audit is not None:
-        if type(audit) is not dict:
-            raise TypeError
-        parts += [
-            ', "auditAnnotations": {',
-            ", ".join([f"{_ESC(k)}: {_ESC(v)}" for k, v in audit.items()]),
             "}",
         ]
     parts.append("}}")

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from admission.nodes import NODE_USER_PREFIX
 from admission.violations import Violation
 
-NODE_USER_PREFIX = "system:node:"
 RULE = "node-package-selection"
 
 

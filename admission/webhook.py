@@ -1,5 +1,6 @@
-"""`POST /admission/validate` and `POST /admission/mutate`: AdmissionReview v1 in, AdmissionReview
-v1 out.
+"""`POST /admission/validate` and `POST /admission/mutate` on a body: AdmissionReview v1 in,
+AdmissionReview v1 out (``make_validator``, ``make_mutation``; the admission listener,
+``bootstrap.service.webhook``, frames the HTTP).
 
 Always HTTP 200 with the request's uid for a well-formed review. A body that is not one (not JSON,
 not a review, too large, not ``application/json``) raises :class:`WebhookProblem`, which the server
@@ -13,9 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-
-from aiohttp import hdrs, web
-from multidict import CIMultiDict, CIMultiDictProxy
 
 from admission.decider import (
     POLICY_GROUP,
@@ -67,8 +65,6 @@ __all__ = [
     "WebhookProblem",
     "WireUserInfo",
     "encode_review_response",
-    "make_handler",
-    "make_mutate_handler",
     "parse_review",
     "rbac_authorizer",
     "read_review",
@@ -104,38 +100,11 @@ def too_large() -> WebhookProblem:
     return WebhookProblem(413, "payload_too_large", f"reviews are limited to {MAX_REVIEW_BYTES} bytes")
 
 
-async def _body(request: web.Request) -> bytes:
-    """The review's body; WebhookProblem for a request that cannot carry one."""
-    check_media(request.content_type, request.headers.get(hdrs.CONTENT_ENCODING, ""))
-    body = b""
-    oversize = request.content_length is not None and request.content_length > MAX_REVIEW_BYTES
-    if not oversize:
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            oversize = True
-    if oversize:
-        raise too_large()
-    return body
-
-
 def _parse(body: bytes) -> Request:
     try:
         return read_review(body)
     except ReviewError as exc:
         raise WebhookProblem(400, "malformed_request", str(exc)) from None
-
-
-async def _read(request: web.Request) -> Request:
-    """The review's request; WebhookProblem for a body that is not one."""
-    return _parse(await _body(request))
-
-
-_JSON = CIMultiDictProxy(CIMultiDict({hdrs.CONTENT_TYPE: "application/json; charset=utf-8"}))
-
-
-def _answer(body: bytes) -> web.Response:
-    return web.Response(body=body, headers=_JSON)  # the header built once, not per answer
 
 
 def _object_of(req: Request) -> str:
@@ -237,26 +206,6 @@ def make_validator(
     return validate
 
 
-def make_handler(
-    decider: Decider,
-    *,
-    cache: DecisionCache | None = None,
-    on_cached: Callable[[Decision], None] | None = None,
-    allowed_level: int = logging.INFO,
-    audit: Callable[..., None] | None = None,
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """``make_validator`` as an aiohttp handler (the listener of ``nodegate serve`` frames its
-    requests itself: ``bootstrap.service.webhook``)."""
-    validate = make_validator(
-        decider, cache=cache, on_cached=on_cached, allowed_level=allowed_level, audit=audit
-    )
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        return _answer(await validate(await _body(request)))
-
-    return handler
-
-
 def _split_answer(answer: bytes, uid: str) -> tuple[bytes, bytes] | None:
     """The answer before and after its uid (the response's first member: nothing before it can
     hold a uid)."""
@@ -293,13 +242,3 @@ def make_mutation(mutator: CrMutator) -> Mutate:
         return encode_mutation_response(mutation, req.uid)
 
     return mutate
-
-
-def make_mutate_handler(mutator: CrMutator) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """``make_mutation`` as an aiohttp handler."""
-    mutate = make_mutation(mutator)
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        return _answer(mutate(await _body(request)))
-
-    return handler

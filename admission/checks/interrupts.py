@@ -53,20 +53,13 @@ def interrupt_rules(
     interrupt: str | None,
     config_interrupts: tuple[tuple[str, str], ...],
     config_keys: Collection[str],
-    kinds: set[str],
     found: Found,
-) -> bool:
-    """The interrupts of the package at ``path`` (``config_keys``: its configMap's keys). Adds
-    their types to ``kinds``; whether one reboots."""
-    reboot = False
-    if interrupt is not None:
-        kinds.add(interrupt)
-        reboot = interrupt == "reboot"
-        if interrupt not in INTERRUPT_TYPE_SET:
-            found.append((INTERRUPTS, _unknown_interrupt(f"{path}.interrupt", interrupt)))
+) -> None:
+    """The rules of the interrupts of the package at ``path`` (``config_keys``: its configMap's
+    keys); which types it has and whether one reboots are the reader's (``checks.package``)."""
+    if interrupt is not None and interrupt not in INTERRUPT_TYPE_SET:
+        found.append((INTERRUPTS, _unknown_interrupt(f"{path}.interrupt", interrupt)))
     for glob, kind in config_interrupts:
-        kinds.add(kind)
-        reboot = reboot or kind == "reboot"
         if kind not in INTERRUPT_TYPE_SET:
             found.append((INTERRUPTS, _unknown_interrupt(f"{path}.configInterrupts.{glob}", kind)))
     for glob, _kind in config_interrupts:
@@ -83,7 +76,6 @@ def interrupt_rules(
                 ),
             )
         )
-    return reboot
 
 
 def _unknown_interrupt(where: str, kind: str) -> Violation:

@@ -123,7 +123,7 @@ def _rules(
     path = f"spec.packages.{key}"
     identity_rules(path, key, name, version, found)
     if interrupt is not None or config_interrupts:
-        interrupt_rules(path, interrupt, config_interrupts, config_keys, set(), found)
+        interrupt_rules(path, interrupt, config_interrupts, config_keys, found)
     if nodewright:
         image_rules(path, image, sha, found)
     # Both durations were type-checked by the reader; their paths are only built when there is

@@ -37,12 +37,6 @@ class Names(NamedTuple):
     drain: frozenset[str]
 
 
-def opt_str(value: Any) -> str | None:
-    if value is None or type(value) is str:
-        return value
-    raise NotCanonical
-
-
 def str_map(value: Any) -> Mapping[str, str]:
     if type(value) is not dict:
         raise NotCanonical

@@ -7,8 +7,6 @@ import json
 
 from aiohttp import web
 
-from admission.webhook import WebhookProblem
-
 TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
@@ -48,11 +46,4 @@ def problem(status: int, code: str, detail: str, *, retry_after: float | None = 
     resp = web.Response(body=problem_body(status, code, detail), status=status, content_type=CONTENT_TYPE)
     if retry_after is not None:
         resp.headers["Retry-After"] = retry_after_value(retry_after)
-    return resp
-
-
-def webhook_problem(exc: WebhookProblem) -> web.Response:
-    resp = problem(exc.status, exc.code, exc.detail)
-    if exc.status == 413:
-        resp.force_close()  # the unread body would otherwise keep the connection busy
     return resp
