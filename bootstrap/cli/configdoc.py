@@ -38,7 +38,7 @@ COMMENTS: Final[dict[str, str]] = {
     "kubernetes.kubeconfig": "kubeconfig file; null: in-cluster when running in a pod, else no cluster",
     "kubernetes.timeout": "timeout of one API call",
     "kubernetes.csr_timeout": "how long to wait for the kubelet client certificate to be issued",
-    "kubernetes.events_namespace": "namespace of the Events nodegate records",
+    "kubernetes.events_namespace": "kept for compatibility: Events about Nodes go to default",
     "kubernetes.namespace": "nodegate's own namespace (the kubernetes store's EK claims)",
     "kubernetes.kubelet_api_server": "the API server URL as nodes reach it; null: the one nodegate uses",
     "kubernetes.kubelet_api_ca_file": "the CA bundle nodes use for kubelet_api_server; null: the cluster's",

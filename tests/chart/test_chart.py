@@ -1130,6 +1130,9 @@ BAD_VALUES: list[tuple[Doc, str]] = [
     ({"containerPort": 443}, "containerPort"),
     ({"networkPolicy": {"apiServer": {"cidrs": ["everywhere"]}}}, "cidrs"),
     ({"ca": {"waitSeconds": 0}}, "waitSeconds"),
+    # Durations need a unit (the service refuses a bare number at start): helm refuses them first.
+    ({"config": {"trust_domain": "a.org", "svid_ttl": 3600}}, "svid_ttl"),
+    ({"config": {"trust_domain": "a.org", "gate": {"resync": 300}}}, "resync"),
     # Template checks: combinations and the keys the chart owns.
     ({"store": "sqlite"}, "replicaCount: 1"),
     ({"store": "sqlite", "replicaCount": 2}, "replicaCount: 1"),

@@ -191,7 +191,9 @@ class ReviewProtocol(asyncio.Protocol):
     def _done(self, task: asyncio.Task[Answer]) -> None:
         self._busy = False
         if task.cancelled():
-            answer = problem_answer(503, "unavailable", "the listener is stopping; retry", close=True)
+            answer = problem_answer(
+                503, "unavailable", "the listener is stopping; retry", close=True, retry_after=1
+            )
         elif (exc := task.exception()) is not None:
             log.error("admission: the review could not be answered", exc_info=exc)
             answer = problem_answer(500, "internal", "the review could not be answered", close=True)
