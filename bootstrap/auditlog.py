@@ -21,7 +21,6 @@ from bootstrap import logbatch, logs
 class AuditLog:
     def __init__(self) -> None:
         self._logger = logging.getLogger(logs.BATCHED)
-        self._formatter = logs.JsonFormatter()  # the batch writer's format
 
     def __call__(
         self,
@@ -38,9 +37,10 @@ class AuditLog:
         logger = self._logger
         handlers = logger.handlers
         handler = handlers[0] if len(handlers) == 1 else None
+        formatter = None if handler is None else handler.formatter
         if (
             not isinstance(handler, logbatch.BatchHandler)
-            or not isinstance(handler.formatter, logs.JsonFormatter)
+            or not isinstance(formatter, logs.JsonFormatter)
             or logger.propagate
             or logger.filters
             or handler.filters
@@ -68,4 +68,4 @@ class AuditLog:
             "operation": operation,
         }
         msg = "admission allowed" if allowed else "admission denied"
-        handler.submit(self._formatter.line(time.time(), level, logger.name, msg, fields))
+        handler.submit(formatter.line(time.time(), level, logger.name, msg, fields))

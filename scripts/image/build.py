@@ -357,8 +357,8 @@ def build(out: Path, python: str) -> dict[str, object]:
     files = (p.lstat() for p in rootfs.rglob("*") if p.is_file() and not p.is_symlink())
     inodes = {(st.st_dev, st.st_ino): st.st_size for st in files}
     size = sum(inodes.values())  # hard links once, as in the layer
-    layer = json.loads(oci.Blobs(out / "oci").path(manifest).read_bytes())["layers"][0]
-    config_digest = json.loads(oci.Blobs(out / "oci").path(manifest).read_bytes())["config"]["digest"]
+    written = json.loads(oci.Blobs(out / "oci").path(manifest).read_bytes())
+    layer, config_digest = written["layers"][0], written["config"]["digest"]
     result: dict[str, object] = {
         "name": name,
         "digest": manifest["digest"],
