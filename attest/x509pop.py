@@ -17,11 +17,10 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from attest.spiffeid import validate_trust_domain
-from attest.x509svid import CLOCK_SKEW, LEAF_KEY_USAGE, Signer, SvidPublicKey, _check_subject_key
+from attest.x509svid import CLOCK_SKEW, Signer, SvidPublicKey, _check_subject_key, sign_leaf
 
 SCHEME = "x509pop://"
 MAX_FACTS = 16
@@ -89,28 +88,16 @@ def issue_x509pop(
         raise ValueError("the x509pop certificate would be expired (or its signer is)")
     if end - now > timedelta(days=31):
         raise ValueError("x509pop certificates are short-lived (at most 31 days)")
-    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key)
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(end)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in uris]), critical=False
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            LEAF_KEY_USAGE,
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key), critical=False)
-        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
+    return sign_leaf(
+        signer,
+        key,
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_name)]),
+        [x509.UniformResourceIdentifier(u) for u in uris],
+        san_critical=False,
+        not_before=now - CLOCK_SKEW,
+        not_after=end,
+        usages=[ExtendedKeyUsageOID.CLIENT_AUTH],
     )
-    return builder.sign(signer.key, hashes.SHA256())
 
 
 def selectors(cert: x509.Certificate, trust_domain: str) -> dict[str, str]:

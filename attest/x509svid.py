@@ -151,26 +151,46 @@ def issue_svid(
         if not isinstance(ip, ipaddress.IPv4Address | ipaddress.IPv6Address):
             raise TypeError(f"{ip!r} is not an IP address")
         sans.append(x509.IPAddress(ip))
+    # Empty subject: RFC 5280 4.1.2.6 makes the SAN extension critical.
+    return sign_leaf(
+        signer,
+        key,
+        x509.Name([]),
+        sans,
+        san_critical=True,
+        not_before=now - CLOCK_SKEW,
+        not_after=not_after,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH],
+    )
+
+
+def sign_leaf(
+    signer: Signer,
+    key: SvidPublicKey,
+    subject: x509.Name,
+    sans: Sequence[x509.GeneralName],
+    *,
+    san_critical: bool,
+    not_before: datetime,
+    not_after: datetime,
+    usages: Sequence[ObjectIdentifier],
+) -> x509.Certificate:
+    """A leaf certificate of ``signer``'s CA (the SVID, the x509pop certificate): not a CA,
+    LEAF_KEY_USAGE, the extended key usages ``usages``, key identifiers of both keys."""
+    ca_cert = signer.certificate
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([]))
+        .subject_name(subject)
         .issuer_name(ca_cert.subject)
         .public_key(key)
         .serial_number(x509.random_serial_number())  # 159 random bits, positive
-        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_before(not_before)
         .not_valid_after(not_after)
-        # Empty subject: RFC 5280 4.1.2.6 makes the SAN extension critical.
-        .add_extension(x509.SubjectAlternativeName(sans), critical=True)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=san_critical)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            LEAF_KEY_USAGE,
-            critical=True,
-        )
-        .add_extension(
-            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-            critical=False,
-        )
+        .add_extension(LEAF_KEY_USAGE, critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False)
     )
