@@ -31,7 +31,7 @@ from bootstrap.cli import ekstore
 from bootstrap.service.join import ekroots
 
 EXIT_TRUSTED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
-_HEX64 = re.compile(r"[0-9a-f]{64}")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a SHA-256 as the commands take it (also ek roots import)
 _MAX_INPUT = 64 * 1024
 
 
@@ -62,7 +62,7 @@ def _arguments(args: argparse.Namespace) -> tuple[Path, list[str], datetime]:
             raise _Usage("give the EK certificate: nodegate ek check --roots PATH... CERT")
         cert = Path(values.pop())
     allowlist = [h.lower() for h in args.allowlist]
-    bad = [h for h in allowlist if not _HEX64.fullmatch(h)]
+    bad = [h for h in allowlist if not SHA256_HEX.fullmatch(h)]
     if bad:
         raise _Usage(f"--allowlist {bad[0]!r} is not a 64-character hex SHA-256")
     if args.at is None:

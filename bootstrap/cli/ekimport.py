@@ -18,19 +18,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from attest import certparse, cloudek
+from attest import cloudek
 from attest.certparse import Cert
-from attest.errors import MalformedInput
 from bootstrap import files
+from bootstrap.cli.ek import SHA256_HEX
 from bootstrap.service.join import aia, ekroots
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 MAX_SOURCE_BYTES = 1024 * 1024
 
 
@@ -40,7 +38,7 @@ class Refused(Exception):
 
 def run(args: argparse.Namespace) -> int:
     pins = [h.lower().replace(":", "") for h in args.sha256]
-    bad = [h for h in pins if not _HEX64.fullmatch(h)]
+    bad = [h for h in pins if not SHA256_HEX.fullmatch(h)]
     if bad:
         print(
             f"nodegate ek roots import: --sha256 {bad[0]!r} is not a 64-character hex SHA-256",
@@ -89,16 +87,14 @@ def _read_all(sources: list[str], allow_private: bool) -> list[tuple[str, Cert]]
 
 
 def _certs(data: bytes, where: str) -> list[Cert]:
-    blocks = list(certparse.pem_blocks(data)) if certparse.is_pem(data) else [data]
-    out = []
-    for der in blocks:
-        try:
-            out.append(certparse.read_certificate(der, where, trailing=certparse.FILE_WHITESPACE))
-        except MalformedInput as exc:
-            raise Refused(exc.detail) from None
-    if not out:
-        raise Refused(f"{where}: no certificate")
-    return out
+    try:
+        found = ekroots.read_certs(data, where)
+    except ValueError:
+        raise Refused(f"{where}: no certificate") from None
+    for cert in found:
+        if isinstance(cert, str):
+            raise Refused(cert)
+    return [c for c in found if not isinstance(c, str)]
 
 
 def _pinned(found: list[tuple[str, Cert]], pins: set[str]) -> list[tuple[str, Cert]]:

@@ -300,6 +300,12 @@ def read_cert_file(path: Path) -> list[Cert | str]:
         raise ValueError(f"cannot read it: {exc.strerror or exc}") from None
     if len(data) > MAX_FILE_BYTES:
         raise ValueError(f"larger than {MAX_FILE_BYTES} bytes")
+    return read_certs(data)
+
+
+def read_certs(data: bytes, where: str = "certificate") -> list[Cert | str]:
+    """Every certificate in PEM or DER bytes (a Cert, or why that one cannot be used, naming
+    ``where``); ValueError for PEM without a CERTIFICATE block."""
     if certparse.is_pem(data):
         blocks = list(certparse.pem_blocks(data))
         if not blocks:
@@ -309,7 +315,7 @@ def read_cert_file(path: Path) -> list[Cert | str]:
     out: list[Cert | str] = []
     for der in blocks:
         try:
-            out.append(certparse.read_certificate(der, "certificate", trailing=certparse.FILE_WHITESPACE))
+            out.append(certparse.read_certificate(der, where, trailing=certparse.FILE_WHITESPACE))
         except MalformedInput as exc:
             out.append(exc.detail)
     return out
