@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from pathlib import Path
 
 from bootstrap.config import ConfigError, Settings, load_settings
 from bootstrap.logs import StderrHandler
+
+# A SHA-256 in hex, as the ek commands take it (--allowlist, --sha256).
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def settings(config: Path | None, prog: str = "nodegate") -> Settings | None:

@@ -28,10 +28,10 @@ from attest.certparse import Cert
 from attest.errors import AttestationError, MalformedInput
 from attest.keys import spki_der
 from bootstrap.cli import ekstore
+from bootstrap.cli.common import SHA256_HEX
 from bootstrap.service.join import ekroots
 
 EXIT_TRUSTED, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
-SHA256_HEX = re.compile(r"[0-9a-f]{64}")  # a SHA-256 as the commands take it (also ek roots import)
 _MAX_INPUT = 64 * 1024
 
 

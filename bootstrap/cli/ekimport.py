@@ -25,7 +25,7 @@ from pathlib import Path
 from attest import cloudek
 from attest.certparse import Cert
 from bootstrap import files
-from bootstrap.cli.ek import SHA256_HEX
+from bootstrap.cli.common import SHA256_HEX
 from bootstrap.service.join import aia, ekroots
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
