@@ -17,7 +17,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -385,15 +385,18 @@ def _forge(
         "not_after": NOW + timedelta(hours=1),
         "signing_key": issuer.key,
         "ext": {
-            x509.SubjectAlternativeName: (
+            x509.SubjectAlternativeName.oid: (
                 x509.SubjectAlternativeName([x509.UniformResourceIdentifier(str(NODE_ID))]),
                 True,
             ),
-            x509.BasicConstraints: (x509.BasicConstraints(ca=False, path_length=None), True),
-            x509.KeyUsage: (_KU_DIGITAL, True),
-            x509.ExtendedKeyUsage: (x509.ExtendedKeyUsage(_BOTH), False),
-            x509.SubjectKeyIdentifier: (x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False),
-            x509.AuthorityKeyIdentifier: (
+            x509.BasicConstraints.oid: (x509.BasicConstraints(ca=False, path_length=None), True),
+            x509.KeyUsage.oid: (_KU_DIGITAL, True),
+            x509.ExtendedKeyUsage.oid: (x509.ExtendedKeyUsage(_BOTH), False),
+            x509.SubjectKeyIdentifier.oid: (
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
+                False,
+            ),
+            x509.AuthorityKeyIdentifier.oid: (
                 x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski),
                 False,
             ),
@@ -414,16 +417,31 @@ def _forge(
     return builder.sign(spec["signing_key"], hashes.SHA256())
 
 
-def _set_ext(value: x509.ExtensionType, critical: bool) -> _Mutator:
-    return lambda spec: spec["ext"].__setitem__(type(value), (value, critical))
+def _set_ext(make: Callable[[], x509.ExtensionType], critical: bool) -> _Mutator:
+    """Sets the extension ``make()`` builds when the case runs: built at import time, a value the
+    installed cryptography refuses would break the collection of the whole module."""
+
+    def mutate(spec: dict[str, Any]) -> None:
+        value = make()
+        spec["ext"][value.oid] = (value, critical)
+
+    return mutate
 
 
 def _drop_ext(cls: type[x509.ExtensionType]) -> _Mutator:
-    return lambda spec: spec["ext"].pop(cls)
+    return lambda spec: spec["ext"].pop(cls.oid)
 
 
 def _uris(*uris: str) -> _Mutator:
-    return _set_ext(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in uris]), True)
+    return _set_ext(
+        lambda: x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in uris]), True
+    )
+
+
+def _empty_san() -> x509.UnrecognizedExtension:
+    """A subjectAltName with no names (DER ``30 00``): RFC 5280 forbids it and cryptography >= 51
+    will not build one, but a forger's certificate can carry it."""
+    return x509.UnrecognizedExtension(ExtensionOID.SUBJECT_ALTERNATIVE_NAME, b"\x30\x00")
 
 
 def _set(field: str, value: Any) -> _Mutator:
@@ -451,11 +469,14 @@ def test_verify_accepts_issued_svid_and_missing_eku(
 @pytest.mark.parametrize(
     ("mutate", "match"),
     [
-        (_set_ext(x509.BasicConstraints(ca=True, path_length=None), True), "CA certificate"),
+        (_set_ext(lambda: x509.BasicConstraints(ca=True, path_length=None), True), "CA certificate"),
         (_drop_ext(x509.BasicConstraints), "basicConstraints"),
         (_uris(str(NODE_ID), "spiffe://example.org/node/other"), "exactly one URI SAN"),
-        (_uris(), "exactly one URI SAN"),
-        (_set_ext(x509.SubjectAlternativeName([x509.DNSName("a.example")]), True), "exactly one URI SAN"),
+        (_set_ext(_empty_san, True), "exactly one URI SAN|undecodable extensions"),
+        (
+            _set_ext(lambda: x509.SubjectAlternativeName([x509.DNSName("a.example")]), True),
+            "exactly one URI SAN",
+        ),
         (_uris("spiffe://example.org"), "trust-domain ID"),
         (_uris("spiffe://other.org/node/worker-1"), "not in trust domain"),
         (_uris("spiffe://example.org/a/../b"), "not a valid SPIFFE ID"),
@@ -463,22 +484,30 @@ def test_verify_accepts_issued_svid_and_missing_eku(
         (_set("not_after", NOW - timedelta(seconds=1)), "expired"),
         (_set("not_before", NOW + timedelta(seconds=1)), "not valid before"),
         (
-            _set_ext(x509.KeyUsage(True, False, False, False, False, True, False, False, False), True),
+            _set_ext(
+                lambda: x509.KeyUsage(True, False, False, False, False, True, False, False, False), True
+            ),
             "keyCertSign",
         ),
         (
-            _set_ext(x509.KeyUsage(True, False, False, False, False, False, True, False, False), True),
+            _set_ext(
+                lambda: x509.KeyUsage(True, False, False, False, False, False, True, False, False), True
+            ),
             "cRLSign",
         ),
         (
-            _set_ext(x509.KeyUsage(False, False, True, False, False, False, False, False, False), True),
+            _set_ext(
+                lambda: x509.KeyUsage(False, False, True, False, False, False, False, False, False), True
+            ),
             "digitalSig",
         ),
         (_drop_ext(x509.KeyUsage), "no keyUsage"),
-        (_set_ext(_KU_DIGITAL, False), "not critical"),
-        (_set_ext(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False), "clientAuth"),
+        (_set_ext(lambda: _KU_DIGITAL, False), "not critical"),
+        (_set_ext(lambda: x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False), "clientAuth"),
         (
-            _set_ext(x509.SubjectAlternativeName([x509.UniformResourceIdentifier(str(NODE_ID))]), False),
+            _set_ext(
+                lambda: x509.SubjectAlternativeName([x509.UniformResourceIdentifier(str(NODE_ID))]), False
+            ),
             "non-critical subjectAltName",
         ),
         (_drop_ext(x509.AuthorityKeyIdentifier), "does not chain"),
@@ -497,7 +526,7 @@ def test_verify_rejects_server_usage_without_server_auth(
     authority: ca.Authority, node_key: ec.EllipticCurvePrivateKey
 ) -> None:
     leaf = _forge(
-        authority, node_key, _set_ext(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)
+        authority, node_key, _set_ext(lambda: x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), False)
     )
     assert (
         svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW, usage="client")
@@ -548,11 +577,11 @@ def test_verify_rejects_leaf_signed_by_a_leaf(
     pid = parent.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
 
     def as_child(spec: dict[str, Any]) -> None:
-        spec["ext"][x509.AuthorityKeyIdentifier] = (
+        spec["ext"][x509.AuthorityKeyIdentifier.oid] = (
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(pid),
             False,
         )
-        spec["ext"][x509.SubjectAlternativeName] = (
+        spec["ext"][x509.SubjectAlternativeName.oid] = (
             x509.SubjectAlternativeName([x509.UniformResourceIdentifier("spiffe://example.org/node/evil")]),
             True,
         )
@@ -577,7 +606,7 @@ def test_subject_with_name_allows_noncritical_san(
 ) -> None:
     def named(spec: dict[str, Any]) -> None:
         spec["subject"] = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "worker-1")])
-        spec["ext"][x509.SubjectAlternativeName] = (
+        spec["ext"][x509.SubjectAlternativeName.oid] = (
             x509.SubjectAlternativeName([x509.UniformResourceIdentifier(str(NODE_ID))]),
             False,
         )
