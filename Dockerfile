@@ -13,18 +13,24 @@ RUN apt-get update -qq \
       build-essential pkg-config libtss2-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-# The pins `make image` installs: the same versions, not whatever the ranges resolve to today.
-COPY scripts/image/requirements.txt requirements.txt
+# The lock `make image` installs (uv.lock, through scripts/lockfile.py and the uv it pins by hash):
+# the same versions and hashes, not whatever the ranges resolve to today.
+COPY pyproject.toml uv.lock README.md ./
+COPY tools/uv/requirements.txt tools/uv/requirements.txt
+COPY scripts/lockfile.py scripts/lockfile.py
 RUN python -m venv /opt/nodegate \
- && /opt/nodegate/bin/pip install --no-cache-dir "pip==$(sed -n 's/^# pip==//p' requirements.txt)" \
- && /opt/nodegate/bin/pip install --no-cache-dir -r requirements.txt
-COPY pyproject.toml README.md ./
+ && python scripts/lockfile.py export pip > /tmp/pip.txt \
+ && python scripts/lockfile.py export runtime > /tmp/runtime.txt \
+ && python scripts/lockfile.py export build > /tmp/build.txt \
+ && /opt/nodegate/bin/pip install --no-cache-dir --require-hashes -r /tmp/pip.txt \
+ && /opt/nodegate/bin/pip install --no-cache-dir --require-hashes --build-constraint /tmp/build.txt -r /tmp/runtime.txt
 COPY attest attest
 COPY admission admission
 COPY bootstrap bootstrap
-# --no-deps: every dependency came from the pins above; the wheel stays in the image for nodes
-RUN /opt/nodegate/bin/pip wheel --no-cache-dir --no-deps -w /opt/nodegate/wheels . \
+# --no-deps: every dependency came from the lock above; the wheel stays in the image for nodes
+RUN /opt/nodegate/bin/pip wheel --no-cache-dir --no-deps --build-constraint /tmp/build.txt -w /opt/nodegate/wheels . \
  && /opt/nodegate/bin/pip install --no-cache-dir --no-deps /opt/nodegate/wheels/nodegate-*.whl \
+ && python scripts/lockfile.py node-requirements /opt/nodegate/wheels/nodegate-*.whl \
  && /opt/nodegate/bin/pip check
 # The vendor EK roots (`ek_roots: [vendors]`): the certificate folder of Debian's
 # ruby-tpm-key-attestation, unpacked from its .deb (no Ruby) and checked file by file against

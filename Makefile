@@ -1,7 +1,9 @@
 # nodegate: one Makefile for a fresh Debian machine (root, or a user with sudo).
 #   make deps   Debian packages: swtpm, swtpm-tools, tpm2-tools (tpm2_eventlog), libtss2-dev, build tools,
 #               systemd (systemd-analyze verify checks the units docs/node-join.md ships)
-#   make venv   .venv with nodegate (editable) and the test extras
+#   make venv   .venv with nodegate (editable) and every extra, exactly as uv.lock pins them
+#   make lock   refresh uv.lock after a change to pyproject.toml (UPGRADE=1: newest releases too)
+#   make test-latest  the tests on the newest releases instead of the lock (.venv-latest; CI does not)
 #   make helm   .venv/bin/helm for the chart tests (scripts/get-helm.sh)
 #   make cluster  the real control plane's binaries (etcd, kube-apiserver, kube-controller-manager,
 #               kwok, kubectl) from their Go modules, cached in ~/.cache/nodegate (tests/cluster/)
@@ -18,11 +20,15 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
+# uv reads and writes uv.lock, the only source of Python package versions (docs/development.md,
+# "One lock"); scripts/lockfile.py installs the uv that tools/uv/requirements.txt pins, by hash.
+UV      = $(shell $(PYTHON) scripts/lockfile.py uv)
+UV_SYNC = UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --all-extras --all-groups
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
           python3-venv python3-dev openssl ca-certificates systemd
 
-.PHONY: deps venv helm cluster test bench demo lint clean image image-deps spire wheel
+.PHONY: deps venv helm cluster test bench demo lint clean image image-deps spire wheel lock lock-check test-latest
 
 $(VENV)/.deps-done:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -33,10 +39,12 @@ $(VENV)/.deps-done:
 
 deps: $(VENV)/.deps-done
 
-$(VENV)/.venv-done: $(VENV)/.deps-done pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+# The venv is the machine's python3 with exactly what uv.lock pins (uv sync removes anything else);
+# nodegate itself is installed editable.
+$(VENV)/.venv-done: $(VENV)/.deps-done pyproject.toml uv.lock
+	@$(PYTHON) scripts/lockfile.py check
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(UV_SYNC) -q
 	@touch $@
 
 venv: $(VENV)/.venv-done
@@ -72,14 +80,29 @@ bench: $(VENV)/.venv-done
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends libefivar1; }
 	$(PY) -m tests.bench
 
-# The demo's emulated Kubernetes API (kmock) is the extra nodegate[demo]; `pip install .` alone
-# gives a working `nodegate serve` and `nodegate join`.
-$(VENV)/.demo-done: $(VENV)/.venv-done
-	$(PY) -m pip install -q -e '.[demo]'
-	@touch $@
-
-demo: $(VENV)/.demo-done
+# The demo's emulated Kubernetes API (kmock) is the extra nodegate[demo], in the venv with the
+# others; `pip install .` alone gives a working `nodegate serve` and `nodegate join`.
+demo: $(VENV)/.venv-done
 	$(VENV)/bin/nodegate demo
+
+# CI's first check: pyproject.toml changed without `make lock` fails here, in one line.
+lock-check:
+	@$(PYTHON) scripts/lockfile.py check
+
+lock:
+	UV_PYTHON_DOWNLOADS=never $(UV) lock $(if $(UPGRADE),--upgrade)
+
+# The newest releases pyproject.toml allows, ignoring the lock, in their own venv: what the next
+# `make lock UPGRADE=1` would break. Not part of CI.
+LATEST ?= .venv-latest
+test-latest: $(VENV)/.deps-done $(VENV)/bin/helm image-deps cluster spire
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv --without-pip $(LATEST)
+	VIRTUAL_ENV=$(LATEST) UV_PYTHON_DOWNLOADS=never $(UV) pip install -q --upgrade --no-cache \
+	  -e '.[demo,spire,test]' pip
+	VIRTUAL_ENV=$(LATEST) $(UV) pip list --format freeze > $(LATEST)/versions.txt
+	@echo "test-latest: $$(wc -l < $(LATEST)/versions.txt) packages, in $(LATEST)/versions.txt"
+	$(LATEST)/bin/python -m pytest -q
 
 lint: $(VENV)/.venv-done
 	$(VENV)/bin/ruff check attest admission bootstrap tests
@@ -105,4 +128,4 @@ image: $(VENV)/.venv-done image-deps
 	$(SUDO) $(PYTHON) scripts/image/build.py --python $(PY)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(LATEST) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -2,22 +2,25 @@
 with no base image from a container registry.
 
   1. wheels: nodegate's wheel from the checkout's tracked files (attest, admission, bootstrap,
-     pyproject.toml, README.md, what the Dockerfile copies), and its runtime dependencies pinned in
-     scripts/image/requirements.txt (tpm2-pytss compiles against the build machine's libtss2-dev,
-     bookworm's, the same libtss2 the image carries). The dependency wheels are cached under
-     build/image/wheels-<key>, the key being the pins and the build machine's Python.
+     pyproject.toml, README.md, what the Dockerfile copies), and its runtime dependencies as
+     uv.lock has them, hashes checked (scripts/lockfile.py; tpm2-pytss compiles against the build
+     machine's libtss2-dev, bookworm's, the same libtss2 the image carries, with the build
+     back-ends pyproject.toml pins). The dependency wheels are cached under
+     build/image/wheels-<key>, the key being the locked sets and the build machine's Python.
   2. root file system: mmdebstrap, variant essential, of Debian bookworm (the build machine's apt
      sources) with python3, libtss2 and ca-certificates; no documentation but copyright files, no
      man pages or locales, no apt (the essential variant has none), no caches or logs.
   3. /opt/nodegate: a virtualenv of the image's own python3 with the wheels installed by pip (run
      from its wheel, so pip itself stays out of the image); all bytecode compiled as unchecked-hash
      .pyc files, which embed no timestamps and are never rewritten on the read-only root; and
-     nodegate's wheel at /opt/nodegate/wheels/ for nodes (docs/node-join.md). `--wheel-only`
-     builds just that wheel into build/wheel (`make wheel`).
+     nodegate's wheel at /opt/nodegate/wheels/ for nodes (docs/node-join.md), with its
+     requirements file (the wheel and its locked dependencies, hashed). `--wheel-only` builds just
+     those two files into build/wheel (`make wheel`).
      /usr/share/nodegate/ek-roots: the TPM makers' EK root CAs of Debian's ruby-tpm-key-attestation
      (`ek_roots: [vendors]`), taken from the .deb (apt-get download, dpkg-deb -x; no Ruby in the
      image), each file checked against bootstrap/service/join/vendorroots.py, and its copyright file.
-  4. an SPDX SBOM of the Debian and Python packages, inside the image at SBOM_PATH and beside it.
+  4. an SPDX SBOM of the Debian and Python packages, inside the image at SBOM_PATH and beside it;
+     the build stops if a Python package in it is not the locked one.
   5. oci.py packs the folder (sorted entries, times clamped to SOURCE_DATE_EPOCH, gzip without a
      time) into build/image/oci and build/image/nodegate-<version>.tar.
 
@@ -47,6 +50,9 @@ import oci  # noqa: E402  (beside this file)
 import sbom  # noqa: E402
 
 REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+import lockfile  # noqa: E402  (scripts/lockfile.py: the one lock)
+
 SUITE = "bookworm"
 VENV = "/opt/nodegate"
 # What the Dockerfile copies into its build stage: the wheel's sources (README.md is its
@@ -142,37 +148,42 @@ def inputs() -> dict[str, str]:
     return {"version": project["version"], "revision": revision, "epoch": str(int(epoch))}
 
 
+# What dependency_wheels leaves beside the wheels: the lock's selections it used.
+RUNTIME, PINS, PIP, BUILD = "runtime.txt", "pins.txt", "pip.txt", "build-constraints.txt"
+
+
 def dependency_wheels(python: str, out: Path) -> Path:
-    """The pinned dependencies as wheels (and pip's own, to run it in the chroot); cached by key."""
-    pins = (HERE / "requirements.txt").read_bytes()
+    """The locked runtime dependencies as wheels, hashes checked (and the locked pip's, to run it
+    in the chroot); cached by key."""
+    sets = {
+        RUNTIME: lockfile.export("runtime"),
+        PINS: lockfile.export("runtime", hashes=False),
+        PIP: lockfile.export("pip"),
+        BUILD: lockfile.export("build"),
+    }
     tag = run(
         python, "-c", "import sys,sysconfig;print(sys.version,sysconfig.get_platform())", capture_output=True
     )
-    key = hashlib.sha256(pins + tag.stdout.encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps(sets, sort_keys=True).encode() + tag.stdout.encode()).hexdigest()[:16]
     cache = out / f"wheels-{key}"
     if (cache / ".done").exists():
         log(f"dependency wheels: cached in {cache.name}")
         return cache
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
+    for name, text in sets.items():
+        (cache / name).write_text(text)
     log("dependency wheels: downloading and building (tpm2-pytss compiles against libtss2-dev)")
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    run(
-        python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", cache, "-r", HERE / "requirements.txt", env=env
-    )
-    run(python, "-m", "pip", "download", "-q", "--no-deps", "-d", cache, "pip==" + pip_version(), env=env)
+    pip = (python, "-m", "pip")
+    wheel = ("wheel", "-q", "--require-hashes", "--no-deps", "-w", cache)
+    run(*pip, *wheel, "--build-constraint", cache / BUILD, "-r", cache / RUNTIME, env=env)
+    run(*pip, "download", "-q", "--require-hashes", "--no-deps", "-d", cache, "-r", cache / PIP, env=env)
     for old in out.glob("wheels-*"):
         if old != cache:
             shutil.rmtree(old, ignore_errors=True)
     (cache / ".done").touch()
     return cache
-
-
-def pip_version() -> str:
-    for line in (HERE / "requirements.txt").read_text().splitlines():
-        if line.startswith("# pip=="):
-            return line.split("==", 1)[1].strip()
-    raise SystemExit("scripts/image/requirements.txt: no '# pip==' line (the pip that installs)")
 
 
 def nodegate_wheel(python: str, epoch: str, out: Path) -> Path:
@@ -188,6 +199,7 @@ def nodegate_wheel(python: str, epoch: str, out: Path) -> Path:
         env = {**os.environ, "SOURCE_DATE_EPOCH": epoch, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
         run(python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, tmp, env=env)
     (wheel,) = out.glob("nodegate-*.whl")
+    lockfile.node_requirements(wheel)
     return wheel
 
 
@@ -216,6 +228,7 @@ def install_nodegate(rootfs: Path, wheels: Path, wheel: Path) -> None:
     shutil.copytree(wheels, stage)
     shutil.copy2(wheel, stage)
     (pip_whl,) = stage.glob("pip-*.whl")
+    requirements = lockfile.node_requirements_path(wheel)
     chroot = [
         "chroot",
         str(rootfs),
@@ -230,14 +243,21 @@ def install_nodegate(rootfs: Path, wheels: Path, wheel: Path) -> None:
     # (docs/node-join.md, "Installing nodegate on a machine").
     (rootfs / WHEEL_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
     shutil.copy2(wheel, rootfs / WHEEL_DIR.lstrip("/") / wheel.name)
+    shutil.copy2(requirements, rootfs / WHEEL_DIR.lstrip("/") / requirements.name)
     run(
         *chroot,
         f"{VENV}/bin/python3",
         f"{STAGE}/{pip_whl.name}/pip",
         *("install", "-q", "--no-index", "--find-links", STAGE, "--no-compile", "--no-cache-dir"),
         *("--disable-pip-version-check", "--root-user-action=ignore", "--no-warn-script-location"),
+        # The wheels were checked against the lock's hashes when they were fetched; here the
+        # lock's versions, exactly (tpm2-pytss's wheel was built here, so it has no locked hash).
+        *("-c", f"{STAGE}/{PINS}"),
         f"{STAGE}/{wheel.name}",
     )
+    # Nothing nodegate needs is missing (stdout carries build.json only: pip's verdict to stderr).
+    pip_check = ("check", "--disable-pip-version-check")
+    run(*chroot, f"{VENV}/bin/python3", f"{STAGE}/{pip_whl.name}/pip", *pip_check, stdout=sys.stderr)
     # Every .py file gets an unchecked-hash .pyc (stdlib and venv alike): no timestamps inside, and
     # no attempt to rewrite them on a read-only root. Debian's timestamp .pyc files go first.
     for pyc in [*rootfs.glob("usr/lib/python3*/**/__pycache__"), *rootfs.glob("opt/nodegate/**/__pycache__")]:
@@ -286,6 +306,19 @@ def vendor_roots(rootfs: Path, epoch: str) -> list[str]:
     return copied
 
 
+def locked_versions(site: Path) -> None:
+    """Every Python package in the image is in the lock at the lock's version (the SBOM lists
+    them); `pip check` in install_nodegate has shown that none is missing."""
+    locked = lockfile.pins(lockfile.export("runtime", hashes=False))
+    locked[lockfile.normalise("nodegate")] = inputs()["version"]
+    found = {lockfile.normalise(p["name"]): p["version"] for p in sbom.python_packages(site)}
+    wrong = sorted(
+        f"{n}=={v} (locked: {locked.get(n, 'absent')})" for n, v in found.items() if locked.get(n) != v
+    )
+    if wrong:
+        raise SystemExit(f"image: Python packages that are not the locked ones: {', '.join(wrong)}")
+
+
 def scrub(rootfs: Path) -> None:
     for pattern in LEFTOVERS:
         for path in rootfs.glob(pattern):
@@ -323,6 +356,7 @@ def build(out: Path, python: str) -> dict[str, object]:
     name = f"{IMAGE_NAME}:{info['version']}"
     created = oci._rfc3339(int(epoch))
     site = next(rootfs.glob("opt/nodegate/lib/python3*/site-packages"))
+    locked_versions(site)
     doc = sbom.dump(sbom.spdx(rootfs, site, name, created, [ek_deb]))
     (rootfs / SBOM_PATH).parent.mkdir(parents=True, exist_ok=True)
     (rootfs / SBOM_PATH).write_bytes(doc)
@@ -347,7 +381,7 @@ def build(out: Path, python: str) -> dict[str, object]:
         labels=labels,
         history=[
             f"mmdebstrap --variant=essential {SUITE} --include={','.join(DEBS)}",
-            f"python3 -m venv {VENV}; pip install nodegate=={info['version']} (scripts/image/requirements.txt)",  # noqa: E501
+            f"python3 -m venv {VENV}; pip install nodegate=={info['version']} (uv.lock)",
             "ruby-tpm-key-attestation's EK root CAs (dpkg-deb -x) -> /usr/share/nodegate/ek-roots",
         ],
     )

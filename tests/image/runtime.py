@@ -21,6 +21,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import lockfile  # noqa: E402, F401  (scripts/lockfile.py; the image tests read the lock through it)
+
+sys.path.insert(0, str(ROOT / "scripts"))
+
 BUILD = ROOT / "scripts" / "image" / "build.py"
 # Kept across sessions: the dependency wheels cache (wheels-<key>) lives here.
 OUT = ROOT / "build" / "image-test"
@@ -81,7 +86,16 @@ class Built:
 
 # What the image is made of: a change to any of these builds it again (else the session reuses
 # the last build in OUT; test_image_build still builds once more and compares the digests).
-INPUTS = ("attest", "admission", "bootstrap", "pyproject.toml", "README.md", "scripts/image")
+INPUTS = (
+    "attest",
+    "admission",
+    "bootstrap",
+    "pyproject.toml",
+    "uv.lock",
+    "README.md",
+    "scripts/image",
+    "scripts/lockfile.py",
+)
 
 
 def input_key() -> str:

@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import tarfile
 
-from tests.image.runtime import ROOT, Built, Podman, build, input_key, require_root_and_tools
+from tests.image.runtime import ROOT, Built, Podman, build, input_key, lockfile, require_root_and_tools
 
 DOCKERFILE = ROOT / "Dockerfile"
 
@@ -136,6 +136,11 @@ def test_sbom_lists_the_debian_and_python_packages_inside(built_image: Built) ->
     assert {"nodegate", "tpm2-pytss", "aiohttp", "cryptography"} <= names
     assert any(p.startswith("pkg:deb/debian/libc6@") for p in purls)
     assert any(p.startswith("pkg:pypi/tpm2-pytss@3.") for p in purls)
+    # every Python package at the version uv.lock pins (issue 40), and all of the runtime set there
+    locked = lockfile.pins(lockfile.export("runtime", hashes=False))
+    pypi = dict(re.findall(r"pkg:pypi/([^@]+)@(\S+)", " ".join(sorted(purls))))
+    assert pypi.pop("nodegate") == built_image.info["name"].split(":")[-1]
+    assert {lockfile.normalise(n): v for n, v in pypi.items()} == locked
     status = (built_image.rootfs / "var/lib/dpkg/status").read_text()
     # every dpkg-installed package, and ruby-tpm-key-attestation, whose EK roots the image carries
     # unpacked (not installed: no Ruby)
