@@ -14,7 +14,7 @@ from bootstrap.demo import swtpm as harness
 from tests.support import shared_data
 from tests.support.swtpms import TpmInfo
 
-SHARED_FOLDERS = ("ek-roots", "eventlogs", "nodewright", "nodewright-demo", "tpm")
+SHARED_FOLDERS = ("ek-roots", "eventlogs", "nodewright", "nodewright-demo", "nodewright-e2e", "tpm")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

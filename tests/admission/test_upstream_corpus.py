@@ -7,7 +7,8 @@ grants everyone ``deploy`` and ``reboot``. Then nodegate must allow what upstrea
 what upstream denies without looking at the cluster. Upstream's refusals that need the cluster (a
 missing DeploymentPolicy, deleting one still in use) are left to upstream's own webhook; objects
 the CRD schema refuses never reach a webhook. Both as the requests come and as they arrive behind
-upstream's mutating webhook (the chart's default).
+upstream's mutating webhook (the chart's default). Each chainsaw e2e test is also replayed on its
+own from upstream's files in the public test data, so that a bad file fails its test alone.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from admission.mutate import CrMutator, toleration_patch
 from admission.policy import PackagePolicy
 from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.review import parse_review
+from tests.admission.upstream import e2e
 from tests.admission.upstream.corpus import SOURCES, all_cases, behind_mutating_webhook
-from tests.admission.upstream.model import Case
+from tests.admission.upstream.model import NODEWRIGHT, SKYHOOK, Case
 
 OPEN_POLICY = PackagePolicy.model_validate(
     {
@@ -134,6 +136,63 @@ async def test_nodegate_agrees_with_upstream(mutated: bool, capsys: pytest.Captu
         print(f"  total     fixtures={total} checked={checked} agree={agree}")
     assert disagreements == []
     assert sum(counts[(s, "checked")] for s in SOURCES) > 400
+
+
+# -- the chainsaw e2e tests, one by one, from upstream's files in the public test data -----------
+
+E2E = e2e.DATA
+# Each test of e2e.TESTS by its chainsaw-test.yaml: a listing, nothing is read at collection.
+_E2E_TESTS = [
+    f"{repo}/k8s-tests/chainsaw/{test}/chainsaw-test.yaml"
+    for test, repos in e2e.TESTS.items()
+    for repo in repos
+]
+# What the replay makes of the e2e tests at the two snapshots: requests by repository and source,
+# and how many of them upstream refuses (the retyped copies it replaced gave the same 285, issue 40).
+E2E_REQUESTS = {
+    (NODEWRIGHT, "chainsaw"): 122,
+    (NODEWRIGHT, "operator"): 47,
+    (SKYHOOK, "chainsaw"): 83,
+    (SKYHOOK, "operator"): 33,
+}
+E2E_REFUSED = {NODEWRIGHT: 8, SKYHOOK: 5}
+
+
+@pytest.mark.parametrize("name", E2E.params(names=_E2E_TESTS))
+async def test_an_e2e_test_replayed_from_upstreams_files(name: str) -> None:
+    """One chainsaw test, step by step from its files: it makes requests, and nodegate agrees with
+    upstream on each (as sent and behind upstream's mutating webhook)."""
+    E2E.require()
+    repo, _, rest = name.partition("/k8s-tests/chainsaw/")
+    s = e2e.scenario(repo, rest.removesuffix("/chainsaw-test.yaml"))
+    assert any(c.source == "chainsaw" for c in s.cases)
+    decider = _decider()
+    disagreements = []
+    for original in s.cases:
+        for case in (original, behind_mutating_webhook(original)):
+            if _kind(case) != "checked":
+                continue
+            allowed, message = await _allowed(decider, case)
+            if allowed != case.verdict.wire:
+                disagreements.append(f"{case.provenance}: upstream {case.verdict.wire}, nodegate {message}")
+    assert disagreements == []
+
+
+def test_the_e2e_replay_reads_every_file_and_makes_every_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    E2E.require()
+    read: set[str] = set()
+    documents = e2e._documents
+
+    def recording(repo: str, path: str) -> list[dict[str, Any]]:
+        read.add(f"{repo}/{path}")
+        return documents(repo, path)
+
+    monkeypatch.setattr(e2e, "_documents", recording)
+    cases = [c for repo in (NODEWRIGHT, SKYHOOK) for s in e2e.scenarios(repo) for c in s.cases]
+    assert Counter((c.provenance.repo, c.source) for c in cases) == E2E_REQUESTS
+    assert Counter(c.provenance.repo for c in cases if not c.verdict.wire) == E2E_REFUSED
+    # Every file of the folder is read by a step (the licences aside): a test left out of TESTS fails.
+    assert read == {n for n in E2E.names() if not n.endswith("/LICENSE")}
 
 
 class _Nobody:

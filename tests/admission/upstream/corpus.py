@@ -4,7 +4,9 @@ upstream's own mutating webhook.
 Sources: ``unit`` (webhook unit tests), ``chainsaw`` (e2e steps), ``samples``, ``docs``, and
 ``operator`` (the operator's first UPDATE after every Skyhook CREATE upstream allows). A request
 that two sources make alike (same operation, requester, object and old object) is kept once, with
-the other provenances in ``also``.
+the other provenances in ``also``. The e2e steps, samples and documentation CRs are read from the
+public test data, and only from there: without it, a test that asks for the corpus skips with one
+line naming the folder (fails under NODEGATE_REQUIRE_TEST_DATA=1).
 
 Upstream's chart enables its mutating webhooks, which answer with a patch to the Go re-encoding
 of the object (:mod:`gotypes`; for DeploymentPolicies with the strategy defaults filled in). Since
@@ -15,7 +17,6 @@ raw request; :func:`behind_mutating_webhook` gives the cases as they arrive then
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from functools import cache
 from typing import Any
@@ -23,30 +24,14 @@ from typing import Any
 from tests.admission.upstream import documents, e2e, unit
 from tests.admission.upstream.gotypes import encode_deployment_policy_spec, encode_skyhook_spec
 from tests.admission.upstream.model import NODEWRIGHT, SKYHOOK, Case, admit
-from tests.admission.upstream.scenario import Scenario
 
 SOURCES = ("unit", "chainsaw", "samples", "docs", "operator")
 _VOLATILE = ("uid", "resourceVersion", "generation", "creationTimestamp")
 
 
-_RETYPED = ("chainsaw_skyhook", "chainsaw_other")  # PENDING SHARED DATA: upstream's e2e CRs retyped
-
-
-def _chainsaw(repo: str) -> list[Scenario]:
-    """Upstream's e2e tests: replayed from upstream's files in the public test data once it holds
-    them (``nodewright-e2e``); until then from the retyped copies, which then must go."""
-    if e2e.DATA.present:
-        left = [m for m in _RETYPED if importlib.util.find_spec(f"{__package__}.{m}") is not None]
-        assert not left, f"nodewright-e2e is in the public test data now: delete {left} (issue 31)"
-        return e2e.scenarios(repo)
-    from tests.admission.upstream import chainsaw_other, chainsaw_skyhook
-
-    return [*chainsaw_skyhook.scenarios(repo), *chainsaw_other.scenarios(repo)]
-
-
 def _collect(repo: str) -> list[Case]:
     out = unit.cases(repo)
-    for scenario in _chainsaw(repo):
+    for scenario in e2e.scenarios(repo):
         out += scenario.cases
     return out + documents.cases(repo)
 
@@ -68,6 +53,8 @@ def _identity(case: Case) -> str:
 
 @cache
 def all_cases() -> tuple[Case, ...]:
+    for folder in (e2e.DATA, documents.DATA):
+        folder.require()  # skips (or fails under NODEGATE_REQUIRE_TEST_DATA=1) when absent
     seen: dict[str, Case] = {}
     for repo in (NODEWRIGHT, SKYHOOK):
         for case in _collect(repo):

@@ -11,25 +11,17 @@ Markdown page (``.heredoc.yaml``: the here-document inside that block). Here are
 files, in which order, and under which provenance. Every one of them is byte for byte the same at
 both snapshots (NVIDIA/nodewright 71ca22b8, NVIDIA/skyhook f9b9e8b9: whole files, or the block's
 text where the page differs), so both repositories' cases read the same file.
-
-PENDING SHARED DATA (issue 31): ``_PENDING`` below still retypes the seven documents the public
-test data does not hold yet (the DeploymentPolicy sample and six blocks of
-``docs/deployment_policy.md``). Once those files are added to ``nodewright/`` under the names
-that are its keys, they are read from there and the loader refuses to start until the retyped
-copy is deleted.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 import yaml
 
 from tests.admission.upstream.model import Case
-from tests.admission.upstream.objects import budget, compartment, exponential, fixed, linear
-from tests.admission.upstream.scenario import Scenario, policy, skyhook
+from tests.admission.upstream.scenario import Scenario
 from tests.support.shared_data import shared
 
 DERIVED = "derived from upstream's rules (no upstream test asserts this object)"
@@ -58,99 +50,8 @@ DOCUMENTS: tuple[tuple[str, str], ...] = (
 _BLOCK = re.compile(r"^(?P<path>.+\.md)\.block(?P<n>\d+)(?P<heredoc>\.heredoc)?\.yaml$")
 
 
-# -- PENDING SHARED DATA: retyped, to be deleted once the public test data holds these files -----
-
-
-def _pending_sample_policy() -> dict[str, Any]:
-    return policy(
-        "sample-policy",
-        {
-            "default": {
-                "budget": budget(percent=100),
-                "strategy": fixed(initialBatch=1, batchThreshold=100, safetyLimit=50),
-            },
-            "compartments": [
-                compartment(
-                    "critical",
-                    {"priority": "critical"},
-                    budget(count=1),
-                    fixed(initialBatch=1, batchThreshold=100, failureThreshold=1, safetyLimit=30),
-                ),
-                compartment(
-                    "production",
-                    {"env": "production"},
-                    budget(count=3),
-                    linear(initialBatch=1, delta=1, batchThreshold=100, failureThreshold=2, safetyLimit=50),
-                ),
-                compartment(
-                    "test",
-                    {"env": "test"},
-                    budget(percent=50),
-                    exponential(initialBatch=2, growthFactor=2, batchThreshold=90, safetyLimit=60),
-                ),
-            ],
-        },
-    )
-
-
-def _pending_my_policy() -> dict[str, Any]:
-    grow = exponential(initialBatch=1, growthFactor=2, batchThreshold=100, failureThreshold=1, safetyLimit=50)
-    return policy(
-        "my-policy",
-        {
-            "resetBatchStateOnCompletion": True,
-            "default": {
-                "budget": budget(percent=100),
-                "strategy": fixed(initialBatch=1, batchThreshold=100, safetyLimit=50),
-            },
-            "compartments": [compartment("production", {"env": "production"}, budget(percent=25), grow)],
-        },
-    )
-
-
-_PENDING: dict[str, Callable[[], dict[str, Any]]] = {
-    "operator/config/samples/deploymentpolicy_v1alpha1_deploymentpolicy.yaml": _pending_sample_policy,
-    f"{_DP_DOC}.block0.yaml": _pending_my_policy,
-    f"{_DP_DOC}.block6.yaml": lambda: policy(
-        "my-policy", {"resetBatchStateOnCompletion": True, "default": {"budget": budget(percent=25)}}
-    ),
-    f"{_DP_DOC}.block7.yaml": lambda: skyhook(
-        "my-skyhook",
-        {"deploymentPolicy": "my-policy", "deploymentPolicyOptions": {"resetBatchStateOnCompletion": False}},
-    ),
-    f"{_DP_DOC}.block8.yaml": lambda: policy("preserve-state-policy", {"resetBatchStateOnCompletion": False}),
-    f"{_DP_DOC}.block10.yaml": lambda: skyhook(
-        "my-skyhook",
-        {
-            "deploymentPolicy": "my-policy",
-            "deploymentPolicyOptions": {"resetBatchStateOnCompletion": True},
-            "nodeSelectors": {"matchLabels": {"workload": "gpu"}},
-            "packages": None,
-        },
-    ),
-    f"{_DP_DOC}.block12.yaml": lambda: policy(
-        "legacy-equivalent",
-        {
-            "default": {
-                "budget": budget(percent=25),
-                "strategy": fixed(initialBatch=1, batchThreshold=100, safetyLimit=50),
-            }
-        },
-    ),
-}
-
-# -- end of PENDING SHARED DATA ---------------------------------------------------------------------
-
-
 def _documents(name: str) -> list[dict[str, Any]]:
-    """The documents of one file of the public test data (or, until it is there, its pending copy)."""
-    listed = name in DATA.manifest()
-    if listed and name in _PENDING:
-        raise AssertionError(
-            f"{name} is in the public test data now: delete its retyped copy from {__name__}._PENDING"
-        )
-    if not listed and name in _PENDING:
-        return [_PENDING[name]()]
+    """The documents of one file of the public test data."""
     return [d for d in yaml.safe_load_all(DATA.read(name)) if d is not None]
 
 

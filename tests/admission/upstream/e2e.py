@@ -313,15 +313,15 @@ def _script(s: Scenario, repo: str, folder: str, item: str, script: Script) -> N
             s.apply(script.file, item, doc, script.deny, kubectl=True)
 
 
+def scenario(repo: str, test: str) -> Scenario:
+    """One test of :data:`TESTS`, replayed from the repository's files."""
+    s = Scenario(repo, "chainsaw", f"k8s-tests/chainsaw/{test}/", "chainsaw step", label=test)
+    replay(s, repo, test)
+    return s
+
+
 def scenarios(repo: str) -> list[Scenario]:
-    out = []
-    for test, repos in TESTS.items():
-        if repo not in repos:
-            continue
-        s = Scenario(repo, "chainsaw", f"k8s-tests/chainsaw/{test}/", "chainsaw step", label=test)
-        replay(s, repo, test)
-        out.append(s)
-    return out
+    return [scenario(repo, test) for test, repos in TESTS.items() if repo in repos]
 
 
-__all__ = ["SCRIPTS", "TESTS", "scenarios"]
+__all__ = ["SCRIPTS", "TESTS", "scenario", "scenarios"]

@@ -31,15 +31,6 @@ FINALIZER = "skyhook.nvidia.com/skyhook"  # SkyhookFinalizer, operator/internal/
 CREATED = "2026-01-01T00:00:00Z"
 _UIDS = uuid.UUID("9b2e0f64-3c1d-4f7a-8e55-2a1d6c0b7e13")
 
-AGENTLESS = "ghcr.io/nvidia/skyhook/agentless"
-SHELLSCRIPT = "ghcr.io/nvidia/skyhook-packages/shellscript"
-TEST_NODE = {"matchLabels": {"skyhook.nvidia.com/test-node": "skyhooke2e"}}
-WORKERS = {"matchExpressions": [{"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"}]}
-E2E_LABELS = {
-    "app.kubernetes.io/part-of": "skyhook-operator",
-    "app.kubernetes.io/created-by": "skyhook-operator",
-}
-
 
 def uid(*parts: object) -> str:
     return str(uuid.uuid5(_UIDS, "|".join(map(str, parts))))
@@ -100,9 +91,6 @@ class Verdict:
     def wire(self) -> bool:
         """Upstream's answer to this request as the API server would send it."""
         return self.allowed if self.on_request is None else self.on_request
-
-
-ALLOWED = Verdict(True, "chainsaw step")
 
 
 @dataclass
