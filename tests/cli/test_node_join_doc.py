@@ -47,8 +47,17 @@ def test_the_cloud_init_example_is_complete() -> None:
     doc = yaml.safe_load(block)
     files = {f["path"]: f.get("content", "") for f in doc["write_files"]}
     runcmd = [c if isinstance(c, str) else " ".join(c) for c in doc["runcmd"]]
-    # the wheel the project builds (make wheel, or the image's): nodegate is not on PyPI
-    assert any(re.search(r"pip install /\S+/nodegate-[0-9.]+-py3-none-any\.whl$", c) for c in runcmd), runcmd
+    # the wheel the project builds (make wheel, or the image's; nodegate is not on PyPI), installed
+    # with its requirements file: the wheel and the locked dependencies, hashes checked (issue 40)
+    fetched = {c.split()[-1].rsplit("/", 1)[-1] for c in runcmd if c.startswith("curl ")}
+    (install,) = [c for c in runcmd if "pip install" in c]
+    wanted = re.search(
+        r"^cd (\S+) && \S+ install --require-hashes -r (nodegate-[0-9.]+-requirements\.txt)$", install
+    )
+    assert wanted is not None, install
+    version = wanted.group(2).split("-")[1]
+    assert {wanted.group(2), f"nodegate-{version}-py3-none-any.whl"} <= fetched
+    assert all(f" {wanted.group(1)}/nodegate-{version}-" in c for c in runcmd if c.startswith("curl "))
     assert any(c.endswith("/usr/local/bin/nodegate") for c in runcmd if c.startswith("ln "))
     enabled = {u for c in runcmd if c.startswith("systemctl enable") for u in c.split()[2:]}
     assert {"nodegate-join.service", "nodegate-attest.service"} <= enabled
