@@ -22,7 +22,7 @@ from admission.rbac import RbacEvaluator
 from admission.response import Decision
 from bootstrap.service.webhook import app as webhookapp
 from tests.admission.test_admission_rules import SAMPLE
-from tests.admission.test_webhook import GPU, NODEGATE, POLICIES, RBAC, no_reboot, policy, review
+from tests.admission.test_webhook import GPU, NODEGATE, RBAC, gpu_policies, no_reboot, policy, review
 from tests.support.reviewserver import ReviewClient, review_client
 
 
@@ -37,7 +37,9 @@ class Source:
 
 
 def _decider(source: Any = None, rbac: Any = None) -> Decider:
-    return Decider(source or Source(POLICIES), rbac or LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE)
+    return Decider(
+        source or Source(gpu_policies()), rbac or LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE
+    )
 
 
 def _app(
@@ -85,7 +87,7 @@ async def test_a_repeated_review_gets_the_first_answer_with_its_own_uid() -> Non
 
 
 async def test_a_policy_change_empties_the_cache() -> None:
-    source = Source(POLICIES)
+    source = Source(gpu_policies())
     app, cache = _app(_decider(source))
     assert cache is not None
     async with review_client(app) as client:
@@ -116,7 +118,7 @@ async def test_no_cache_without_policies_or_with_an_authorizer_that_can_change_u
             return True
 
     assert decisioncache.for_decider(_decider().compiled_policies, Sar()) is None
-    source = Source(POLICIES)
+    source = Source(gpu_policies())
     source.items = None  # not loaded: every review is denied as such, and none is kept
     app, cache = _app(_decider(source))
     assert cache is not None
@@ -242,13 +244,13 @@ def test_any_sequence_is_answered_as_without_the_cache(
     bodies = [_body(d) for d in docs for _ in range(2)]  # each twice: hits are certain
 
     async def answers(cached: bool) -> list[dict[str, Any]]:
-        source = Source(POLICIES)
+        source = Source(gpu_policies())
         app, _ = _app(_decider(source), cached)
         out = []
         async with review_client(app) as client:
             for n, body in enumerate(bodies):
                 if n < len(changes) and changes[n]:  # a policy change between reviews
-                    source.items = list(reversed(source.items or [])) if n % 2 else [POLICIES[0]]
+                    source.items = list(reversed(source.items or [])) if n % 2 else [gpu_policies()[0]]
                 out.append(await _post(client, body))
         return out
 
@@ -321,7 +323,7 @@ def test_any_sequence_is_answered_as_without_the_cache_while_sampling(docs: list
     bodies = [_body(d) for d in docs for _ in range(3)]
 
     async def answers(cached: bool) -> list[dict[str, Any]]:
-        app, _ = _app(_decider(Source(POLICIES)), cached)
+        app, _ = _app(_decider(Source(gpu_policies())), cached)
         async with review_client(app) as client:
             return [await _post(client, body) for body in bodies]
 

@@ -12,7 +12,7 @@ import pytest
 from admission.holdtolerations import hold_tolerations
 from admission.webhook import Decider
 from tests.admission.test_admission_rules import DIGEST, policy
-from tests.admission.test_webhook import NODEGATE, POLICIES, decide, decider, no_reboot, review
+from tests.admission.test_webhook import NODEGATE, decide, decider, gpu_policies, no_reboot, review
 from tests.admission.upstream.gotypes import encode_skyhook_spec
 from tests.support.package_crs import SAMPLE, UNINSTALL
 
@@ -197,7 +197,7 @@ async def test_a_runtime_required_cr_needs_no_hold_toleration() -> None:
 
 
 def _gpu_spec(**extra: Any) -> dict[str, Any]:
-    return {**POLICIES[0].spec.model_dump(by_alias=True, exclude_none=True), **extra}
+    return {**gpu_policies()[0].spec.model_dump(by_alias=True, exclude_none=True), **extra}
 
 
 async def _judge(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import functools
 import hashlib
 import json
 from typing import Any
@@ -30,7 +31,7 @@ from admission.holdtolerations import hold_tolerations
 from admission.mutate import CrMutator
 from admission.rbac import RbacEvaluator
 from admission.review import parse_review
-from tests.admission.test_upstream_corpus import FULL_RBAC, OPEN_POLICY
+from tests.admission.test_upstream_corpus import FULL_RBAC, open_policy
 from tests.admission.upstream import picker
 from tests.admission.upstream.model import NODEWRIGHT, admit, schema_errors, stamp_create
 from tests.admission.upstream.pods import OPERATOR_TOLERATIONS, package_pod
@@ -41,7 +42,14 @@ SAMPLES = shared("nodewright")  # upstream's CRs: public test data, not committe
 PACKAGE_HOLDS = ("packages-pending", "validation-failed")
 OTHER_HOLDS = ("unattested", "quarantined")  # a rebooted node is held unattested
 MUTATOR = CrMutator(KEY)
-DECIDER = Decider(StaticPolicies([OPEN_POLICY]), LocalRbac(RbacEvaluator.from_objects(FULL_RBAC)), "nodegate")
+
+
+@functools.cache
+def decider() -> Decider:
+    """Made when a test first asks, not at import: the policy and the RBAC objects are validated."""
+    return Decider(
+        StaticPolicies([open_policy()]), LocalRbac(RbacEvaluator.from_objects(FULL_RBAC)), "nodegate"
+    )
 
 
 def hold(value: str, effect: str = "NoSchedule") -> dict[str, str]:
@@ -77,7 +85,7 @@ def mutate(obj: dict[str, Any]) -> dict[str, Any]:
 
 def validate(obj: dict[str, Any]) -> tuple[bool, str, list[str]]:
     group, kind = obj["apiVersion"].split("/")[0], obj["kind"]
-    d = asyncio.run(DECIDER.decide(parse_review(_review(obj, group, kind)).request))
+    d = asyncio.run(decider().decide(parse_review(_review(obj, group, kind)).request))
     return d.allowed, d.message + "".join(f"\n  - {v}" for v in d.violations), d.warnings
 
 

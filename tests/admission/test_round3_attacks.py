@@ -10,12 +10,14 @@ the code before the fix and fail there on the verdict (docs/threat-model.md, "Ro
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from admission import nodes
+from admission.policy import PackagePolicy
 from admission.rbac import RbacEvaluator
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 from tests.admission.test_admission_rules import policy
@@ -44,14 +46,24 @@ class Selectors:
         return self.items
 
 
-POLICIES = [
-    policy(
-        "gpu", nodeSelector={"matchLabels": {"agentpool": "gpu"}}, images={"registries": ["ghcr.io/nvidia"]}
-    ),
-    policy(
-        "cpu", nodeSelector={"matchLabels": {"agentpool": "cpu"}}, images={"registries": ["ghcr.io/nvidia"]}
-    ),
-]
+@functools.cache
+def team_policies() -> list[PackagePolicy]:
+    """Validated when a test first asks (functools.cache), not at import: a refusal by the installed
+    pydantic or the policy model fails those tests, not the collection."""
+    return [
+        policy(
+            "gpu",
+            nodeSelector={"matchLabels": {"agentpool": "gpu"}},
+            images={"registries": ["ghcr.io/nvidia"]},
+        ),
+        policy(
+            "cpu",
+            nodeSelector={"matchLabels": {"agentpool": "cpu"}},
+            images={"registries": ["ghcr.io/nvidia"]},
+        ),
+    ]
+
+
 RBAC = [
     _role("deploy-gpu", "deploy", ["gpu"]),
     _role("deploy-cpu", "deploy", ["cpu"]),
@@ -61,7 +73,7 @@ RBAC = [
 
 
 def deciding(selectors: list[Sel] | None = None, operators: tuple[str, ...] = (OPERATOR,)) -> Decider:
-    d = Decider(StaticPolicies(POLICIES), LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE)
+    d = Decider(StaticPolicies(team_policies()), LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE)
     d.selector_source = Selectors(selectors)
     d.operators = frozenset(operators)
     return d
@@ -295,7 +307,7 @@ async def test_a_stored_cr_nodegate_cannot_read_may_select_every_node() -> None:
     assert not d.allowed
     assert [v.rule for v in d.violations] == ["pool"]
     everything = deciding()
-    everything.policy_source = StaticPolicies([*POLICIES, policy("all", images={"registries": ["*"]})])
+    everything.policy_source = StaticPolicies([*team_policies(), policy("all", images={"registries": ["*"]})])
     everything.authorizer = LocalRbac(
         RbacEvaluator.from_objects(
             [*RBAC, _role("deploy-all", "deploy", ["all"]), _binding("r", "deploy-all", "User", "root")]

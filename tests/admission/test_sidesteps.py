@@ -11,22 +11,24 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from typing import Any
 
 import pytest
 
+from admission.policy import PackagePolicy
 from admission.rbac import RbacEvaluator
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 from tests.admission.test_admission_rules import policy
 from tests.admission.test_webhook import (
     NODEGATE,
-    POLICIES,
     RBAC,
     _binding,
     _role,
     decide,
     decider,
+    gpu_policies,
     no_reboot,
     review,
 )
@@ -196,13 +198,19 @@ async def test_nodes_and_nodes_status_are_judged_alike(status: bool) -> None:
 
 # -- 6: moving reboot packages to another pool -------------------------------------------------
 
-GPU_B = policy(
-    "gpu-b",
-    nodeSelector={"matchLabels": {"agentpool": "gpu-b"}},
-    images={"registries": ["ghcr.io/nvidia"]},
-    interrupts={"allowed": ["noop", "service", "restartAllServices", "reboot"]},
-    maxInterruptionBudget={"percent": 50},
-)
+
+@functools.cache
+def gpu_b() -> PackagePolicy:
+    """Validated when a test first asks, not at import (a refusal fails the tests, not the collection)."""
+    return policy(
+        "gpu-b",
+        nodeSelector={"matchLabels": {"agentpool": "gpu-b"}},
+        images={"registries": ["ghcr.io/nvidia"]},
+        interrupts={"allowed": ["noop", "service", "restartAllServices", "reboot"]},
+        maxInterruptionBudget={"percent": 50},
+    )
+
+
 MOVERS = [
     *RBAC,
     _role("deploy-gpu-b", "deploy", ["gpu-b"]),
@@ -218,7 +226,7 @@ MOVERS = [
 
 def movers() -> Decider:
     return Decider(
-        StaticPolicies([*POLICIES, GPU_B]), LocalRbac(RbacEvaluator.from_objects(MOVERS)), NODEGATE
+        StaticPolicies([*gpu_policies(), gpu_b()]), LocalRbac(RbacEvaluator.from_objects(MOVERS)), NODEGATE
     )
 
 

@@ -14,6 +14,7 @@ own from upstream's files in the public test data, so that a bad file fails its 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections import Counter
 from typing import Any
@@ -30,21 +31,28 @@ from tests.admission.upstream import e2e
 from tests.admission.upstream.corpus import SOURCES, all_cases, behind_mutating_webhook
 from tests.admission.upstream.model import NODEWRIGHT, SKYHOOK, Case
 
-OPEN_POLICY = PackagePolicy.model_validate(
-    {
-        "apiVersion": "nodegate.io/v1alpha1",
-        "kind": "PackagePolicy",
-        "metadata": {"name": "everything"},
-        "spec": {
-            "nodeSelector": {},
-            "images": {"registries": ["*"]},
-            "interrupts": {"allowed": ["noop", "service", "restartAllServices", "reboot"]},
-            "allowRuntimeRequired": True,
-            "allowSecretEnv": True,
-            "allowAgentImageOverride": True,
-        },
-    }
-)
+
+@functools.cache
+def open_policy() -> PackagePolicy:
+    """Validated when a test first asks (functools.cache), not at import: a refusal by the installed
+    pydantic or the policy model fails those tests, not the collection."""
+    return PackagePolicy.model_validate(
+        {
+            "apiVersion": "nodegate.io/v1alpha1",
+            "kind": "PackagePolicy",
+            "metadata": {"name": "everything"},
+            "spec": {
+                "nodeSelector": {},
+                "images": {"registries": ["*"]},
+                "interrupts": {"allowed": ["noop", "service", "restartAllServices", "reboot"]},
+                "allowRuntimeRequired": True,
+                "allowSecretEnv": True,
+                "allowAgentImageOverride": True,
+            },
+        }
+    )
+
+
 FULL_RBAC: list[dict[str, Any]] = [
     {
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -72,7 +80,7 @@ FULL_RBAC: list[dict[str, Any]] = [
 
 def _decider() -> Decider:
     return Decider(
-        StaticPolicies([OPEN_POLICY]), LocalRbac(RbacEvaluator.from_objects(FULL_RBAC)), "nodegate"
+        StaticPolicies([open_policy()]), LocalRbac(RbacEvaluator.from_objects(FULL_RBAC)), "nodegate"
     )
 
 
@@ -230,7 +238,7 @@ async def test_the_operators_own_updates_need_no_policy_and_no_rights(mutated: b
 async def test_without_rights_only_unchanged_updates_pass() -> None:
     """The same corpus with an authorizer that grants nothing: every CREATE and every UPDATE that
     changes the spec or pause/disable is refused; so is every DELETE (issue 33, finding 5)."""
-    decider = Decider(StaticPolicies([OPEN_POLICY]), _Nobody(), "nodegate")
+    decider = Decider(StaticPolicies([open_policy()]), _Nobody(), "nodegate")
     for case in all_cases():
         if case.kind != "Skyhook" or case.verdict.crd_rejects:
             continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import ssl
 import uuid
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission import webhook
+from admission.policy import PackagePolicy
 from admission.rbac import RbacEvaluator
 from admission.violations import Violation
 from admission.webhook import AuthorizerUnavailable, Decider, LocalRbac, StaticPolicies
@@ -30,16 +32,22 @@ from tests.support.reviewserver import listening, review_client
 
 NODEGATE = "system:serviceaccount:nodegate:nodegate"
 GPU = {"matchLabels": {"agentpool": "gpu"}}
-POLICIES = [
-    policy(
-        "gpu",
-        nodeSelector=GPU,
-        images={"registries": ["ghcr.io/nvidia"]},
-        interrupts={"allowed": ["noop", "service", "restartAllServices", "reboot"]},
-        maxInterruptionBudget={"percent": 50},
-    ),
-    policy("everything", images={"registries": ["ghcr.io/nvidia"]}),  # every node; noop only
-]
+
+
+@functools.cache
+def gpu_policies() -> list[PackagePolicy]:
+    """The sample policies, validated when a test first asks (functools.cache), not at import: a
+    refusal by the installed pydantic or the policy model fails those tests, not the collection."""
+    return [
+        policy(
+            "gpu",
+            nodeSelector=GPU,
+            images={"registries": ["ghcr.io/nvidia"]},
+            interrupts={"allowed": ["noop", "service", "restartAllServices", "reboot"]},
+            maxInterruptionBudget={"percent": 50},
+        ),
+        policy("everything", images={"registries": ["ghcr.io/nvidia"]}),  # every node; noop only
+    ]
 
 
 def _role(name: str, verb: str, names: list[str]) -> dict[str, Any]:
@@ -80,7 +88,7 @@ RBAC = [
 
 
 def decider(policies: list[Any] | None = None, authorizer: Any = None) -> Decider:
-    source = StaticPolicies(POLICIES if policies is None else policies)
+    source = StaticPolicies(gpu_policies() if policies is None else policies)
     return Decider(source, authorizer or LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE)
 
 
@@ -178,7 +186,7 @@ async def test_structural_violations_come_first_and_need_no_rights() -> None:
 async def test_selector_outside_every_pool_is_refused() -> None:
     doc = no_reboot(SAMPLE)
     doc["spec"]["nodeSelectors"] = {"matchLabels": {"agentpool": "cpu"}}
-    d = await decide(decider(policies=POLICIES[:1]), review(doc))
+    d = await decide(decider(policies=gpu_policies()[:1]), review(doc))
     assert [v.rule for v in d.violations] == ["pool"]
 
 
@@ -372,7 +380,7 @@ def test_arbitrary_reviews_never_fail_the_server(request: dict[str, Any]) -> Non
 
 def test_policy_test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "policies.yaml").write_text(
-        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
+        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in gpu_policies()])
     )
     (tmp_path / "rbac.yaml").write_text(yaml.safe_dump_all(RBAC))
     good, bad = review(no_reboot(SAMPLE)), review(no_reboot(SAMPLE), user="mallory")
@@ -400,7 +408,7 @@ def test_policy_test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 def test_policy_audit_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "policies.yaml").write_text(
-        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
+        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in gpu_policies()])
     )
     over = copy.deepcopy(SAMPLE)
     over["metadata"]["name"] = "over-budget"
@@ -441,7 +449,7 @@ async def test_readyz_follows_the_policy_source() -> None:
     app = webhookapp.make_app(Decider(flag, LocalRbac(RbacEvaluator.from_objects(RBAC)), NODEGATE))
     async with review_client(app) as client:
         assert (await client.get("/readyz")).status == 503
-        flag.items = POLICIES
+        flag.items = gpu_policies()
         assert (await client.get("/readyz")).status == 200
 
 
@@ -451,7 +459,7 @@ async def test_readyz_follows_the_policy_source() -> None:
 async def test_policies_are_compiled_again_when_the_source_changes_them() -> None:
     class Source:
         def __init__(self) -> None:
-            self.items = list(POLICIES)
+            self.items = list(gpu_policies())
 
         def policies(self) -> list[Any]:
             return list(self.items)  # a new list each time, as the cluster watcher hands them out
@@ -464,7 +472,7 @@ async def test_policies_are_compiled_again_when_the_source_changes_them() -> Non
     assert first is d.compiled_policies()  # same objects: compiled once
     source.items = [
         policy("gpu", nodeSelector=GPU, images={"registries": ["registry.example.com"]}),
-        POLICIES[1],
+        gpu_policies()[1],
     ]
     denied = await decide(d, body)
     assert not denied.allowed

@@ -40,6 +40,7 @@ TPM_MANUFACTURER, TPM_MODEL, TPM_VERSION = (x509.ObjectIdentifier(f"2.23.133.2.{
 ECDSA_SHA384 = bytes.fromhex("300a06082a8648ce3d040303")
 ECDSA_SHA384_NULL = bytes.fromhex("300c06082a8648ce3d0403030500")
 Key = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey
+PublicKey = rsa.RSAPublicKey | ec.EllipticCurvePublicKey
 Edit = Callable[[bytes], bytes]
 
 
@@ -271,7 +272,7 @@ def issue_ek(
 _EK_SYM = bytes.fromhex("000600800043")  # AES-128-CFB
 
 
-def ek_pair(kind: str = "rsa") -> tuple[rsa.RSAPublicKey | ec.EllipticCurvePublicKey, bytes]:
+def ek_pair(kind: str = "rsa") -> tuple[PublicKey, bytes]:
     """A software EK key and its TPM2B_PUBLIC under the TCG L-1 (RSA) or L-2 (ECC P-256) template."""
     if kind == "rsa":
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()

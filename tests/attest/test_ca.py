@@ -22,13 +22,17 @@ from attest.svid import SpiffeId, SvidInvalid
 
 NOW = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 TD = "example.org"
-NODE = SpiffeId(TD, "/node/worker-1")
 HOUR = timedelta(hours=1)
+
+
+def node_id() -> SpiffeId:
+    """The node's SPIFFE ID, built when a test runs (the constructor validates)."""
+    return SpiffeId(TD, "/node/worker-1")
 
 
 def _svid(signer: ca.Authority, now: datetime = NOW) -> x509.Certificate:
     key = ec.generate_private_key(ec.SECP256R1())
-    return svid.issue_svid(signer, spiffe_id=NODE, public_key=key.public_key(), now=now, ttl=HOUR)
+    return svid.issue_svid(signer, spiffe_id=node_id(), public_key=key.public_key(), now=now, ttl=HOUR)
 
 
 def _bundle(cas: CaSet, now: datetime) -> list[x509.Certificate]:
@@ -118,7 +122,7 @@ def test_initial() -> None:
     assert cas.signer is cas.authorities[0]
     assert cas.roots(NOW) == [cas.signer.certificate]
     assert cas.bundle_sequence(NOW) == 1
-    assert svid.verify_svid(_svid(cas.signer), roots=cas.roots(NOW), trust_domain=TD, now=NOW) == NODE
+    assert svid.verify_svid(_svid(cas.signer), roots=cas.roots(NOW), trust_domain=TD, now=NOW) == node_id()
 
 
 def test_rotation_overlap_then_prune() -> None:
@@ -143,7 +147,9 @@ def test_rotation_overlap_then_prune() -> None:
     new_svid = _svid(rotated.signer, t1)
     new_svid.verify_directly_issued_by(rotated.signer.certificate)
     for leaf in (old_svid, new_svid):
-        assert svid.verify_svid(leaf, roots=bundle, trust_domain=TD, now=t1 + timedelta(minutes=5)) == NODE
+        assert (
+            svid.verify_svid(leaf, roots=bundle, trust_domain=TD, now=t1 + timedelta(minutes=5)) == node_id()
+        )
     assert rotated.prune(t1) is rotated
 
     # After retire_at the old root leaves the bundle even before pruning; the sequence moves with it.
@@ -250,7 +256,9 @@ def test_dump_load_round_trip(rotated: CaSet) -> None:
         assert (a.created_at, a.retire_at) == (b.created_at, b.retire_at)
     assert loaded.dump() == rotated.dump()
     leaf = _svid(loaded.signer, NOW + HOUR)
-    assert svid.verify_svid(leaf, roots=rotated.roots(NOW + HOUR), trust_domain=TD, now=NOW + HOUR) == NODE
+    assert (
+        svid.verify_svid(leaf, roots=rotated.roots(NOW + HOUR), trust_domain=TD, now=NOW + HOUR) == node_id()
+    )
 
 
 def test_load_ignores_unreferenced_files(rotated: CaSet) -> None:

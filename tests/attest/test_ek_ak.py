@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -353,44 +354,68 @@ def test_real_aks_verify_and_their_name_matches_the_tpm(swtpm: TpmInfo) -> None:
 
 
 _ALL = fakes.AK_ATTRS
-_EC = ec.generate_private_key(ec.SECP256R1()).public_key()
+
+
+@functools.cache
+def _ec() -> ec.EllipticCurvePublicKey:
+    return ec.generate_private_key(ec.SECP256R1()).public_key()
 
 
 @pytest.mark.parametrize(
     ("public", "missing"),
     [
-        (fakes.ecc_public(_EC, attrs=_ALL & ~wire.ObjectAttr.FIXED_TPM), "fixedTPM"),
-        (fakes.ecc_public(_EC, attrs=_ALL & ~wire.ObjectAttr.RESTRICTED), "restricted"),
-        (fakes.ecc_public(_EC, attrs=_ALL | wire.ObjectAttr.DECRYPT), "decrypt"),
-        (fakes.ecc_public(_EC, attrs=_ALL & ~wire.ObjectAttr.FIXED_PARENT), "fixedParent"),
-        (fakes.ecc_public(_EC, attrs=_ALL & ~wire.ObjectAttr.SENSITIVE_DATA_ORIGIN), "sensitiveDataOrigin"),
-        (fakes.ecc_public(_EC, attrs=_ALL & ~wire.ObjectAttr.SIGN), "sign"),
-        (fakes.ecc_public(_EC, attrs=_ALL & ~wire.ObjectAttr.USER_WITH_AUTH), "userWithAuth"),
-        (fakes.ecc_public(_EC, scheme_hash=wire.Alg.SHA1), "SHA-256"),
-        (fakes.ecc_public(_EC, scheme=wire.Alg.NULL), "explicit ECDSA"),
-        (fakes.ecc_public(_EC, name_alg=wire.Alg.SHA1), "name algorithm"),
+        (lambda: fakes.ecc_public(_ec(), attrs=_ALL & ~wire.ObjectAttr.FIXED_TPM), "fixedTPM"),
+        (lambda: fakes.ecc_public(_ec(), attrs=_ALL & ~wire.ObjectAttr.RESTRICTED), "restricted"),
+        (lambda: fakes.ecc_public(_ec(), attrs=_ALL | wire.ObjectAttr.DECRYPT), "decrypt"),
+        (lambda: fakes.ecc_public(_ec(), attrs=_ALL & ~wire.ObjectAttr.FIXED_PARENT), "fixedParent"),
         (
-            fakes.ecc_public(
-                _EC, kdf=wire.Alg.NULL, sym=struct.pack(">HHH", wire.Alg.AES, 128, wire.Alg.CFB)
+            lambda: fakes.ecc_public(_ec(), attrs=_ALL & ~wire.ObjectAttr.SENSITIVE_DATA_ORIGIN),
+            "sensitiveDataOrigin",
+        ),
+        (lambda: fakes.ecc_public(_ec(), attrs=_ALL & ~wire.ObjectAttr.SIGN), "sign"),
+        (lambda: fakes.ecc_public(_ec(), attrs=_ALL & ~wire.ObjectAttr.USER_WITH_AUTH), "userWithAuth"),
+        (lambda: fakes.ecc_public(_ec(), scheme_hash=wire.Alg.SHA1), "SHA-256"),
+        (lambda: fakes.ecc_public(_ec(), scheme=wire.Alg.NULL), "explicit ECDSA"),
+        (lambda: fakes.ecc_public(_ec(), name_alg=wire.Alg.SHA1), "name algorithm"),
+        (
+            lambda: fakes.ecc_public(
+                _ec(), kdf=wire.Alg.NULL, sym=struct.pack(">HHH", wire.Alg.AES, 128, wire.Alg.CFB)
             ),
             "symmetric",
         ),
         (
-            fakes.rsa_public(rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key()),  # noqa: S505
+            lambda: fakes.rsa_public(
+                rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key()  # noqa: S505
+            ),
             "below 2048",
         ),
         (
-            fakes.rsa_public(
+            lambda: fakes.rsa_public(
                 rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key(),
                 scheme=wire.Alg.RSAPSS,
             ),
             "RSASSA",
         ),
     ],
+    ids=[
+        "no-fixedTPM",
+        "no-restricted",
+        "decrypt",
+        "no-fixedParent",
+        "no-sensitiveDataOrigin",
+        "no-sign",
+        "no-userWithAuth",
+        "sha1-scheme",
+        "null-scheme",
+        "sha1-name-alg",
+        "symmetric",
+        "rsa-1024",
+        "rsapss",
+    ],
 )
-def test_ak_attacks_are_refused(public: bytes, missing: str) -> None:
+def test_ak_attacks_are_refused(public: Callable[[], bytes], missing: str) -> None:
     with pytest.raises(AkInvalid) as exc:
-        tpm.verify_ak(public)
+        tpm.verify_ak(public())
     assert exc.value.code == "ak_invalid"
     assert missing in exc.value.detail
 
@@ -438,35 +463,50 @@ def test_trailing_or_oversized_public_areas_are_malformed(swtpm: TpmInfo) -> Non
 
 
 _EK_SYM = struct.pack(">HHH", wire.Alg.AES, 128, wire.Alg.CFB)
-_RSA_EK_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()
-_ECC_EK_KEY = ec.generate_private_key(ec.SECP256R1()).public_key()
 
 
-def _ecc_ek(key: ec.EllipticCurvePublicKey = _ECC_EK_KEY, kdf: int = wire.Alg.NULL) -> bytes:
+@functools.cache
+def _rsa_ek_key() -> rsa.RSAPublicKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()
+
+
+@functools.cache
+def _ecc_ek_key() -> ec.EllipticCurvePublicKey:
+    return ec.generate_private_key(ec.SECP256R1()).public_key()
+
+
+def _ecc_ek(key: ec.EllipticCurvePublicKey | None = None, kdf: int = wire.Alg.NULL) -> bytes:
     """A public area following the L-2 ECC P-256 EK template (or deviating in curve or KDF)."""
     return fakes.ecc_public(
-        key, attrs=0x000300B2, scheme=wire.Alg.NULL, policy=POLICY_A_SHA256, sym=_EK_SYM, kdf=kdf
+        _ecc_ek_key() if key is None else key,
+        attrs=0x000300B2,
+        scheme=wire.Alg.NULL,
+        policy=POLICY_A_SHA256,
+        sym=_EK_SYM,
+        kdf=kdf,
     )
 
 
 @pytest.mark.parametrize(
     ("public", "why"),
     [
-        (fakes.rsa_ek_public(_RSA_EK_KEY), None),
-        (_ecc_ek(), None),
+        (lambda: fakes.rsa_ek_public(_rsa_ek_key()), None),
+        (_ecc_ek, None),
         (
-            fakes.rsa_public(
-                _RSA_EK_KEY, attrs=0x000300B2, scheme=wire.Alg.RSASSA, policy=POLICY_A_SHA256, sym=_EK_SYM
+            lambda: fakes.rsa_public(
+                _rsa_ek_key(), attrs=0x000300B2, scheme=wire.Alg.RSASSA, policy=POLICY_A_SHA256, sym=_EK_SYM
             ),
             "scheme",
         ),
         (
-            fakes.rsa_public(_RSA_EK_KEY, attrs=0x000300B2, scheme=wire.Alg.NULL, policy=POLICY_A_SHA256),
+            lambda: fakes.rsa_public(
+                _rsa_ek_key(), attrs=0x000300B2, scheme=wire.Alg.NULL, policy=POLICY_A_SHA256
+            ),
             "symmetric",
         ),
         (
-            fakes.rsa_public(
-                _RSA_EK_KEY,
+            lambda: fakes.rsa_public(
+                _rsa_ek_key(),
                 attrs=0x000300B2,
                 scheme=wire.Alg.NULL,
                 policy=POLICY_A_SHA256,
@@ -474,20 +514,36 @@ def _ecc_ek(key: ec.EllipticCurvePublicKey = _ECC_EK_KEY, kdf: int = wire.Alg.NU
             ),
             "symmetric",
         ),
-        (_ecc_ek(kdf=wire.Alg.KDF1_SP800_108), "KDF"),
-        (_ecc_ek(key=ec.generate_private_key(ec.SECP384R1()).public_key()), "matches no TCG EK template"),
+        (lambda: _ecc_ek(kdf=wire.Alg.KDF1_SP800_108), "KDF"),
         (
-            fakes.rsa_ek_public(rsa.generate_private_key(public_exponent=3, key_size=2048).public_key()),
+            lambda: _ecc_ek(key=ec.generate_private_key(ec.SECP384R1()).public_key()),
+            "matches no TCG EK template",
+        ),
+        (
+            lambda: fakes.rsa_ek_public(
+                rsa.generate_private_key(public_exponent=3, key_size=2048).public_key()
+            ),
             "exponent",
         ),
     ],
+    ids=[
+        "rsa-l1",
+        "ecc-l2",
+        "rsa-rsassa",
+        "rsa-no-symmetric",
+        "rsa-aes256",
+        "ecc-kdf",
+        "ecc-p384",
+        "rsa-exponent-3",
+    ],
 )
-def test_ek_template_deviations(public: bytes, why: str | None) -> None:
+def test_ek_template_deviations(public: Callable[[], bytes], why: str | None) -> None:
+    area = public()
     if why is None:
-        assert tpm.verify_ek(public, None, roots=[], allowlist={_sha(public)}).template.startswith("L-")
+        assert tpm.verify_ek(area, None, roots=[], allowlist={_sha(area)}).template.startswith("L-")
         return
     with pytest.raises(EkUntrusted) as exc:
-        tpm.verify_ek(public, None, roots=[], allowlist={_sha(public)})
+        tpm.verify_ek(area, None, roots=[], allowlist={_sha(area)})
     assert why in exc.value.detail
 
 
@@ -495,6 +551,6 @@ def test_ak_on_an_unsupported_curve_or_with_a_kdf_is_refused() -> None:
     p521 = fakes.ecc_public(ec.generate_private_key(ec.SECP521R1()).public_key())
     with pytest.raises(AkInvalid, match="P-256 or P-384"):
         tpm.verify_ak(p521)
-    with_kdf = fakes.ecc_public(_EC, kdf=wire.Alg.KDF1_SP800_108)
+    with_kdf = fakes.ecc_public(_ec(), kdf=wire.Alg.KDF1_SP800_108)
     with pytest.raises(AkInvalid, match="KDF"):
         tpm.verify_ak(with_kdf)

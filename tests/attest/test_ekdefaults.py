@@ -8,6 +8,7 @@ in tests/node/test_real_intel_answers.py.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import pytest
@@ -27,10 +28,32 @@ EKU = bytes.fromhex("0603551d25")  # extKeyUsage
 KU = bytes.fromhex("0603551d0f")  # keyUsage
 NC = bytes.fromhex("0603551d1e")  # nameConstraints
 
-ROOT = b.make_ca(b.cn("PTT EK Root"))
-INTER = b.make_ca(b.cn("PTT EK intermediate for SPTH"), parent=ROOT)
-EK_KEY, EK_PUBLIC = b.ek_pair("rsa")
 Fields = list[bytes]  # one Extension's TLVs: extnID, [critical], extnValue
+
+
+# The test PKI, made when a test first asks (key generation and certificate building are the
+# installed cryptography's; a refusal there fails the tests that use it, not the collection).
+@functools.cache
+def root_ca() -> b.Ca:
+    return b.make_ca(b.cn("PTT EK Root"))
+
+
+@functools.cache
+def inter_ca() -> b.Ca:
+    return b.make_ca(b.cn("PTT EK intermediate for SPTH"), parent=root_ca())
+
+
+@functools.cache
+def _ek() -> tuple[b.PublicKey, bytes]:
+    return b.ek_pair("rsa")
+
+
+def ek_key() -> b.PublicKey:
+    return _ek()[0]
+
+
+def ek_public() -> bytes:
+    return _ek()[1]
 
 
 def _root(der: bytes) -> certparse.Cert:
@@ -64,17 +87,22 @@ def basic_constraints(content: bytes) -> Callable[[Fields], Fields]:
     return lambda f: [*f[:-1], b.tlv(0x04, b.tlv(0x30, content))]
 
 
-def leaf(edit: b.Edit, *, issuer: b.Ca = INTER) -> bytes:
-    return b.issue_ek(issuer, b.ek_builder(issuer.name, EK_KEY, san=b.cn("tpm")), edit=edit)
+def leaf(edit: b.Edit, *, issuer: b.Ca | None = None) -> bytes:
+    issuer = inter_ca() if issuer is None else issuer
+    return b.issue_ek(issuer, b.ek_builder(issuer.name, ek_key(), san=b.cn("tpm")), edit=edit)
 
 
 def verify(der: bytes) -> tpm.EkIdentity:
-    return tpm.verify_ek(EK_PUBLIC, der, roots=[ROOT.cert], intermediates=[_root(INTER.der)])
+    return tpm.verify_ek(ek_public(), der, roots=[root_ca().cert], intermediates=[_root(inter_ca().der)])
 
 
 CA_FALSE = edit_extension(BC, basic_constraints(FALSE))  # 30 03 01 01 00, as Intel writes it
 EKU_FALSE = edit_extension(EKU, critical(FALSE))  # extension ... 01 01 00, as Intel writes it
-INTEL_STYLE = leaf(b.chain_edits(CA_FALSE, EKU_FALSE))
+
+
+@functools.cache
+def intel_style() -> bytes:
+    return leaf(b.chain_edits(CA_FALSE, EKU_FALSE))
 
 
 def test_cryptography_refuses_the_reproduced_intel_encoding() -> None:
@@ -106,10 +134,10 @@ def test_a_non_critical_basic_constraints_with_encoded_ca_false_is_read() -> Non
 
 def test_an_intermediate_with_an_encoded_default_reports_it_on_its_link() -> None:
     inter = b.make_ca(
-        b.cn("PTT EK intermediate for GLK"), parent=ROOT, edit=edit_extension(KU, critical(FALSE))
+        b.cn("PTT EK intermediate for GLK"), parent=root_ca(), edit=edit_extension(KU, critical(FALSE))
     )
-    der = b.issue_ek(inter, b.ek_builder(inter.name, EK_KEY, san=b.cn("tpm")))
-    ident = tpm.verify_ek(EK_PUBLIC, der, roots=[ROOT.cert], intermediates=[_root(inter.der)])
+    der = b.issue_ek(inter, b.ek_builder(inter.name, ek_key(), san=b.cn("tpm")))
+    ident = tpm.verify_ek(ek_public(), der, roots=[root_ca().cert], intermediates=[_root(inter.der)])
     assert [link.quirks for link in ident.links] == [(), (certparse.ENCODED_DEFAULT,), ()]
     assert ident.quirks == (certparse.ENCODED_DEFAULT,)
 
@@ -120,8 +148,8 @@ def test_an_intermediate_with_an_encoded_default_reports_it_on_its_link() -> Non
 def test_the_canonical_copy_with_the_issuers_signature_does_not_verify() -> None:
     """What a re-encoding verifier would check: the same fields as DER. The CA signed the other
     bytes, so this must fail; the quirk cannot make a certificate say what was not signed."""
-    cert = certparse.read_certificate(INTEL_STYLE)
-    _tbs, algorithm, _sig = b.children(INTEL_STYLE)
+    cert = certparse.read_certificate(intel_style())
+    _tbs, algorithm, _sig = b.children(intel_style())
     copy = b.assemble(cert.view.tbs_certificate_bytes, algorithm, cert.signature)
     _ = x509.load_der_x509_certificate(copy).extensions  # strict DER: no quirk needed
     with pytest.raises(EkUntrusted, match="does not verify") as caught:
@@ -138,7 +166,7 @@ def test_the_canonical_copy_with_the_issuers_signature_does_not_verify() -> None
     ],
 )
 def test_an_encoded_default_added_after_signing_does_not_verify(edit: b.Edit) -> None:
-    signed = b.issue_ek(INTER, b.ek_builder(INTER.name, EK_KEY, san=b.cn("tpm")))
+    signed = b.issue_ek(inter_ca(), b.ek_builder(inter_ca().name, ek_key(), san=b.cn("tpm")))
     tbs, algorithm, signature = b.children(signed)
     tampered = b.tlv(0x30, edit(tbs) + algorithm + signature)
     with pytest.raises(EkUntrusted, match="does not verify") as caught:
@@ -147,7 +175,7 @@ def test_an_encoded_default_added_after_signing_does_not_verify(edit: b.Edit) ->
 
 
 def test_a_tampered_tbs_with_the_quirk_does_not_verify() -> None:
-    tbs, algorithm, signature = b.children(INTEL_STYLE)
+    tbs, algorithm, signature = b.children(intel_style())
     pos = tbs.index(b"tpm")
     tampered = b.tlv(0x30, tbs[:pos] + b"tpn" + tbs[pos + 3 :] + algorithm + signature)
     assert certparse.read_certificate(tampered).quirks == (certparse.ENCODED_DEFAULT,)
@@ -212,12 +240,12 @@ def test_an_encoded_default_inside_name_constraints_is_malformed() -> None:
     """GeneralSubtree.minimum BaseDistance DEFAULT 0 written out: an INTEGER default, not listed."""
     subtree = b.tlv(0x30, b.tlv(0x82, b"a.example") + bytes.fromhex("800100"))
     value = b.tlv(0x30, b.tlv(0xA0, subtree))
-    builder = b.ca_builder(b.cn("NC CA"), ROOT.name, ROOT.key.public_key()).add_extension(
+    builder = b.ca_builder(b.cn("NC CA"), root_ca().name, root_ca().key.public_key()).add_extension(
         x509.NameConstraints(permitted_subtrees=[x509.DNSName("a.example")], excluded_subtrees=None),
         critical=True,
     )
-    cert = builder.sign(ROOT.key, hashes.SHA384())
-    der = b.resign(cert, ROOT.key, edit_extension(NC, lambda f: [*f[:-1], b.tlv(0x04, value)]))
+    cert = builder.sign(root_ca().key, hashes.SHA384())
+    der = b.resign(cert, root_ca().key, edit_extension(NC, lambda f: [*f[:-1], b.tlv(0x04, value)]))
     with pytest.raises(MalformedInput, match="EncodedDefault"):
         _root(der)
 
@@ -230,9 +258,9 @@ _CHOICES = {"ca": CA_FALSE, "eku": EKU_FALSE, "bc-noncrit": edit_extension(BC, c
 @settings(max_examples=20, deadline=None)
 @given(st.sets(st.sampled_from(sorted(_CHOICES))))
 def test_encoded_defaults_decode_to_the_same_extensions(chosen: set[str]) -> None:
-    plain = b.ek_builder(INTER.name, EK_KEY, san=b.cn("tpm")).sign(INTER.key, hashes.SHA256())
+    plain = b.ek_builder(inter_ca().name, ek_key(), san=b.cn("tpm")).sign(inter_ca().key, hashes.SHA256())
     order = [k for k in ("bc-noncrit", "ca", "eku") if k in chosen]
-    der = b.resign(plain, INTER.key, b.chain_edits(*(_CHOICES[k] for k in order)))
+    der = b.resign(plain, inter_ca().key, b.chain_edits(*(_CHOICES[k] for k in order)))
     cert = certparse.read_certificate(der)
     quirky = chosen & {"ca", "eku"}
     assert cert.quirks == ((certparse.ENCODED_DEFAULT,) if quirky else ())

@@ -3,6 +3,7 @@ values, and every way a log can be forged or broken refused with its code."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import struct
 import subprocess
@@ -21,9 +22,18 @@ from attest.measuredboot import facts as bootfacts
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
 
-_, _CERT = self_signed("Test Secure Boot CA")
-CERT_DER = _CERT.public_bytes(serialization.Encoding.DER)
-QUIRKY = el.quirky(CERT_DER)
+
+# The certificate and the logs that carry it are made when a test first asks (functools.cache), not
+# at import: a refusal by the installed cryptography fails those tests, not the collection.
+@functools.cache
+def cert_der() -> bytes:
+    _, cert = self_signed("Test Secure Boot CA")
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+@functools.cache
+def quirky_logs() -> dict[str, bytes]:
+    return el.quirky(cert_der())
 
 
 def _tpm2_eventlog(path: Path) -> tuple[int, dict[str, Any], str]:
@@ -51,19 +61,19 @@ TPM2_EVENTLOG_FAILS = {"no-action-pcr-ffffffff", "sha1-only-locality"}
 
 def test_tpm2_eventlog_fails_where_we_parse(tmp_path: Path) -> None:
     for name in sorted(TPM2_EVENTLOG_FAILS):
-        (tmp_path / name).write_bytes(QUIRKY[name])
+        (tmp_path / name).write_bytes(quirky_logs()[name])
         done = subprocess.run(
             ["tpm2_eventlog", str(tmp_path / name)], check=False, capture_output=True, timeout=60
         )
         assert done.returncode != 0, name
-        assert eventlog.parse(QUIRKY[name]).events
+        assert eventlog.parse(quirky_logs()[name]).events
 
 
-@pytest.mark.parametrize("name", sorted(set(QUIRKY) - TPM2_EVENTLOG_FAILS))
+@pytest.mark.parametrize("name", sorted(set(el.QUIRKY_SHAPES) - TPM2_EVENTLOG_FAILS))
 def test_logs_shaped_like_real_firmware_agree_with_tpm2_eventlog(name: str, tmp_path: Path) -> None:
     """Each shape public firmware logs show (tests/support/eventlogs.py: quirky), parsed by us and
     by tpm2_eventlog, an independent parser: same events, banks, replayed PCRs, Secure Boot."""
-    data = QUIRKY[name]
+    data = quirky_logs()[name]
     (tmp_path / "log").write_bytes(data)
     log = eventlog.parse(data)
     count, pcrs, text = _tpm2_eventlog(tmp_path / "log")
@@ -90,40 +100,40 @@ def test_startup_locality_starts_pcr0_at_the_locality(name: str) -> None:
     """TCG PFP 10.4.5.3: PCR 0 starts at the StartupLocality (3: 00..03) before the first
     extend. go-eventlog replays so and its expected PCRs for real logs match; tpm2_eventlog
     5.x starts at zero, which a real TPM would not."""
-    events = el.boot(cert_der=CERT_DER)
+    events = el.boot(cert_der=cert_der())
     bank = "sha256" if name.startswith("startup") else "sha1"
-    log = eventlog.parse(QUIRKY[name])
+    log = eventlog.parse(quirky_logs()[name])
     assert log.replay()[bank][0] == el.replay(events, bank, locality=3)[0]
     assert log.replay()[bank][0] != el.replay(events, bank)[0]
 
 
 def test_an_empty_secure_boot_variable_is_off() -> None:
-    assert eventlog.parse(QUIRKY["secure-boot-empty"]).secure_boot is False
+    assert eventlog.parse(quirky_logs()["secure-boot-empty"]).secure_boot is False
 
 
 def test_no_action_records_may_name_any_pcr() -> None:
     """Some firmware files EV_NO_ACTION records under PCR 0xFFFFFFFF; they are never extended."""
-    log = eventlog.parse(QUIRKY["no-action-pcr-ffffffff"])
+    log = eventlog.parse(quirky_logs()["no-action-pcr-ffffffff"])
     assert any(ev.pcr == 0xFFFFFFFF for ev in log.events)
     assert 0xFFFFFFFF not in log.replay()["sha256"]
 
 
 def test_events_may_carry_fewer_digests_than_the_spec_id_lists() -> None:
-    log = eventlog.parse(QUIRKY["fewer-digests-than-banks"])
+    log = eventlog.parse(quirky_logs()["fewer-digests-than-banks"])
     assert log.replay()["sha384"] == {}
     with pytest.raises(EventLogMismatch):
         eventlog.verify_replay(log, {"sha384": {0: b"\x01" * 48}, "sha256": {}})
 
 
 def test_old_shim_authority_events_verify_over_their_covered_bytes() -> None:
-    log = eventlog.parse(QUIRKY["old-shim-authority"])
+    log = eventlog.parse(quirky_logs()["old-shim-authority"])
     facts = bootfacts.facts(log.events, bank="sha256")
     assert facts.uninterpreted == ()
     assert [(a.variable, a.subject) for a in facts.authorities][-1] == ("Shim", "CN=Test Secure Boot CA")
 
 
 def test_unknown_event_types_are_kept() -> None:
-    log = eventlog.parse(QUIRKY["unknown-event-type"])
+    log = eventlog.parse(quirky_logs()["unknown-event-type"])
     assert log.events[-1].type_name == "EV_UNKNOWN_0x800000ff"
     assert 5 in log.replay()["sha256"]
 
@@ -149,7 +159,7 @@ def _quote(
 
 
 def test_a_built_log_replays_and_shows_its_facts() -> None:
-    events = el.boot(cert_der=CERT_DER)
+    events = el.boot(cert_der=cert_der())
     log = eventlog.parse(el.build(events))
     eventlog.verify_replay(log, _quote(events))
     assert log.banks == ("sha1", "sha256")
@@ -288,7 +298,7 @@ def test_arbitrary_bytes_raise_only_event_log_invalid(data: bytes) -> None:
         bootfacts.facts(log.events, bank=bank)
 
 
-_SAMPLES = [QUIRKY[n] for n in ("agile-three-banks", "sha1-only-locality", "old-shim-authority")]
+_SAMPLES = ("agile-three-banks", "sha1-only-locality", "old-shim-authority")  # quirky_logs() names
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -299,7 +309,7 @@ _SAMPLES = [QUIRKY[n] for n in ("agile-three-banks", "sha1-only-locality", "old-
     cut=st.integers(0, 8),
 )
 def test_mutated_real_logs_raise_only_attestation_errors(which: int, at: int, flips: bytes, cut: int) -> None:
-    data = bytearray(_SAMPLES[which])
+    data = bytearray(quirky_logs()[_SAMPLES[which]])
     at %= len(data)
     data[at : at + len(flips)] = flips
     if cut:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import pytest
@@ -15,9 +16,6 @@ from tests.support import eventlogs as el
 from tests.support.certs import self_signed
 
 SHIM = b"\x11" * 32
-_, CERT = self_signed("Fleet Secure Boot CA")
-CERT_DER = CERT.public_bytes(serialization.Encoding.DER)
-CERT_SHA256 = "sha256:" + hashlib.sha256(CERT_DER).hexdigest()
 CHAIN = [SHIM.hex(), "22" * 32]  # shim, then grub: the loader that measures the command line
 
 
@@ -30,18 +28,32 @@ def _policy(**cls: object) -> measuredboot.MeasuredBootPolicy:
     return measuredboot.policy_from_obj({"classes": [{"name": "gpu", **cls}]})
 
 
-GOOD = _policy(
-    secure_boot="required",
-    authorities=[CERT_SHA256],
-    dbx_required=["aa" * 32],
-    boot_applications=[SHIM.hex(), "22" * 32, "33" * 32],
-    kernel_cmdlines=["/vmlinuz-6.8 root=/dev/sda1 ro"],
-    kernel_cmdline_chains=[CHAIN],
-)
+# The certificate and the policy are made when a test first asks (functools.cache), not at import:
+# a refusal by the installed cryptography or by the policy loader fails those tests, not the collection.
+@functools.cache
+def cert_der() -> bytes:
+    _, cert = self_signed("Fleet Secure Boot CA")
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def cert_sha256() -> str:
+    return "sha256:" + hashlib.sha256(cert_der()).hexdigest()
+
+
+@functools.cache
+def good_policy() -> measuredboot.MeasuredBootPolicy:
+    return _policy(
+        secure_boot="required",
+        authorities=[cert_sha256()],
+        dbx_required=["aa" * 32],
+        boot_applications=[SHIM.hex(), "22" * 32, "33" * 32],
+        kernel_cmdlines=["/vmlinuz-6.8 root=/dev/sda1 ro"],
+        kernel_cmdline_chains=[CHAIN],
+    )
 
 
 def test_a_good_boot_matches_its_class() -> None:
-    result = measuredboot.enforce(GOOD, _facts(el.boot(cert_der=CERT_DER)))
+    result = measuredboot.enforce(good_policy(), _facts(el.boot(cert_der=cert_der())))
     assert (result.ok, result.matched_class) == (True, "gpu")
 
 
@@ -51,12 +63,12 @@ def test_secure_boot_off_is_refused_with_the_event_named() -> None:
         match=r"event 3 \(PCR 7, EV_EFI_VARIABLE_DRIVER_CONFIG\): Secure "
         r"Boot is off \(rule secure_boot\)",
     ) as info:
-        measuredboot.enforce(GOOD, _facts(el.boot(secure=False, cert_der=CERT_DER)))
+        measuredboot.enforce(good_policy(), _facts(el.boot(secure=False, cert_der=cert_der())))
     assert info.value.code == "measured_boot_violation"
 
 
 def test_an_unknown_kernel_is_refused_with_the_event_named() -> None:
-    events = el.boot(cert_der=CERT_DER)
+    events = el.boot(cert_der=cert_der())
     events[-1] = el.application(b"\x44" * 32, "\\vmlinuz-evil")
     facts = _facts(events)
     with pytest.raises(
@@ -64,13 +76,13 @@ def test_an_unknown_kernel_is_refused_with_the_event_named() -> None:
         match=r"PCR 4, EV_EFI_BOOT_SERVICES_APPLICATION\): boot application "
         r"4444.*is not allowed \(rule boot_applications\)",
     ):
-        measuredboot.enforce(GOOD, facts)
+        measuredboot.enforce(good_policy(), facts)
 
 
 def test_an_unknown_authority_and_command_line_are_refused() -> None:
     _, other = self_signed("Somebody Else")
     facts = _facts(el.boot(cert_der=other.public_bytes(serialization.Encoding.DER), kernel="init=/bin/sh"))
-    result = measuredboot.evaluate(GOOD, facts)
+    result = measuredboot.evaluate(good_policy(), facts)
     assert not result.ok
     assert {f.rule for f in result.violations} == {"authorities", "kernel_cmdlines"}
     assert "authority CN=Somebody Else (db) is not allowed" in result.reason
@@ -133,7 +145,7 @@ def test_bad_policies_are_refused_at_load(doc: object, reason: str) -> None:
 
 @pytest.mark.parametrize("name", ["agile-three-banks", "old-shim-authority", "startup-locality-3"])
 def test_a_class_learned_from_a_log_admits_it_and_refuses_secure_boot_off(name: str) -> None:
-    logs = el.quirky(CERT_DER)
+    logs = el.quirky(cert_der())
     log = eventlog.parse(logs[name])
     facts = bootfacts.facts(log.events, bank="sha256", pcrs=range(10))
     learned = measuredboot.learn([facts], name="fleet", cmdlines=True)
@@ -164,7 +176,7 @@ def test_a_retyped_event_cannot_hide_from_a_rule(rule: str, index: int) -> None:
     events[index] = el.Ev(
         real.pcr, 0x800000FF, b"harmless", digests={b: real.digest(b) for b in ("sha1", "sha256")}
     )
-    rules = {rule: GOOD.classes[0].model_dump()[rule]}
+    rules = {rule: good_policy().classes[0].model_dump()[rule]}
     if rule == "kernel_cmdlines":
         rules["kernel_cmdline_chains"] = [CHAIN]
     policy = _policy(**rules)

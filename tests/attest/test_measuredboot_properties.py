@@ -52,35 +52,59 @@ REAL = [
     "gdc-host.bin",
 ]
 QUOTED = range(10)
-_, _FLEET = self_signed("Fleet Secure Boot CA")
-_, _EVIL = self_signed("Attacker db key")
-FLEET_DER = _FLEET.public_bytes(serialization.Encoding.DER)
-EVIL_DER = _EVIL.public_bytes(serialization.Encoding.DER)
 SHIM, GRUB, KERNEL, SD_BOOT, UKI = (bytes([b]) * 32 for b in (0x11, 0x22, 0x33, 0x55, 0x66))
 ALLOWED_CMDLINE = "/vmlinuz-6.8 root=/dev/sda1 ro"
-SYNTHETIC_CLASS: dict[str, Any] = {
-    "name": "fleet",
-    "secure_boot": "required",
-    "authorities": ["sha256:" + hashlib.sha256(FLEET_DER).hexdigest()],
-    "dbx_required": ["aa" * 32],
-    # systemd-boot and the UKI are allowed too: a boot through them fails only kernel_cmdlines
-    "boot_applications": [d.hex() for d in (SHIM, GRUB, KERNEL, SD_BOOT, UKI)],
-    "kernel_cmdlines": [ALLOWED_CMDLINE],
-    "kernel_cmdline_chains": [[SHIM.hex(), GRUB.hex()]],
-}
-SYNTHETIC_POLICY = measuredboot.policy_from_obj({"classes": [SYNTHETIC_CLASS]})
-# The same class without kernel_cmdlines: each boot path below joins where its policy allows it.
-NO_CMDLINE_POLICY = measuredboot.policy_from_obj(
-    {
-        "classes": [
-            {
-                k: v
-                for k, v in SYNTHETIC_CLASS.items()
-                if k not in ("kernel_cmdlines", "kernel_cmdline_chains")
-            }
-        ]
+
+# The certificates and the policies are made when a test first asks (cache), not at import: a
+# refusal by the installed cryptography or by the policy loader fails those tests, not the collection.
+
+
+@cache
+def fleet_der() -> bytes:
+    _, cert = self_signed("Fleet Secure Boot CA")
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+@cache
+def evil_der() -> bytes:
+    _, cert = self_signed("Attacker db key")
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def synthetic_class() -> dict[str, Any]:
+    return {
+        "name": "fleet",
+        "secure_boot": "required",
+        "authorities": ["sha256:" + hashlib.sha256(fleet_der()).hexdigest()],
+        "dbx_required": ["aa" * 32],
+        # systemd-boot and the UKI are allowed too: a boot through them fails only kernel_cmdlines
+        "boot_applications": [d.hex() for d in (SHIM, GRUB, KERNEL, SD_BOOT, UKI)],
+        "kernel_cmdlines": [ALLOWED_CMDLINE],
+        "kernel_cmdline_chains": [[SHIM.hex(), GRUB.hex()]],
     }
-)
+
+
+@cache
+def synthetic_policy() -> measuredboot.MeasuredBootPolicy:
+    return measuredboot.policy_from_obj({"classes": [synthetic_class()]})
+
+
+@cache
+def no_cmdline_policy() -> measuredboot.MeasuredBootPolicy:
+    """The same class without kernel_cmdlines: each boot path below joins where its policy allows it."""
+    return measuredboot.policy_from_obj(
+        {
+            "classes": [
+                {
+                    k: v
+                    for k, v in synthetic_class().items()
+                    if k not in ("kernel_cmdlines", "kernel_cmdline_chains")
+                }
+            ]
+        }
+    )
+
+
 TYPES = sorted({*EVENT_TYPES, 0x800000FF, 0x0000FFFF})
 # The types the interpreter gives a meaning to: where a relabelled event could do harm.
 HANDLED = [
@@ -92,20 +116,26 @@ HANDLED = [
     el.EV_EFI_BOOT_SERVICES_APPLICATION,
     el.EV_IPL,
 ]
-CRAFTED = [
-    el.secure_boot(True),
-    el.dbx(b"\xaa" * 32, b"\xbb" * 32, b"\xcc" * 32),
-    el.grub("grub_cmd", "linux /vmlinuz-6.8 root=/dev/sda1 ro"),
-    el.grub("kernel_cmdline", "/vmlinuz-6.8 root=/dev/sda1 ro"),
-    el.separator(7),
-    el.separator(4),
-    el.authority(FLEET_DER),
-    el.application(b"\x11" * 32),
-    el.application(GRUB, "\\EFI\\ubuntu\\grubx64.efi"),  # root claims grub ran after all
-    el.Ev(7, el.EV_EFI_ACTION, b"DMA Protection Disabled"),
-    el.Ev(7, el.EV_EFI_ACTION, b"Security Level is Downgraded to 0"),
-    el.Ev(4, el.EV_EFI_ACTION, b"Calling EFI Application from Boot Option"),
-]
+
+
+@cache
+def crafted_events() -> list[el.Ev]:
+    return [
+        el.secure_boot(True),
+        el.dbx(b"\xaa" * 32, b"\xbb" * 32, b"\xcc" * 32),
+        el.grub("grub_cmd", "linux /vmlinuz-6.8 root=/dev/sda1 ro"),
+        el.grub("kernel_cmdline", "/vmlinuz-6.8 root=/dev/sda1 ro"),
+        el.separator(7),
+        el.separator(4),
+        el.authority(fleet_der()),
+        el.application(b"\x11" * 32),
+        el.application(GRUB, "\\EFI\\ubuntu\\grubx64.efi"),  # root claims grub ran after all
+        el.Ev(7, el.EV_EFI_ACTION, b"DMA Protection Disabled"),
+        el.Ev(7, el.EV_EFI_ACTION, b"Security Level is Downgraded to 0"),
+        el.Ev(4, el.EV_EFI_ACTION, b"Calling EFI Application from Boot Option"),
+    ]
+
+
 FLAWS = ["none", "secure-boot-off", "evil-authority", "evil-cmdline", "evil-shim", "dbx-missing"]
 EVIL_LOAD_OPTIONS = "/vmlinuz-6.8 init=/bin/sh lockdown=none"
 
@@ -118,14 +148,18 @@ def _load_options(text: str) -> el.Ev:
     return el.Ev(12, el.EV_IPL, data)
 
 
+UNMEASURED_PATHS = ("shim-kernel", "db-signed-kernel", "grub-chainloader", "systemd-boot-uki")
+
+
+@cache
 def unmeasured_boots() -> dict[str, list[el.Ev]]:
     """Genuine boots of the fleet's Secure Boot setup through paths that put no kernel command
     line into PCR 8 (issue 33 finding 2); each ran a kernel with ``EVIL_LOAD_OPTIONS``."""
-    head = el.boot(cert_der=FLEET_DER)[:15]  # CRTM, PCR 7's configuration, separators 0-7
-    auth = el.authority(FLEET_DER)
+    head = el.boot(cert_der=fleet_der())[:15]  # CRTM, PCR 7's configuration, separators 0-7
+    auth = el.authority(fleet_der())
     shim = el.application(SHIM, "\\EFI\\ubuntu\\shimx64.efi")
     kernel = el.application(KERNEL, "\\vmlinuz-6.8")
-    return {
+    boots = {
         "shim-kernel": [*head, auth, shim, kernel, _load_options(EVIL_LOAD_OPTIONS)],
         "db-signed-kernel": [*head, auth, kernel, _load_options(EVIL_LOAD_OPTIONS)],
         "grub-chainloader": [
@@ -145,9 +179,8 @@ def unmeasured_boots() -> dict[str, list[el.Ev]]:
             _load_options(EVIL_LOAD_OPTIONS),
         ],
     }
-
-
-UNMEASURED = unmeasured_boots()
+    assert tuple(boots) == UNMEASURED_PATHS
+    return boots
 
 
 def _to_ev(ev: eventlog.Event) -> el.Ev:
@@ -227,13 +260,13 @@ def _variants(events: list[el.Ev]) -> list[bytes]:
 def _base(draw: st.DrawFn) -> tuple[list[el.Ev], tuple[str, ...], str, measuredboot.MeasuredBootPolicy]:
     which = draw(st.sampled_from(["synthetic", "unmeasured", "real"]))
     if which == "unmeasured":  # refused only for its unproven command line
-        events = UNMEASURED[draw(st.sampled_from(sorted(UNMEASURED)))]
-        return list(events), ("sha1", "sha256"), "sha256", SYNTHETIC_POLICY
+        events = unmeasured_boots()[draw(st.sampled_from(sorted(UNMEASURED_PATHS)))]
+        return list(events), ("sha1", "sha256"), "sha256", synthetic_policy()
     if which == "synthetic":  # a synthetic boot with at most one flaw, so the others cannot mask it
         flaw = draw(st.sampled_from(FLAWS))
         events = el.boot(
             secure=flaw != "secure-boot-off",
-            cert_der=EVIL_DER if flaw == "evil-authority" else FLEET_DER,
+            cert_der=evil_der() if flaw == "evil-authority" else fleet_der(),
             kernel="/vmlinuz-6.8 init=/bin/sh"
             if flaw == "evil-cmdline"
             else "/vmlinuz-6.8 root=/dev/sda1 ro",
@@ -241,7 +274,7 @@ def _base(draw: st.DrawFn) -> tuple[list[el.Ev], tuple[str, ...], str, measuredb
         )
         if flaw == "dbx-missing":
             events[3] = el.dbx(b"\xbb" * 32)
-        return events, ("sha1", "sha256"), "sha256", SYNTHETIC_POLICY
+        return events, ("sha1", "sha256"), "sha256", synthetic_policy()
     name = draw(st.sampled_from(REAL))
     events, banks, bank = _real(name)
     cls = _learned(name)
@@ -260,7 +293,7 @@ def _mutation(draw: st.DrawFn, events: list[el.Ev], banks: tuple[str, ...]) -> t
     kind = draw(st.sampled_from(["type", "data", "both", "append"]))
     out = list(events)
     if kind == "append" and draw(st.booleans()):  # root extends what would make the boot pass
-        crafted = draw(st.sampled_from(CRAFTED))
+        crafted = draw(st.sampled_from(crafted_events()))
         out.append(
             el.Ev(crafted.pcr, crafted.type, crafted.data, digests={b: crafted.digest(b) for b in banks})
         )
@@ -357,18 +390,19 @@ def test_the_bases_cover_both_verdicts() -> None:
     assert refused
     assert not any(refused)
     assert measuredboot.evaluate(
-        SYNTHETIC_POLICY, _facts(el.boot(cert_der=FLEET_DER), ("sha1", "sha256"), "sha256")
+        synthetic_policy(), _facts(el.boot(cert_der=fleet_der()), ("sha1", "sha256"), "sha256")
     ).ok
 
 
 # -- focused: grub's unsigned prefixes in PCR 8 ------------------------------------------------------
 
 
+@cache
 def _grub_bases() -> list[tuple[list[el.Ev], tuple[str, ...], str, measuredboot.MeasuredBootPolicy]]:
     """Refused boots whose only flaw is the kernel command line: a synthetic one and each real log
     with grub (its learned class without its command line)."""
     out = [
-        (el.boot(kernel="/vmlinuz-6.8 init=/bin/sh"), ("sha1", "sha256"), "sha256", SYNTHETIC_POLICY),
+        (el.boot(kernel="/vmlinuz-6.8 init=/bin/sh"), ("sha1", "sha256"), "sha256", synthetic_policy()),
     ]
     for name in REAL:
         events, banks, bank = _real(name)
@@ -379,15 +413,12 @@ def _grub_bases() -> list[tuple[list[el.Ev], tuple[str, ...], str, measuredboot.
     return out
 
 
-GRUB_BASES = _grub_bases()
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(which=st.integers(0, len(GRUB_BASES) - 1), data=st.data())
+@given(which=st.deferred(lambda: st.integers(0, len(_grub_bases()) - 1)), data=st.data())
 def test_relabelled_grub_text_and_appended_lines_never_pass(which: int, data: st.DataObject) -> None:
     """Every grub text under any other grub prefix (same digest), plus root appending any allowed
     command or command line to PCR 8: a boot refused for its command line stays refused."""
-    events, banks, bank, policy = GRUB_BASES[which]
+    events, banks, bank, policy = _grub_bases()[which]
     assert not measuredboot.evaluate(policy, _facts(events, banks, bank)).ok
     changed = list(events)
     grub = [
@@ -435,22 +466,22 @@ ROOT_APPENDS = [
 def test_unmeasured_paths_are_refused_for_their_line_and_join_without_the_rule() -> None:
     """Each path's honest log: refused by a class with kernel_cmdlines (its line is not proven),
     admitted by the same class without that rule (a genuine boot joins where its policy allows)."""
-    for name, events in UNMEASURED.items():
+    for name, events in unmeasured_boots().items():
         facts = _facts(events, ("sha1", "sha256"), "sha256")
-        refused = measuredboot.evaluate(SYNTHETIC_POLICY, facts)
+        refused = measuredboot.evaluate(synthetic_policy(), facts)
         assert not refused.ok, name
         assert {f.rule for f in refused.violations} == {"kernel_cmdlines"}, (name, refused.reason)
-        assert measuredboot.evaluate(NO_CMDLINE_POLICY, facts).matched_class == "fleet", name
+        assert measuredboot.evaluate(no_cmdline_policy(), facts).matched_class == "fleet", name
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(which=st.sampled_from(sorted(UNMEASURED)), data=st.data())
+@given(which=st.sampled_from(sorted(UNMEASURED_PATHS)), data=st.data())
 def test_appended_events_never_prove_an_unmeasured_command_line(which: str, data: st.DataObject) -> None:
     """Root extends PCRs 4 and 8 with any sequence of what a measured grub boot shows (grub's
     linux command and an allowed line, shim and grub as applications, systemd-boot's line) and
     appends the events: the boot that ran the kernel with an unmeasured line stays refused."""
-    events = list(UNMEASURED[which])
+    events = list(unmeasured_boots()[which])
     for ev in data.draw(st.lists(st.sampled_from(ROOT_APPENDS), min_size=1, max_size=5)):
         events.append(el.Ev(ev.pcr, ev.type, ev.data, digests={b: ev.digest(b) for b in ("sha1", "sha256")}))
-    result = measuredboot.evaluate(SYNTHETIC_POLICY, _facts(events, ("sha1", "sha256"), "sha256"))
+    result = measuredboot.evaluate(synthetic_policy(), _facts(events, ("sha1", "sha256"), "sha256"))
     assert not result.ok, f"{which}: appended events made an unmeasured line pass"

@@ -18,6 +18,7 @@ Every test here fails on the code before issue 33 (see the report); each attack 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -38,11 +39,27 @@ from tests.attest import test_measuredboot_properties as properties
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
 
-_, _FLEET = self_signed("Fleet Secure Boot CA")
-_, _TWIN = self_signed("Fleet Secure Boot CA")  # the same subject, the attacker's key
-FLEET_DER = _FLEET.public_bytes(serialization.Encoding.DER)
-TWIN_DER = _TWIN.public_bytes(serialization.Encoding.DER)
-FLEET_SHA256 = "sha256:" + hashlib.sha256(FLEET_DER).hexdigest()
+# Certificates are made when a test first asks (functools.cache), not at import: a refusal by the
+# installed cryptography fails those tests, not the collection.
+
+
+@functools.cache
+def fleet_der() -> bytes:
+    _, cert = self_signed("Fleet Secure Boot CA")
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+@functools.cache
+def twin_der() -> bytes:
+    """The same subject as the fleet's CA, the attacker's key."""
+    _, cert = self_signed("Fleet Secure Boot CA")
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def fleet_sha256() -> str:
+    return "sha256:" + hashlib.sha256(fleet_der()).hexdigest()
+
+
 SHIM, GRUB, KERNEL = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32
 ALLOWED = "/vmlinuz-6.8 root=/dev/sda1 ro"
 EVIL = "/vmlinuz-6.8 init=/bin/sh lockdown=none"
@@ -76,10 +93,10 @@ def _root_extends(ev: el.Ev) -> el.Ev:
 def shim_to_kernel(load_options: str = EVIL) -> list[el.Ev]:
     """shim starts the fleet's (allowed, signed) kernel directly with load options: shim measures
     the kernel into PCR 4 and no line into PCR 8."""
-    head = el.boot(cert_der=FLEET_DER)[:15]
+    head = el.boot(cert_der=fleet_der())[:15]
     return [
         *head,
-        el.authority(FLEET_DER),
+        el.authority(fleet_der()),
         el.application(SHIM, "\\EFI\\ubuntu\\shimx64.efi"),
         el.application(KERNEL, "\\vmlinuz-6.8"),
         el.Ev(12, el.EV_IPL, (load_options + "\x00").encode("utf-16-le")),  # not read by any rule
@@ -116,13 +133,13 @@ def test_root_appending_a_grub_line_to_a_boot_that_measured_none_is_refused() ->
     with pytest.raises(MeasuredBootViolation, match="do not begin with a chain"):
         judge(forged, cmdline_policy())
     # the fleet's genuine grub boot still joins
-    assert judge(el.boot(cert_der=FLEET_DER), cmdline_policy()) == "fleet"
+    assert judge(el.boot(cert_der=fleet_der()), cmdline_policy()) == "fleet"
 
 
 def test_grub_chainloading_an_image_proves_no_line() -> None:
     """grub (a chain's loader) chainloads the kernel with arguments: grub measures the command,
     never a kernel_cmdline; root's appended pair does not make the line proven."""
-    events = el.boot(cert_der=FLEET_DER)
+    events = el.boot(cert_der=fleet_der())
     at = next(i for i, e in enumerate(events) if e.data.startswith(b"grub_cmd: linux"))
     events[at : at + 2] = [el.grub("grub_cmd", f"chainloader {EVIL}")]
     events += [
@@ -138,7 +155,7 @@ def test_grub_chainloading_an_image_proves_no_line() -> None:
 def test_a_boot_option_after_the_loader_proves_no_line() -> None:
     """grub ran (and measured an allowed line), returned, and the firmware's next boot option
     started the kernel with other load options: the line grub measured is not the kernel's."""
-    events = el.boot(cert_der=FLEET_DER)
+    events = el.boot(cert_der=fleet_der())
     kernel = len(events) - 1
     events[kernel:kernel] = [
         el.Ev(4, el.EV_EFI_ACTION, b"Returning from EFI Application from Boot Option"),
@@ -150,14 +167,14 @@ def test_a_boot_option_after_the_loader_proves_no_line() -> None:
     assert "'Returning from EFI Application from Boot Option' after the loader" in str(info.value)
 
 
-@pytest.mark.parametrize("path", sorted(properties.UNMEASURED))
+@pytest.mark.parametrize("path", sorted(properties.UNMEASURED_PATHS))
 def test_a_genuine_boot_through_each_unmeasured_path_joins_where_its_policy_allows_it(path: str) -> None:
     """Through the join service's own path: a class without kernel_cmdlines admits the boot, the
     same class with it refuses the boot for its unproven line only."""
-    events = properties.UNMEASURED[path]
-    assert judge(events, properties.NO_CMDLINE_POLICY) == "fleet"
+    events = properties.unmeasured_boots()[path]
+    assert judge(events, properties.no_cmdline_policy()) == "fleet"
     with pytest.raises(MeasuredBootViolation) as info:
-        judge(events, properties.SYNTHETIC_POLICY)
+        judge(events, properties.synthetic_policy())
     assert info.value.code == "measured_boot_violation"
     assert "(rule kernel_cmdlines)" in str(info.value)
     for rule in ("secure_boot", "authorities", "boot_applications", "dbx_required"):
@@ -182,28 +199,28 @@ def test_learn_writes_the_chain_up_to_the_loader() -> None:
 
 
 def test_a_certificate_with_the_allowed_subject_and_another_key_is_refused() -> None:
-    policy = _policy(authorities=[FLEET_SHA256])
-    assert judge(el.boot(cert_der=FLEET_DER), policy) == "fleet"
+    policy = _policy(authorities=[fleet_sha256()])
+    assert judge(el.boot(cert_der=fleet_der()), policy) == "fleet"
     with pytest.raises(MeasuredBootViolation) as info:
-        judge(el.boot(cert_der=TWIN_DER), policy)
+        judge(el.boot(cert_der=twin_der()), policy)
     assert info.value.code == "measured_boot_violation"
     assert "authority CN=Fleet Secure Boot CA (db) is not allowed" in str(info.value)
-    assert hashlib.sha256(TWIN_DER).hexdigest() in str(info.value)
+    assert hashlib.sha256(twin_der()).hexdigest() in str(info.value)
 
 
 def test_a_subject_name_authority_is_refused_at_load() -> None:
     with pytest.raises(measuredboot.MeasuredBootPolicyError, match="is not a certificate digest"):
         _policy(authorities=["CN=Fleet Secure Boot CA"])
-    assert _policy(authorities=[FLEET_SHA256.removeprefix("sha256:").upper()]).classes[0].authorities == (
-        FLEET_SHA256,
+    assert _policy(authorities=[fleet_sha256().removeprefix("sha256:").upper()]).classes[0].authorities == (
+        fleet_sha256(),
     )
 
 
 def test_learn_writes_authorities_by_digest() -> None:
     facts = bootfacts.facts(
-        eventlog.parse(el.build(el.boot(cert_der=FLEET_DER))).events, bank="sha256", pcrs=range(8)
+        eventlog.parse(el.build(el.boot(cert_der=fleet_der()))).events, bank="sha256", pcrs=range(8)
     )
-    assert measuredboot.learn([facts]).authorities == (FLEET_SHA256,)
+    assert measuredboot.learn([facts]).authorities == (fleet_sha256(),)
 
 
 # -- finding 8: banks no rule is defined over ---------------------------------------------------------
@@ -262,7 +279,7 @@ def hp_like(*, dma_nul: bool = True, extra: el.Ev | None = None) -> list[el.Ev]:
     opens with "DMA Protection Disabled" (here NUL-terminated, as some firmware logs it, digest of
     the logged bytes) and HP's "Security Level is Downgraded to 0" (digest of the string)."""
     dma = b"DMA Protection Disabled" + (b"\x00" if dma_nul else b"")
-    events = el.boot(cert_der=FLEET_DER)
+    events = el.boot(cert_der=fleet_der())
     events[2:2] = [el.Ev(7, el.EV_EFI_ACTION, dma), el.Ev(7, el.EV_EFI_ACTION, SECURITY_LEVEL_0)]
     return [*events, extra] if extra is not None else events
 
@@ -279,7 +296,7 @@ def test_the_profiles_dma_string_is_read_with_or_without_its_nul() -> None:
 
 
 def test_a_vendor_action_passes_only_where_the_class_names_it() -> None:
-    rules = {"secure_boot": "required", "authorities": [FLEET_SHA256]}
+    rules = {"secure_boot": "required", "authorities": [fleet_sha256()]}
     with pytest.raises(MeasuredBootViolation) as info:
         judge(hp_like(), _policy(**rules))
     assert info.value.code == "measured_boot_violation"
@@ -293,7 +310,7 @@ def test_a_vendor_action_whose_digest_is_not_its_string_is_refused() -> None:
     """An allowed string as data, over another event's digest (a relabelled authority): the TPM
     does not vouch for the text, so it is no action at all."""
     policy = _policy(
-        secure_boot="required", authorities=[FLEET_SHA256], efi_actions=[SECURITY_LEVEL_0.decode()]
+        secure_boot="required", authorities=[fleet_sha256()], efi_actions=[SECURITY_LEVEL_0.decode()]
     )
     events = hp_like()
     auth = next(i for i, e in enumerate(events) if e.type == el.EV_EFI_VARIABLE_AUTHORITY)
@@ -326,7 +343,7 @@ def test_learn_admits_an_hp_log_and_writes_its_action(
     assert (code, err) == (0, "")
     assert "- Security Level is Downgraded to 0" in out
     assert "efi_actions:" in out
-    assert FLEET_SHA256 in out
+    assert fleet_sha256() in out
     assert "# CN=Fleet Secure Boot CA" in out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 
@@ -21,8 +22,12 @@ def values(**pcrs: str) -> dict[str, dict[int, bytes]]:
     return {"sha256": {int(k[1:]): bytes.fromhex(v) for k, v in pcrs.items()}}
 
 
-POLICY = pcr.load_policy(
-    f"""
+@functools.cache
+def golden_policy() -> pcr.PcrPolicy:
+    """Loaded when a test first asks, not at import: the YAML loader and the policy model are the
+    installed ones, and a refusal there fails those tests, not the collection."""
+    return pcr.load_policy(
+        f"""
 bank: sha256
 pcrs: [0, 1, 7]
 classes:
@@ -37,36 +42,36 @@ classes:
       sha256:
         0: ["{C}"]
 """
-)
+    )
 
 
 def test_selection_comes_from_the_policy() -> None:
-    assert POLICY.selection == "sha256:0,1,7"
+    assert golden_policy().selection == "sha256:0,1,7"
     assert pcr.load_policy("").selection == "sha256:0,1,2,3,4,5,6,7"
 
 
 def test_matching_class_is_named() -> None:
-    result = pcr.enforce(POLICY, values(p0=A, p1=A, p7=C))
+    result = pcr.enforce(golden_policy(), values(p0=A, p1=A, p7=C))
     assert (result.ok, result.matched_class) == (True, "h100-fw-1")
 
 
 def test_warn_class_match_passes() -> None:
-    result = pcr.enforce(POLICY, values(p0=C, p1=A, p7=A))
+    result = pcr.enforce(golden_policy(), values(p0=C, p1=A, p7=A))
     assert result.matched_class == "h100-fw-2-rollout"
 
 
 def test_violation_names_the_pcr_and_what_was_expected() -> None:
     with pytest.raises(PcrPolicyViolation) as exc:
-        pcr.enforce(POLICY, values(p0=A, p1=A, p7=A))
+        pcr.enforce(golden_policy(), values(p0=A, p1=A, p7=A))
     assert exc.value.code == "pcr_policy_violation"
     assert f"class h100-fw-1: sha256:7 is {A}, expected one of [{B}, {C}]" in exc.value.detail
-    result = pcr.evaluate(POLICY, values(p0=A, p1=A, p7=A))
+    result = pcr.evaluate(golden_policy(), values(p0=A, p1=A, p7=A))
     assert [(m.pcr_class, m.index) for m in result.violations] == [("h100-fw-1", 7)]
     assert [(m.pcr_class, m.index) for m in result.warnings] == [("h100-fw-2-rollout", 0)]
 
 
 def test_missing_pcr_is_a_violation() -> None:
-    result = pcr.evaluate(POLICY, values(p1=A, p7=B))
+    result = pcr.evaluate(golden_policy(), values(p1=A, p7=B))
     assert not result.ok
     assert result.violations[0].actual is None
 
@@ -83,9 +88,9 @@ def test_only_warn_classes_never_refuse() -> None:
 
 def test_assigned_class_is_judged_alone() -> None:
     with pytest.raises(PcrPolicyViolation):
-        pcr.enforce(POLICY, values(p0=C, p1=A, p7=B), node_class="h100-fw-1")
+        pcr.enforce(golden_policy(), values(p0=C, p1=A, p7=B), node_class="h100-fw-1")
     with pytest.raises(PcrPolicyViolation, match="no class named"):
-        pcr.enforce(POLICY, values(p0=A, p1=A, p7=B), node_class="unknown")
+        pcr.enforce(golden_policy(), values(p0=A, p1=A, p7=B), node_class="unknown")
 
 
 def test_empty_policy_records_only() -> None:

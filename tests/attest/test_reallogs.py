@@ -36,7 +36,6 @@ from tests.support.shared_data import shared
 DATA = shared("eventlogs")
 DATA.require()  # every test here reads the real logs: the module skips (one line) without them
 FOLDER = DATA.path
-MANIFEST = json.loads((FOLDER / "MANIFEST.json").read_text())
 LOGS = DATA.names()
 # Not the log of a boot: go-attestation's 49-byte sample holds one StartupLocality record.
 NOT_A_BOOT = {"go-attestation-short-no-action.bin"}
@@ -61,7 +60,7 @@ def test_the_manifest_lists_every_fixture_with_its_provenance() -> None:
     on_disk = sorted(p.name for p in FOLDER.iterdir() if p.name != "MANIFEST.json")
     assert on_disk == LOGS
     assert len(LOGS) >= 20
-    for entry in MANIFEST["logs"]:
+    for entry in json.loads((FOLDER / "MANIFEST.json").read_text())["logs"]:
         assert hashlib.sha256(_data(entry["file"])).hexdigest() == entry["sha256"], entry["file"]
         assert entry["source"].startswith("https://github.com/")
         assert len(entry["commit"]) == 40

@@ -26,7 +26,8 @@ from attest.svid import BundleInvalid, SpiffeId, SpiffeIdError, SvidInvalid
 
 NOW = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 TD = "example.org"
-NODE_ID = SpiffeId(TD, "/node/worker-1")
+NODE_PATH = "/node/worker-1"
+NODE_URI = f"spiffe://{TD}{NODE_PATH}"
 EK = "ab" * 32
 
 
@@ -40,8 +41,13 @@ def node_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
+def node_id() -> SpiffeId:
+    """The node's SPIFFE ID, built when a test runs (the constructor validates)."""
+    return SpiffeId(TD, NODE_PATH)
+
+
 def _issue(authority: ca.Authority, key: ec.EllipticCurvePrivateKey, **kw: Any) -> x509.Certificate:
-    args: dict[str, Any] = {"spiffe_id": NODE_ID, "public_key": key.public_key(), "now": NOW}
+    args: dict[str, Any] = {"spiffe_id": node_id(), "public_key": key.public_key(), "now": NOW}
     args["ttl"] = timedelta(hours=1)
     args.update(kw)
     return svid.issue_svid(authority, **args)
@@ -274,12 +280,12 @@ def test_issue_with_dns_and_ip_sans(authority: ca.Authority, node_key: ec.Ellipt
         ip_addresses=[ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")],
     )
     san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [str(NODE_ID)]
+    assert san.get_values_for_type(x509.UniformResourceIdentifier) == [NODE_URI]
     assert san.get_values_for_type(x509.DNSName) == ["nodegate.kube-system.svc", "localhost"]
     assert len(san.get_values_for_type(x509.IPAddress)) == 2
     assert (
         svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW, usage="server")
-        == NODE_ID
+        == node_id()
     )
 
 
@@ -292,28 +298,40 @@ def test_issue_caps_lifetime_at_signer_expiry(node_key: ec.EllipticCurvePrivateK
 def test_issue_accepts_rsa_and_p384(authority: ca.Authority) -> None:
     for key in (rsa.generate_private_key(65537, 2048), ec.generate_private_key(ec.SECP384R1())):
         leaf = svid.issue_svid(
-            authority, spiffe_id=NODE_ID, public_key=key.public_key(), now=NOW, ttl=timedelta(hours=1)
+            authority, spiffe_id=node_id(), public_key=key.public_key(), now=NOW, ttl=timedelta(hours=1)
         )
-        assert svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW) == NODE_ID
+        assert svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW) == node_id()
 
 
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"spiffe_id": SpiffeId(TD, "")}, "trust-domain ID"),
-        ({"spiffe_id": SpiffeId("other.org", "/node/x")}, "trust domain"),
-        ({"ttl": timedelta(0)}, "ttl"),
-        ({"now": datetime(2026, 7, 1, 12)}, "timezone-aware"),
-        ({"now": NOW + timedelta(days=4000)}, "expired"),
-        ({"dns_names": ["bad_name.example"]}, "DNS name"),
-        ({"dns_names": ["-x.example"]}, "DNS name"),
+        (lambda: {"spiffe_id": SpiffeId(TD, "")}, "trust-domain ID"),
+        (lambda: {"spiffe_id": SpiffeId("other.org", "/node/x")}, "trust domain"),
+        (lambda: {"ttl": timedelta(0)}, "ttl"),
+        (lambda: {"now": datetime(2026, 7, 1, 12)}, "timezone-aware"),
+        (lambda: {"now": NOW + timedelta(days=4000)}, "expired"),
+        (lambda: {"dns_names": ["bad_name.example"]}, "DNS name"),
+        (lambda: {"dns_names": ["-x.example"]}, "DNS name"),
+    ],
+    ids=[
+        "trust-domain-id",
+        "other-trust-domain",
+        "zero-ttl",
+        "naive-now",
+        "past-ca-expiry",
+        "underscore-dns-name",
+        "hyphen-dns-name",
     ],
 )
 def test_issue_rejects(
-    authority: ca.Authority, node_key: ec.EllipticCurvePrivateKey, change: dict[str, Any], match: str
+    authority: ca.Authority,
+    node_key: ec.EllipticCurvePrivateKey,
+    change: Callable[[], dict[str, Any]],
+    match: str,
 ) -> None:
     with pytest.raises(ValueError, match=match):
-        _issue(authority, node_key, **change)
+        _issue(authority, node_key, **change())
 
 
 def test_issue_rejects_weak_keys(authority: ca.Authority) -> None:
@@ -321,7 +339,7 @@ def test_issue_rejects_weak_keys(authority: ca.Authority) -> None:
     for key in (weak_rsa, ec.generate_private_key(ec.SECP521R1())):
         with pytest.raises(ValueError, match="key"):
             svid.issue_svid(
-                authority, spiffe_id=NODE_ID, public_key=key.public_key(), now=NOW, ttl=timedelta(hours=1)
+                authority, spiffe_id=node_id(), public_key=key.public_key(), now=NOW, ttl=timedelta(hours=1)
             )
 
 
@@ -367,7 +385,11 @@ def test_openssl_accepts_the_svid(
 
 # -- verification ------------------------------------------------------------------------------
 
-_KU_DIGITAL = x509.KeyUsage(True, False, False, False, False, False, False, False, False)
+
+def _ku_digital() -> x509.KeyUsage:
+    return x509.KeyUsage(True, False, False, False, False, False, False, False, False)
+
+
 _BOTH = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
 _Mutator = Callable[[dict[str, Any]], None]
 
@@ -386,11 +408,11 @@ def _forge(
         "signing_key": issuer.key,
         "ext": {
             x509.SubjectAlternativeName.oid: (
-                x509.SubjectAlternativeName([x509.UniformResourceIdentifier(str(NODE_ID))]),
+                x509.SubjectAlternativeName([x509.UniformResourceIdentifier(NODE_URI)]),
                 True,
             ),
             x509.BasicConstraints.oid: (x509.BasicConstraints(ca=False, path_length=None), True),
-            x509.KeyUsage.oid: (_KU_DIGITAL, True),
+            x509.KeyUsage.oid: (_ku_digital(), True),
             x509.ExtendedKeyUsage.oid: (x509.ExtendedKeyUsage(_BOTH), False),
             x509.SubjectKeyIdentifier.oid: (
                 x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
@@ -453,7 +475,7 @@ def test_forged_baseline_verifies(authority: ca.Authority, node_key: ec.Elliptic
     for usage in ("client", "server"):
         assert (
             svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW, usage=usage)
-            == NODE_ID
+            == node_id()
         )
 
 
@@ -461,9 +483,9 @@ def test_verify_accepts_issued_svid_and_missing_eku(
     authority: ca.Authority, node_key: ec.EllipticCurvePrivateKey
 ) -> None:
     leaf = _issue(authority, node_key)
-    assert svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW) == NODE_ID
+    assert svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW) == node_id()
     no_eku = _forge(authority, node_key, _drop_ext(x509.ExtendedKeyUsage))  # EKU is only a SHOULD
-    assert svid.verify_svid(no_eku, roots=[authority.certificate], trust_domain=TD, now=NOW) == NODE_ID
+    assert svid.verify_svid(no_eku, roots=[authority.certificate], trust_domain=TD, now=NOW) == node_id()
 
 
 @pytest.mark.parametrize(
@@ -471,7 +493,7 @@ def test_verify_accepts_issued_svid_and_missing_eku(
     [
         (_set_ext(lambda: x509.BasicConstraints(ca=True, path_length=None), True), "CA certificate"),
         (_drop_ext(x509.BasicConstraints), "basicConstraints"),
-        (_uris(str(NODE_ID), "spiffe://example.org/node/other"), "exactly one URI SAN"),
+        (_uris(NODE_URI, "spiffe://example.org/node/other"), "exactly one URI SAN"),
         (_set_ext(_empty_san, True), "exactly one URI SAN|undecodable extensions"),
         (
             _set_ext(lambda: x509.SubjectAlternativeName([x509.DNSName("a.example")]), True),
@@ -502,12 +524,10 @@ def test_verify_accepts_issued_svid_and_missing_eku(
             "digitalSig",
         ),
         (_drop_ext(x509.KeyUsage), "no keyUsage"),
-        (_set_ext(lambda: _KU_DIGITAL, False), "not critical"),
+        (_set_ext(_ku_digital, False), "not critical"),
         (_set_ext(lambda: x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False), "clientAuth"),
         (
-            _set_ext(
-                lambda: x509.SubjectAlternativeName([x509.UniformResourceIdentifier(str(NODE_ID))]), False
-            ),
+            _set_ext(lambda: x509.SubjectAlternativeName([x509.UniformResourceIdentifier(NODE_URI)]), False),
             "non-critical subjectAltName",
         ),
         (_drop_ext(x509.AuthorityKeyIdentifier), "does not chain"),
@@ -530,7 +550,7 @@ def test_verify_rejects_server_usage_without_server_auth(
     )
     assert (
         svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW, usage="client")
-        == NODE_ID
+        == node_id()
     )
     with pytest.raises(SvidInvalid, match="serverAuth"):
         svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW, usage="server")
@@ -607,12 +627,12 @@ def test_subject_with_name_allows_noncritical_san(
     def named(spec: dict[str, Any]) -> None:
         spec["subject"] = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "worker-1")])
         spec["ext"][x509.SubjectAlternativeName.oid] = (
-            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(str(NODE_ID))]),
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(NODE_URI)]),
             False,
         )
 
     leaf = _forge(authority, node_key, named)
-    assert svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW) == NODE_ID
+    assert svid.verify_svid(leaf, roots=[authority.certificate], trust_domain=TD, now=NOW) == node_id()
 
 
 # -- bundles -----------------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import struct
+from dataclasses import dataclass
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -15,39 +17,63 @@ from attest import tpm, wire
 from attest.errors import AttestationError, MalformedInput
 from tests.support import fakes
 
-_EC = ec.generate_private_key(ec.SECP256R1())
-_RSA = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-ECC_AK = fakes.ecc_public(_EC.public_key())
-RSA_AK = fakes.rsa_public(_RSA.public_key())
-QUOTE = fakes.FakeQuote(os.urandom(32), pcr_digest=os.urandom(32)).build()
-SIG = fakes.sign_ecdsa(_EC, QUOTE)
-RSA_SIG = fakes.sign_rsassa(_RSA, QUOTE)
-
 PARSERS = {
     "public": wire.parse_public,
     "quote": wire.parse_quote,
     "signature": wire.parse_signature,
 }
-SAMPLES = {"public": [ECC_AK, RSA_AK], "quote": [QUOTE], "signature": [SIG, RSA_SIG]}
+
+
+@dataclass(frozen=True)
+class AkMaterial:
+    ec_key: ec.EllipticCurvePrivateKey
+    ecc_ak: bytes
+    rsa_ak: bytes
+    quote: bytes
+    sig: bytes
+    rsa_sig: bytes
+
+
+@functools.cache
+def ak_material() -> AkMaterial:
+    """Keys, AKs, a quote and its signatures, made when a test first asks (hypothesis: when it first
+    draws), not at import: a refusal by the installed cryptography fails those tests, not the collection."""
+    ec_key = ec.generate_private_key(ec.SECP256R1())
+    rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    quote = fakes.FakeQuote(os.urandom(32), pcr_digest=os.urandom(32)).build()
+    return AkMaterial(
+        ec_key,
+        fakes.ecc_public(ec_key.public_key()),
+        fakes.rsa_public(rsa_key.public_key()),
+        quote,
+        fakes.sign_ecdsa(ec_key, quote),
+        fakes.sign_rsassa(rsa_key, quote),
+    )
+
+
+def samples(kind: str) -> list[bytes]:
+    m = ak_material()
+    return {"public": [m.ecc_ak, m.rsa_ak], "quote": [m.quote], "signature": [m.sig, m.rsa_sig]}[kind]
 
 
 def test_real_structures_parse() -> None:
-    pub = wire.parse_public(ECC_AK)
+    m = ak_material()
+    pub = wire.parse_public(m.ecc_ak)
     assert (pub.type, pub.curve, pub.scheme, pub.scheme_hash) == (
         wire.Alg.ECC,
         wire.Curve.NIST_P256,
         wire.Alg.ECDSA,
         wire.Alg.SHA256,
     )
-    assert wire.parse_public(RSA_AK).rsa_bits == 2048
-    q = wire.parse_quote(QUOTE)
+    assert wire.parse_public(m.rsa_ak).rsa_bits == 2048
+    q = wire.parse_quote(m.quote)
     assert q.selection == wire.parse_selection_string("sha256:0,1,2,3,4,5,6,7")
-    assert wire.parse_signature(SIG).alg == wire.Alg.ECDSA
+    assert wire.parse_signature(m.sig).alg == wire.Alg.ECDSA
 
 
 @pytest.mark.parametrize("kind", list(PARSERS))
 def test_every_truncation_and_extension_is_refused(kind: str) -> None:
-    for sample in SAMPLES[kind]:
+    for sample in samples(kind):
         for cut in range(len(sample)):
             with pytest.raises(MalformedInput):
                 PARSERS[kind](sample[:cut])
@@ -81,7 +107,7 @@ def test_selection_with_too_many_select_bytes_is_refused() -> None:
 
 def test_reserved_attribute_bits_are_refused() -> None:
     with pytest.raises(MalformedInput, match="reserved"):
-        wire.parse_public(fakes.ecc_public(_EC.public_key(), attrs=fakes.AK_ATTRS | 1))
+        wire.parse_public(fakes.ecc_public(ak_material().ec_key.public_key(), attrs=fakes.AK_ATTRS | 1))
 
 
 def test_non_bytes_inputs_are_refused() -> None:
@@ -111,7 +137,7 @@ def test_parsers_raise_only_their_error_on_random_bytes(data: bytes, kind: str) 
 )
 def test_parsers_raise_only_their_error_on_mutated_structures(kind: str, index: int, flips: bytes) -> None:
     """Random mutations of valid structures explore far deeper than random bytes do."""
-    sample = bytearray(SAMPLES[kind][index % len(SAMPLES[kind])])
+    sample = bytearray(samples(kind)[index % len(samples(kind))])
     for k, f in enumerate(flips):
         sample[(index + k * 7) % len(sample)] ^= f or 1
     with contextlib.suppress(MalformedInput):
@@ -127,9 +153,9 @@ def test_selection_parser_raises_only_its_error(text: str) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    ak=st.sampled_from([ECC_AK, RSA_AK]) | st.binary(max_size=600),
-    quote=st.just(QUOTE) | st.binary(max_size=300),
-    sig=st.sampled_from([SIG, RSA_SIG]) | st.binary(max_size=300),
+    ak=st.deferred(lambda: st.sampled_from(samples("public"))) | st.binary(max_size=600),
+    quote=st.deferred(lambda: st.sampled_from(samples("quote"))) | st.binary(max_size=300),
+    sig=st.deferred(lambda: st.sampled_from(samples("signature"))) | st.binary(max_size=300),
     qd=st.binary(max_size=64),
 )
 def test_verify_quote_raises_only_attestation_errors(ak: bytes, quote: bytes, sig: bytes, qd: bytes) -> None:
@@ -149,7 +175,9 @@ def test_verify_ek_raises_only_attestation_errors(ek: bytes, cert: bytes | None)
 # -- hypothesis on the certificate path, the credential and the policy loader --------------------
 
 
+@functools.cache
 def _cert_material() -> tuple[bytes, bytes, list[object]]:
+    """(EK public area, its certificate, the roots), made when a test first asks, not at import."""
     from datetime import UTC, datetime, timedelta
 
     from cryptography import x509
@@ -177,11 +205,9 @@ def _cert_material() -> tuple[bytes, bytes, list[object]]:
     return fakes.rsa_ek_public(ek_key), leaf.public_bytes(serialization.Encoding.DER), [ca]
 
 
-EK_PUBLIC, EK_CERT, EK_ROOTS = _cert_material()
-
-
 def test_fuzz_material_verifies() -> None:
-    assert tpm.verify_ek(EK_PUBLIC, EK_CERT, roots=EK_ROOTS).trusted_by == "chain:CN=fuzz-ca"  # type: ignore[arg-type]
+    ek_public, ek_cert, ek_roots = _cert_material()
+    assert tpm.verify_ek(ek_public, ek_cert, roots=ek_roots).trusted_by == "chain:CN=fuzz-ca"  # type: ignore[arg-type]
 
 
 @settings(max_examples=500, deadline=None)
@@ -190,16 +216,17 @@ def test_verify_ek_on_mutated_certificates_raises_only_attestation_errors(
     index: int, flips: bytes, cut: int
 ) -> None:
     """Mutations of a certificate for a valid EK reach the chain walk and the extension code."""
-    cert = bytearray(EK_CERT)
+    ek_public, ek_cert, ek_roots = _cert_material()
+    cert = bytearray(ek_cert)
     for k, f in enumerate(flips):
         cert[(index + k * 13) % len(cert)] ^= f or 1
     with contextlib.suppress(AttestationError):
-        tpm.verify_ek(EK_PUBLIC, bytes(cert[: len(cert) - cut]), roots=EK_ROOTS)  # type: ignore[arg-type]
+        tpm.verify_ek(ek_public, bytes(cert[: len(cert) - cut]), roots=ek_roots)  # type: ignore[arg-type]
 
 
 @settings(max_examples=200, deadline=None)
 @given(
-    ek=st.just(EK_PUBLIC) | st.binary(max_size=400),
+    ek=st.deferred(lambda: st.just(_cert_material()[0])) | st.binary(max_size=400),
     name=st.binary(max_size=70),
     secret=st.binary(max_size=70),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,13 +14,23 @@ from hypothesis import strategies as st
 from attest import ca, x509pop
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
-CAS = ca.initial("nodegate.test", now=NOW - timedelta(days=1))
-KEY = ec.generate_private_key(ec.SECP256R1())
+
+
+# The CAs and the node key are made when a test first asks (functools.cache), not at import: a
+# refusal by the installed cryptography fails those tests, not the collection.
+@functools.cache
+def cas() -> ca.CaSet:
+    return ca.initial("nodegate.test", now=NOW - timedelta(days=1))
+
+
+@functools.cache
+def node_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
 
 
 def issue(**kw: object) -> x509.Certificate:
     args: dict[str, object] = {
-        "public_key": KEY.public_key(),
+        "public_key": node_key().public_key(),
         "trust_domain": "spire.test",
         "node_name": "gpu-1",
         "facts": {x509pop.NODE: "gpu-1", x509pop.MEASURED_BOOT_CLASS: "fleet-linux"},
@@ -27,7 +38,7 @@ def issue(**kw: object) -> x509.Certificate:
         "not_after": NOW + timedelta(hours=1),
     }
     args.update(kw)
-    return x509pop.issue_x509pop(CAS.signer, **args)  # type: ignore[arg-type]
+    return x509pop.issue_x509pop(cas().signer, **args)  # type: ignore[arg-type]
 
 
 def test_what_spire_x509pop_needs() -> None:
@@ -42,7 +53,7 @@ def test_what_spire_x509pop_needs() -> None:
     )
     assert uris == ["x509pop://spire.test/measured-boot-class/fleet-linux", "x509pop://spire.test/node/gpu-1"]
     assert cert.subject.rfc4514_string() == "CN=gpu-1"
-    cert.verify_directly_issued_by(CAS.signer.certificate)
+    cert.verify_directly_issued_by(cas().signer.certificate)
     assert cert.not_valid_after_utc == NOW + timedelta(hours=1)
 
 
@@ -98,9 +109,9 @@ def test_the_facts_could_not_ride_on_the_svid() -> None:
     from attest import svid
 
     good = svid.issue_svid(
-        CAS.signer,
+        cas().signer,
         spiffe_id=svid.parse_spiffe_id("spiffe://nodegate.test/node/gpu-1"),
-        public_key=KEY.public_key(),
+        public_key=node_key().public_key(),
         now=NOW,
         ttl=timedelta(hours=1),
     )
@@ -109,7 +120,7 @@ def test_the_facts_could_not_ride_on_the_svid() -> None:
     builder = x509.CertificateBuilder(
         issuer_name=good.issuer,
         subject_name=good.subject,
-        public_key=KEY.public_key(),
+        public_key=node_key().public_key(),
         serial_number=good.serial_number,
         not_valid_before=good.not_valid_before_utc,
         not_valid_after=good.not_valid_after_utc,
@@ -121,12 +132,12 @@ def test_the_facts_could_not_ride_on_the_svid() -> None:
             else ext.value
         )
         builder = builder.add_extension(value, critical=ext.critical)
-    both = builder.sign(CAS.signer.key, hashes.SHA256())
-    roots = CAS.roots(NOW)
+    both = builder.sign(cas().signer.key, hashes.SHA256())
+    roots = cas().roots(NOW)
     assert svid.verify_svid(good, roots=roots, trust_domain="nodegate.test", now=NOW) is not None
     with pytest.raises(svid.SvidInvalid, match="exactly one URI SAN"):
         svid.verify_svid(both, roots=roots, trust_domain="nodegate.test", now=NOW)
-    der_key = KEY.private_bytes(
+    der_key = node_key().private_bytes(
         serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     X509Svid.parse_raw(good.public_bytes(serialization.Encoding.DER), der_key)

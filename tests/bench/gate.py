@@ -109,7 +109,7 @@ from typing import Any
 from tests.bench import common, gate_event
 from tests.bench.gate_double import Double, merge_patch
 from tests.bench.gate_fleet import CR_COUNT, PENDING_SHARE, POOLS, Pending, build_cluster
-from tests.bench.gate_kube import SETTINGS
+from tests.bench.gate_kube import bench_settings
 from tests.bench.gate_reaction import ReactionResult, measure_reaction
 from tests.bench.gate_report import render, summarise
 from tests.bench.gate_resync import SizeResult, measure_memory, measure_size
@@ -172,7 +172,7 @@ def run(rounds: int = ROUNDS, quick: bool = False, nodes: Sequence[int] | None =
     # First, alone in this process: the CPU of one package-CR event at the largest size.
     event = gate_event.measure(
         build_cluster(sizes[-1], datetime.now(UTC)),
-        SETTINGS,
+        bench_settings(),
         gate_event.QUICK_EVENT_SAMPLES if quick else gate_event.EVENT_SAMPLES,
     )
     gc.collect()
@@ -214,7 +214,7 @@ def run(rounds: int = ROUNDS, quick: bool = False, nodes: Sequence[int] | None =
         "crs": CR_COUNT,
         "pools": POOLS,
         "pending_share": PENDING_SHARE,
-        "stability_window_s": SETTINGS.stability_window.total_seconds(),
+        "stability_window_s": bench_settings().stability_window.total_seconds(),
         "double_cpus": sorted(double_cpus),
         "gate_cpus": sorted(gate_cpus),
         "seconds": round(time.perf_counter() - started, 1),

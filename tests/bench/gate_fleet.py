@@ -21,14 +21,15 @@ ZONES = 3
 CR_COUNT = 20
 SEED = 4
 # The package pods' tolerations a GPU fleet's CRs carry: the GPU taint, and the hold (docs/gate.md).
+# The gate's default hold taint key, read from the settings model without building (validating) one.
+KEY: str = GateSettings.model_fields["taint_key"].default
 TOLERATIONS = [
     {"key": "nvidia.com/gpu", "operator": "Exists"},
-    *({"key": GateSettings().taint_key, "operator": "Equal", "value": v, "effect": "NoSchedule"}
+    *({"key": KEY, "operator": "Equal", "value": v, "effect": "NoSchedule"}
       for v in ("packages-pending", "validation-failed")),
 ]  # fmt: skip
 NODEWRIGHT, SKYHOOK = "nodewright.nvidia.com", "skyhook.nvidia.com"
 POOL_LABEL, ZONE_LABEL, GPU_LABEL = "nodegate.bench/pool", "nodegate.bench/zone", "nvidia.com/gpu.present"
-KEY = GateSettings().taint_key
 PING = ("nodegate.bench", "v1", "pings", "ping")  # the baseline's object (Cluster.ping)
 
 

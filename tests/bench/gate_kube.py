@@ -4,6 +4,7 @@ benchmark can tell when it has caught up, and the gate built as the benchmark ru
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,7 +18,14 @@ from bootstrap.kube.watch import watch_events
 from tests.bench import gate_phases
 
 TIMEOUT = 120.0  # per API call of the gate and the agent (a 10,000-node list is ~50 MB of JSON)
-SETTINGS = GateSettings(stability_window=timedelta(0))
+
+
+@functools.cache
+def bench_settings() -> GateSettings:
+    """The gate's settings for the benchmark (no stability window), validated when first asked: the
+    benchmark modules are imported by tests (tests/gate/test_bench_merge_patch.py), and a refusal by
+    the settings model must fail the benchmark, not the collection of the suite."""
+    return GateSettings(stability_window=timedelta(0))
 
 
 class TrackedKube(Kube):
@@ -65,7 +73,9 @@ def api_client(url: str, agent: str) -> kc.ApiClient:
 
 
 def make_gate(kube: Kube, identity: str = "bench-gate") -> Gate:
-    gate = Gate(kube, SETTINGS, events_namespace="nodegate", now=lambda: datetime.now(UTC), identity=identity)
+    gate = Gate(
+        kube, bench_settings(), events_namespace="nodegate", now=lambda: datetime.now(UTC), identity=identity
+    )
     if isinstance(kube, TrackedKube):
         # The waits below wake on the gate's API calls; a decision that needs none (the watch
         # event of the gate's own write, decided on the watched copy) must wake them too, or they

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import copy
 import datetime as dt
+import functools
 import hashlib
 import ipaddress
 import json
@@ -45,9 +46,17 @@ from bootstrap.config import settings_from_obj
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "nodegate"
 KUBELET_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet"
-K8S_VERSION: str = kubernetes_validate.latest_version()
 RBAC_KINDS = ("ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 HELM_HINT = "helm is not installed: run `scripts/get-helm.sh` (installs .venv/bin/helm); CI must run it too"
+
+
+@functools.cache
+def k8s_version() -> str:
+    """The newest Kubernetes schemas kubernetes-validate ships, asked when a test needs them (not at
+    import: a change in that package fails those tests, not the collection of every chart test)."""
+    return kubernetes_validate.latest_version()
+
+
 Doc = dict[str, Any]
 
 
@@ -455,10 +464,10 @@ def test_every_manifest_validates(scenario: tuple[str, Doc, str, list[Doc]]) -> 
             assert not errors, f"{where}: {errors}"
             continue
         try:
-            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+            kubernetes_validate.validate(doc, k8s_version(), strict=True)
         except kubernetes_validate.ValidationError as exc:
             path = ".".join(str(p) for p in exc.path)
-            pytest.fail(f"{where} fails Kubernetes {K8S_VERSION}: {path}: {exc.message}")
+            pytest.fail(f"{where} fails Kubernetes {k8s_version()}: {path}: {exc.message}")
 
 
 def test_validation_catches_a_typo(helm: str, tmp_path: Path) -> None:
@@ -467,7 +476,7 @@ def test_validation_catches_a_typo(helm: str, tmp_path: Path) -> None:
     bad = copy.deepcopy(one(docs, "Deployment"))
     bad["spec"]["template"]["spec"]["containers"][0]["readOnlyRootFilesytem"] = True
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
+        kubernetes_validate.validate(bad, k8s_version(), strict=True)
     cert = {"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
             "metadata": {"name": "x", "namespace": "y"},
             "spec": {"secretName": "x", "issuerRef": {"name": "i"}, "dnsName": ["a"]}}  # fmt: skip

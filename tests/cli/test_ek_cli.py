@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import functools
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,16 +13,29 @@ import pytest
 from bootstrap import cli
 from tests.attest import ekbuild as b
 
-ROOT_NAME = b.nuvoton_name()
-SAN = b.tpm_san_name()
-ROOT = b.make_ca(ROOT_NAME.name, edit=b.replace_in_tbs(ROOT_NAME.sorted_der, ROOT_NAME.vendor_der))
-INTER = b.make_ca(b.cn("NPCTxxx ECC384 LeafCA 012111"), parent=ROOT)
-EK_KEY, EK_PUBLIC = b.ek_pair("rsa")
-LEAF = b.issue_ek(
-    INTER,
-    b.ek_builder(INTER.name, EK_KEY, san=SAN.name),
-    edit=b.replace_in_tbs(SAN.sorted_der, SAN.vendor_der),
-)
+
+@dataclass(frozen=True)
+class Chain:
+    root: b.Ca
+    inter: b.Ca
+    ek_public: bytes
+    leaf: bytes
+
+
+@functools.cache
+def nuvoton_chain() -> Chain:
+    """A Nuvoton-style chain (unsorted RDN sets), made when a test first asks: built by the installed
+    cryptography, a refusal there fails the tests that use it, not the collection."""
+    root_name, san = b.nuvoton_name(), b.tpm_san_name()
+    root = b.make_ca(root_name.name, edit=b.replace_in_tbs(root_name.sorted_der, root_name.vendor_der))
+    inter = b.make_ca(b.cn("NPCTxxx ECC384 LeafCA 012111"), parent=root)
+    ek_key, ek_public = b.ek_pair("rsa")
+    leaf = b.issue_ek(
+        inter,
+        b.ek_builder(inter.name, ek_key, san=san.name),
+        edit=b.replace_in_tbs(san.sorted_der, san.vendor_der),
+    )
+    return Chain(root, inter, ek_public, leaf)
 
 
 def _pem(der: bytes) -> bytes:
@@ -41,14 +56,15 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "other_public": tmp_path / "other.pub",
     }
     out["root"].parent.mkdir()
-    out["root"].write_bytes(_pem(ROOT.der))
-    out["inter"].write_bytes(INTER.der)
+    chain = nuvoton_chain()
+    out["root"].write_bytes(_pem(chain.root.der))
+    out["inter"].write_bytes(chain.inter.der)
     out["junk"].write_bytes(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
-    out["leaf"].write_bytes(LEAF)
-    out["padded"].write_bytes(LEAF + b"\xff" * 300)
-    out["leaf_pem"].write_bytes(_pem(LEAF))
-    out["ek_public"].write_bytes(EK_PUBLIC)
-    out["tpmt"].write_bytes(EK_PUBLIC[2:])
+    out["leaf"].write_bytes(chain.leaf)
+    out["padded"].write_bytes(chain.leaf + b"\xff" * 300)
+    out["leaf_pem"].write_bytes(_pem(chain.leaf))
+    out["ek_public"].write_bytes(chain.ek_public)
+    out["tpmt"].write_bytes(chain.ek_public[2:])
     out["other_public"].write_bytes(b.ek_pair("rsa")[1])
     return out
 

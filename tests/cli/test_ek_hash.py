@@ -4,6 +4,7 @@ TPM2B_PUBLIC, or this machine's TPM (a real swtpm), equal to what the service co
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from attest import tpm
 from bootstrap import cli
 from bootstrap.node.tpm import Agent
-from tests.cli.test_ek_cli import EK_PUBLIC, LEAF, _pem
+from tests.cli.test_ek_cli import _pem, nuvoton_chain
 from tests.support.swtpms import TpmInfo
 
 
@@ -25,14 +26,15 @@ def test_certificate_and_public_area_give_the_services_digest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     der, pem, pub = tmp_path / "ek.der", tmp_path / "ek.pem", tmp_path / "ek.pub"
-    der.write_bytes(LEAF)
-    pem.write_bytes(_pem(LEAF))
-    pub.write_bytes(EK_PUBLIC)
+    chain = nuvoton_chain()
+    der.write_bytes(chain.leaf)
+    pem.write_bytes(_pem(chain.leaf))
+    pub.write_bytes(chain.ek_public)
     outs = {_hash(capsys, str(p))[1] for p in (der, pem, pub)}
     assert len(outs) == 1
     digest = outs.pop()
     # the service's own digest of that EK: allowlisting it admits the EK without a certificate
-    assert tpm.verify_ek(EK_PUBLIC, None, roots=[], allowlist={digest}).sha256 == digest
+    assert tpm.verify_ek(chain.ek_public, None, roots=[], allowlist={digest}).sha256 == digest
     code, out, _ = _hash(capsys, str(der), "-o", "json")
     assert code == 0
     assert json.loads(out) == {"ek_sha256": digest, "source": "certificate", "file": str(der)}
@@ -41,16 +43,17 @@ def test_certificate_and_public_area_give_the_services_digest(
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
-        (b"not an ek", "neither an EK certificate nor a TPM2B_PUBLIC"),
-        (_pem(LEAF) + _pem(LEAF), "expected one CERTIFICATE block, found 2"),
-        (b"x" * 70_000, "is larger than"),
+        (lambda: b"not an ek", "neither an EK certificate nor a TPM2B_PUBLIC"),
+        (lambda: _pem(nuvoton_chain().leaf) * 2, "expected one CERTIFICATE block, found 2"),
+        (lambda: b"x" * 70_000, "is larger than"),
     ],
+    ids=["not-an-ek", "two-certificates", "too-large"],
 )
 def test_bad_files_are_one_line_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, needle: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: Callable[[], bytes], needle: str
 ) -> None:
     path = tmp_path / "f"
-    path.write_bytes(content)
+    path.write_bytes(content())
     code, _, err = _hash(capsys, str(path))
     assert code == 2
     assert needle in err

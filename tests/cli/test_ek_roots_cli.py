@@ -10,7 +10,7 @@ import pytest
 
 from bootstrap import cli
 from bootstrap.service.join import ekroots
-from tests.service.test_ekroots import NUVOTON_ROOT, VENDOR_INTER, VENDOR_ROOT, _write, pem
+from tests.service.test_ekroots import _write, nuvoton_root, pem, vendor_inter, vendor_root
 from tests.support.ekvendors import vendor_folder
 from tests.support.shared_data import shared
 
@@ -73,8 +73,8 @@ def test_files_of_a_folder_with_their_path_as_source_and_skipped_ones_warned(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     folder = tmp_path / "roots"
-    _write(folder / "nuvoton.pem", pem(NUVOTON_ROOT.der))
-    _write(folder / "bundle.pem", pem(VENDOR_ROOT.der) + pem(VENDOR_INTER.der))
+    _write(folder / "nuvoton.pem", pem(nuvoton_root().der))
+    _write(folder / "bundle.pem", pem(vendor_root().der) + pem(vendor_inter().der))
     junk = _write(folder / "junk.pem", b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
     code, out, err = _run(["--roots", str(folder), "--at", "2026-01-01T00:00:00Z", "-o", "json"], capsys)
     assert code == 0

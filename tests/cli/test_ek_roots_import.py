@@ -15,7 +15,7 @@ from bootstrap import cli
 from bootstrap.config import EkAia
 from bootstrap.service.join import ekroots
 from bootstrap.service.join.aia import AiaFetcher
-from tests.service.test_ekroots import INTEL_ROOT, NUVOTON_ROOT, VENDOR_ROOT, _write, pem
+from tests.service.test_ekroots import _write, intel_root, nuvoton_root, pem, vendor_root
 from tests.support.ekvendors import GCE_PROJECT_ID, aia_server, collection_der, real_ek
 from tests.support.shared_data import shared
 
@@ -34,9 +34,9 @@ def test_a_pinned_file_is_imported_and_listed_as_imported(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = tmp_path / "state"
-    src = _write(tmp_path / "nuvoton.pem", pem(NUVOTON_ROOT.der))
+    src = _write(tmp_path / "nuvoton.pem", pem(nuvoton_root().der))
     code, out, _ = _run(
-        ["import", str(src), "--sha256", sha(NUVOTON_ROOT.der), "--state-dir", str(state)], capsys
+        ["import", str(src), "--sha256", sha(nuvoton_root().der), "--state-dir", str(state)], capsys
     )
     assert code == 0, out
     assert "1 certificates in" in out
@@ -47,7 +47,7 @@ def test_a_pinned_file_is_imported_and_listed_as_imported(
     (row,) = json.loads(out)["certificates"]
     assert (row["origin"], row["source"], row["role"]) == ("imported", str(src.resolve()), "root")
     trust = ekroots.load_roots([Path("imported")], state_dir=state)
-    assert [c.der for c in trust.anchors] == [NUVOTON_ROOT.der]
+    assert [c.der for c in trust.anchors] == [nuvoton_root().der]
 
 
 def test_an_unpinned_or_missing_certificate_imports_nothing(
@@ -55,10 +55,10 @@ def test_an_unpinned_or_missing_certificate_imports_nothing(
 ) -> None:
     state = tmp_path / "state"
     folder = tmp_path / "in"
-    _write(folder / "a.pem", pem(NUVOTON_ROOT.der))
-    _write(folder / "b.der", INTEL_ROOT.der)
+    _write(folder / "a.pem", pem(nuvoton_root().der))
+    _write(folder / "b.der", intel_root().der)
     code, _, err = _run(
-        ["import", str(folder), "--sha256", sha(NUVOTON_ROOT.der), "--state-dir", str(state)], capsys
+        ["import", str(folder), "--sha256", sha(nuvoton_root().der), "--state-dir", str(state)], capsys
     )
     assert code == 1
     assert "no --sha256 names" in err
@@ -67,15 +67,15 @@ def test_an_unpinned_or_missing_certificate_imports_nothing(
             "import",
             str(folder / "a.pem"),
             "--sha256",
-            sha(NUVOTON_ROOT.der),
-            sha(VENDOR_ROOT.der),
+            sha(nuvoton_root().der),
+            sha(vendor_root().der),
             "--state-dir",
             str(state),
         ],
         capsys,
     )
     assert code == 1
-    assert f"no certificate with SHA-256 {sha(VENDOR_ROOT.der)}" in err
+    assert f"no certificate with SHA-256 {sha(vendor_root().der)}" in err
     assert not ekroots.imported_store(state).exists()
     assert _run(["import", str(folder), "--sha256", "xyz", "--state-dir", str(state)], capsys)[0] == 2
 
@@ -125,7 +125,7 @@ async def test_fetched_intermediates_are_listed_with_their_url(
         )
         got, why = await fetcher.fetch([url])
     assert (len(got), why) == (1, [])
-    root = _write(tmp_path / "root.pem", pem(VENDOR_ROOT.der))
+    root = _write(tmp_path / "root.pem", pem(vendor_root().der))
     code, out, _ = _run(["--roots", str(root), "--state-dir", str(state)], capsys)
     assert code == 0
     line = next(x for x in out.splitlines() if "STM TPM EK Intermediate CA 05" in x)

@@ -16,13 +16,12 @@ from bootstrap import cli
 from tests.support import eventlogs as el
 from tests.support.certs import self_signed
 
-_, _CERT = self_signed("Test Secure Boot CA")
-
 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("eventlogs")
-    for name, data in el.quirky(_CERT.public_bytes(serialization.Encoding.DER)).items():
+    _, cert = self_signed("Test Secure Boot CA")
+    for name, data in el.quirky(cert.public_bytes(serialization.Encoding.DER)).items():
         (folder / name).write_bytes(data)
     (folder / "broken").write_bytes(b"\x00" * 10)
     return folder

@@ -14,7 +14,7 @@ import pytest
 from bootstrap import cli
 from bootstrap.cli.gate import report_json
 from bootstrap.gate import GateReport
-from tests.cli.test_ek_cli import INTER, LEAF, ROOT, _pem
+from tests.cli.test_ek_cli import _pem, nuvoton_chain
 from tests.cli.test_eventlog_cli import logs  # noqa: F401  (fixture)
 from tests.service.test_join_e2e import TD, Served, served  # noqa: F401  (fixture)
 from tests.support.swtpms import TpmInfo
@@ -71,9 +71,10 @@ def test_gate_once_report_json() -> None:
 def test_ek_check_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "roots"
     folder.mkdir()
-    (folder / "root.pem").write_bytes(_pem(ROOT.der))
-    (folder / "inter.der").write_bytes(INTER.der)
-    (tmp_path / "ek.der").write_bytes(LEAF)
+    chain = nuvoton_chain()
+    (folder / "root.pem").write_bytes(_pem(chain.root.der))
+    (folder / "inter.der").write_bytes(chain.inter.der)
+    (tmp_path / "ek.der").write_bytes(chain.leaf)
     assert (
         cli.main(["ek", "check", "--roots", str(folder), "-o", "json", "--", str(tmp_path / "ek.der")]) == 0
     )

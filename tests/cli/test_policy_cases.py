@@ -12,14 +12,14 @@ import yaml
 
 from bootstrap import cli
 from bootstrap.service.webhook.policycases import Sender, plural, review_for
-from tests.admission.test_webhook import POLICIES, RBAC, no_reboot
+from tests.admission.test_webhook import RBAC, gpu_policies, no_reboot
 from tests.support.package_crs import SAMPLE
 
 
 @pytest.fixture
 def files(tmp_path: Path) -> list[str]:
     (tmp_path / "policies.yaml").write_text(
-        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
+        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in gpu_policies()])
     )
     (tmp_path / "rbac.yaml").write_text(yaml.safe_dump_all(RBAC))
     (tmp_path / "cr.yaml").write_text(yaml.safe_dump(no_reboot(SAMPLE)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -69,11 +70,15 @@ def clock() -> Clock:
     return Clock()
 
 
-SETTINGS = GateSettings(stability_window=timedelta(seconds=30))
+@functools.cache
+def base_settings() -> GateSettings:
+    """Validated when a test first asks (functools.cache), not at import: a refusal by the installed
+    pydantic or the settings model fails those tests, not the collection."""
+    return GateSettings(stability_window=timedelta(seconds=30))
 
 
 def make_gate(kube: Kube, clock: Callable[[], datetime], identity: str = "gate-a", **settings: Any) -> Gate:
-    cfg = SETTINGS.model_copy(update=settings) if settings else SETTINGS
+    cfg = base_settings().model_copy(update=settings) if settings else base_settings()
     return Gate(kube, cfg, events_namespace="nodegate", now=clock, identity=identity)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -28,10 +29,28 @@ from tests.support.swtpms import TpmInfo
 INTEL_URL = "https://ekop.intel.com/ekcertservice/WVEG2rRwkQ7m3RpXlUphgo6Y2HLxl18h6ZZkkOAdnBE%3D"
 AMD_URL = "https://ftpm.amd.com/pki/aia/D027B3CE6A9B6B56846D2B9935884A88"
 
-CA = b.make_ca(b.cn("Vendor fTPM EK CA"))
-EK_KEY, EK_PUBLIC = b.ek_pair("rsa")
-EK_CERT = b.issue_ek(CA, b.ek_builder(CA.name, EK_KEY, san=b.cn("tpm")))
-OTHER_KEY, OTHER_PUBLIC = b.ek_pair("rsa")
+
+@functools.cache
+def _vendor_pki() -> tuple[bytes, bytes, bytes]:
+    """(EK public area, its certificate, another EK's public area), made when a test first asks:
+    built by the installed cryptography, a refusal there fails the tests, not the collection."""
+    ca = b.make_ca(b.cn("Vendor fTPM EK CA"))
+    ek_key, ek_public = b.ek_pair("rsa")
+    ek_cert = b.issue_ek(ca, b.ek_builder(ca.name, ek_key, san=b.cn("tpm")))
+    _, other_public = b.ek_pair("rsa")
+    return ek_public, ek_cert, other_public
+
+
+def ek_public() -> bytes:
+    return _vendor_pki()[0]
+
+
+def ek_cert() -> bytes:
+    return _vendor_pki()[1]
+
+
+def other_public() -> bytes:
+    return _vendor_pki()[2]
 
 
 def _amd_public() -> bytes:
@@ -105,15 +124,15 @@ def _intel_json(der: bytes) -> bytes:
 
 
 async def test_intel_style_json_answer(vendor: Vendor) -> None:
-    vendor.answers[_key(ekfetch.INTEL, EK_PUBLIC)] = (200, _intel_json(EK_CERT))
-    assert await ekfetch.fetch_certificate(ekfetch.INTEL, EK_PUBLIC, service=vendor.base) == EK_CERT
+    vendor.answers[_key(ekfetch.INTEL, ek_public())] = (200, _intel_json(ek_cert()))
+    assert await ekfetch.fetch_certificate(ekfetch.INTEL, ek_public(), service=vendor.base) == ek_cert()
 
 
 @pytest.mark.parametrize("form", ["der", "pem"])
 async def test_amd_style_der_or_pem_answer(vendor: Vendor, form: str) -> None:
-    body = EK_CERT if form == "der" else _pem(EK_CERT)
-    vendor.answers[_key(ekfetch.AMD, EK_PUBLIC)] = (200, body)
-    assert await ekfetch.fetch_certificate(ekfetch.AMD, EK_PUBLIC, service=vendor.base) == EK_CERT
+    body = ek_cert() if form == "der" else _pem(ek_cert())
+    vendor.answers[_key(ekfetch.AMD, ek_public())] = (200, body)
+    assert await ekfetch.fetch_certificate(ekfetch.AMD, ek_public(), service=vendor.base) == ek_cert()
 
 
 def _pem(der: bytes) -> bytes:
@@ -122,15 +141,15 @@ def _pem(der: bytes) -> bytes:
 
 async def test_no_certificate_published_is_a_clear_error(vendor: Vendor) -> None:
     with pytest.raises(JoinFailed, match="no certificate for this EK; use --ek-cert-file") as caught:
-        await ekfetch.fetch_certificate(ekfetch.AMD, EK_PUBLIC, service=vendor.base)
+        await ekfetch.fetch_certificate(ekfetch.AMD, ek_public(), service=vendor.base)
     assert caught.value.code == "ek_certificate_unavailable"
     assert exit_status(caught.value) == EXIT_USAGE
 
 
 async def test_a_certificate_for_another_key_is_not_sent(vendor: Vendor) -> None:
-    vendor.answers[_key(ekfetch.AMD, OTHER_PUBLIC)] = (200, EK_CERT)
+    vendor.answers[_key(ekfetch.AMD, other_public())] = (200, ek_cert())
     with pytest.raises(JoinFailed, match="another key") as caught:
-        await ekfetch.fetch_certificate(ekfetch.AMD, OTHER_PUBLIC, service=vendor.base)
+        await ekfetch.fetch_certificate(ekfetch.AMD, other_public(), service=vendor.base)
     assert caught.value.code == "ek_certificate_invalid"
 
 
@@ -144,43 +163,43 @@ async def test_a_certificate_for_another_key_is_not_sent(vendor: Vendor) -> None
     ],
 )
 async def test_bad_answers_are_refused(vendor: Vendor, status: int, body: bytes, needle: str) -> None:
-    vendor.answers[_key(ekfetch.INTEL, EK_PUBLIC)] = (status, body)
+    vendor.answers[_key(ekfetch.INTEL, ek_public())] = (status, body)
     with pytest.raises(JoinFailed, match=needle) as caught:
-        await ekfetch.fetch_certificate(ekfetch.INTEL, EK_PUBLIC, service=vendor.base)
+        await ekfetch.fetch_certificate(ekfetch.INTEL, ek_public(), service=vendor.base)
     assert caught.value.code in {"ek_certificate_unavailable", "ek_certificate_invalid"}
 
 
 async def test_garbage_that_is_not_a_certificate_is_refused(vendor: Vendor) -> None:
-    vendor.answers[_key(ekfetch.AMD, EK_PUBLIC)] = (200, b"\x30\x03\x02\x01\x00")
+    vendor.answers[_key(ekfetch.AMD, ek_public())] = (200, b"\x30\x03\x02\x01\x00")
     with pytest.raises(JoinFailed) as caught:
-        await ekfetch.fetch_certificate(ekfetch.AMD, EK_PUBLIC, service=vendor.base)
+        await ekfetch.fetch_certificate(ekfetch.AMD, ek_public(), service=vendor.base)
     assert caught.value.code == "ek_certificate_invalid"
 
 
 async def test_a_service_that_does_not_answer_times_out(vendor: Vendor) -> None:
     with pytest.raises(JoinFailed, match=r"no answer within 0\.2 s"):
         await ekfetch.fetch_certificate(
-            ekfetch.AMD, EK_PUBLIC, service=vendor.base.replace("/ek/", "/slow/"), timeout=0.2
+            ekfetch.AMD, ek_public(), service=vendor.base.replace("/ek/", "/slow/"), timeout=0.2
         )
 
 
 async def test_an_unreachable_service_is_a_clear_error() -> None:
     with pytest.raises(JoinFailed) as caught:
-        await ekfetch.fetch_certificate(ekfetch.AMD, EK_PUBLIC, service="http://127.0.0.1:9/")
+        await ekfetch.fetch_certificate(ekfetch.AMD, ek_public(), service="http://127.0.0.1:9/")
     assert caught.value.code == "ek_certificate_unavailable"
 
 
 def test_ek_cert_file_der_or_pem(tmp_path: Path) -> None:
     der = tmp_path / "ek.der"
-    der.write_bytes(EK_CERT)
+    der.write_bytes(ek_cert())
     pem = tmp_path / "ek.pem"
-    pem.write_bytes(_pem(EK_CERT))
-    assert ekfetch.read_certificate_file(der, EK_PUBLIC) == EK_CERT
-    assert ekfetch.read_certificate_file(pem, EK_PUBLIC) == EK_CERT
+    pem.write_bytes(_pem(ek_cert()))
+    assert ekfetch.read_certificate_file(der, ek_public()) == ek_cert()
+    assert ekfetch.read_certificate_file(pem, ek_public()) == ek_cert()
     with pytest.raises(JoinFailed, match="another key"):
-        ekfetch.read_certificate_file(der, OTHER_PUBLIC)
+        ekfetch.read_certificate_file(der, other_public())
     with pytest.raises(JoinUsageError, match="ek-cert-file"):
-        ekfetch.read_certificate_file(tmp_path / "missing.der", EK_PUBLIC)
+        ekfetch.read_certificate_file(tmp_path / "missing.der", ek_public())
 
 
 # -- what nodegate join sends ----------------------------------------------------------------------
@@ -194,7 +213,7 @@ class FakeEk:
 
 class FakeDevice:
     def __init__(self, cert: bytes | None, manufacturer: int) -> None:
-        self.ek = FakeEk(EK_PUBLIC, cert)
+        self.ek = FakeEk(ek_public(), cert)
         self._manufacturer = manufacturer
         self.asked = 0
 
@@ -214,9 +233,9 @@ async def test_join_sends_nv_first_then_the_vendor_service(vendor: Vendor) -> No
     in_nv = FakeDevice(b"nv-cert", ekfetch.AMD)
     assert await ek_certificate(in_nv, _opts()) == b"nv-cert"  # type: ignore[arg-type]
     assert in_nv.asked == 0
-    vendor.answers[_key(ekfetch.AMD, EK_PUBLIC)] = (200, EK_CERT)
+    vendor.answers[_key(ekfetch.AMD, ek_public())] = (200, ek_cert())
     ftpm = FakeDevice(None, ekfetch.AMD)
-    assert await ek_certificate(ftpm, _opts(ek_cert_service=vendor.base)) == EK_CERT  # type: ignore[arg-type]
+    assert await ek_certificate(ftpm, _opts(ek_cert_service=vendor.base)) == ek_cert()  # type: ignore[arg-type]
     assert await ek_certificate(ftpm, _opts(ek_cert_fetch=False)) is None  # type: ignore[arg-type]
     infineon = FakeDevice(None, int.from_bytes(b"IFX\0", "big"))
     assert await ek_certificate(infineon, _opts(ek_cert_service=vendor.base)) is None  # type: ignore[arg-type]
@@ -224,9 +243,9 @@ async def test_join_sends_nv_first_then_the_vendor_service(vendor: Vendor) -> No
 
 async def test_join_ek_cert_file_wins_over_nv(tmp_path: Path) -> None:
     path = tmp_path / "ek.der"
-    path.write_bytes(EK_CERT)
+    path.write_bytes(ek_cert())
     device = FakeDevice(b"nv-cert", ekfetch.INTEL)
-    assert await ek_certificate(device, _opts(ek_cert_file=path)) == EK_CERT  # type: ignore[arg-type]
+    assert await ek_certificate(device, _opts(ek_cert_file=path)) == ek_cert()  # type: ignore[arg-type]
     assert device.asked == 0
 
 

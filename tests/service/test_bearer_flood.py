@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from bootstrap.service.serve import Serving, start
-from tests.admission.test_webhook import POLICIES, no_reboot, review
+from tests.admission.test_webhook import gpu_policies, no_reboot, review
 from tests.service.test_abuse import GENUINE, base, client_tls, http
 from tests.support.kshim import TOKEN_REVIEW_PATH, ShimEmulator, cluster_signer, kubeconfig
 from tests.support.package_crs import SAMPLE
@@ -87,7 +87,7 @@ async def served(
     kmock.sar = lambda _body: {"allowed": True}
     (tmp / "kubeconfig").write_text(yaml.safe_dump(kubeconfig(str(kmock.url))))
     (tmp / "policies.yaml").write_text(
-        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
+        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in gpu_policies()])
     )
     settings = settings_for(
         tmp,

@@ -5,6 +5,7 @@ tests/service/test_packaged_store.py and test_ek_aia.py)."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
 import subprocess
@@ -23,19 +24,47 @@ from bootstrap.service.join.ekroots import MANIFEST, load_ek_trust, load_roots
 from tests.attest import ekbuild as b
 from tests.support.service import EkCa, running, settings_for
 
-ROOT_NAME = b.nuvoton_name()
-NUVOTON_ROOT = b.make_ca(ROOT_NAME.name, edit=b.replace_in_tbs(ROOT_NAME.sorted_der, ROOT_NAME.vendor_der))
-INTEL_ROOT = b.make_ca(
-    b.cn("OnDie CA Root Cert Signing"),
-    edit=b.replace_in_tbs(b.ECDSA_SHA384, b.ECDSA_SHA384_NULL),
-    outer_alg=lambda alg: alg.replace(b.ECDSA_SHA384, b.ECDSA_SHA384_NULL),
-)
-VENDOR_ROOT = b.make_ca(
-    x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Infineon Technologies AG")])
-)
-VENDOR_INTER = b.make_ca(b.cn("Infineon OPTIGA(TM) RSA Manufacturing CA 035"), parent=VENDOR_ROOT)
-EK_KEY, EK_PUBLIC = b.ek_pair("rsa")
-EK_CERT = b.issue_ek(VENDOR_INTER, b.ek_builder(VENDOR_INTER.name, EK_KEY, san=b.cn("tpm")))
+# The test CAs are made when a test first asks (functools.cache), not at import: built by the
+# installed cryptography, a refusal there fails the tests that use them, not the collection.
+
+
+@functools.cache
+def nuvoton_root() -> b.Ca:
+    root_name = b.nuvoton_name()
+    return b.make_ca(root_name.name, edit=b.replace_in_tbs(root_name.sorted_der, root_name.vendor_der))
+
+
+@functools.cache
+def intel_root() -> b.Ca:
+    return b.make_ca(
+        b.cn("OnDie CA Root Cert Signing"),
+        edit=b.replace_in_tbs(b.ECDSA_SHA384, b.ECDSA_SHA384_NULL),
+        outer_alg=lambda alg: alg.replace(b.ECDSA_SHA384, b.ECDSA_SHA384_NULL),
+    )
+
+
+@functools.cache
+def vendor_root() -> b.Ca:
+    return b.make_ca(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Infineon Technologies AG")]))
+
+
+@functools.cache
+def vendor_inter() -> b.Ca:
+    return b.make_ca(b.cn("Infineon OPTIGA(TM) RSA Manufacturing CA 035"), parent=vendor_root())
+
+
+@functools.cache
+def _ek() -> tuple[bytes, bytes]:
+    key, public = b.ek_pair("rsa")
+    return public, b.issue_ek(vendor_inter(), b.ek_builder(vendor_inter().name, key, san=b.cn("tpm")))
+
+
+def ek_public() -> bytes:
+    return _ek()[0]
+
+
+def ek_cert() -> bytes:
+    return _ek()[1]
 
 
 def pem(der: bytes) -> bytes:
@@ -51,18 +80,18 @@ def _write(path: Path, data: bytes) -> Path:
 
 def test_pem_der_bundles_and_folders_load(tmp_path: Path) -> None:
     folder = tmp_path / "roots"
-    _write(folder / "root.pem", pem(VENDOR_ROOT.der))
-    _write(folder / "inter.der", VENDOR_INTER.der)
-    bundle = _write(tmp_path / "bundle.pem", b"# comment\n" + pem(NUVOTON_ROOT.der) + pem(INTEL_ROOT.der))
-    amd_like = _write(tmp_path / "ica.der", VENDOR_INTER.der + b"\n")  # a trailing newline, as published
+    _write(folder / "root.pem", pem(vendor_root().der))
+    _write(folder / "inter.der", vendor_inter().der)
+    bundle = _write(tmp_path / "bundle.pem", b"# comment\n" + pem(nuvoton_root().der) + pem(intel_root().der))
+    amd_like = _write(tmp_path / "ica.der", vendor_inter().der + b"\n")  # a trailing newline, as published
     roots = load_roots([folder, bundle, amd_like])
     assert roots.skipped == ()
     assert {c.sha256 for c in roots.anchors} == {
-        b.sha256(d) for d in (VENDOR_ROOT.der, NUVOTON_ROOT.der, INTEL_ROOT.der)
+        b.sha256(d) for d in (vendor_root().der, nuvoton_root().der, intel_root().der)
     }
-    assert [c.der for c in roots.intermediates] == [VENDOR_INTER.der]  # the same CA once
+    assert [c.der for c in roots.intermediates] == [vendor_inter().der]  # the same CA once
     assert roots.origins[roots.intermediates[0].sha256] == folder / "inter.der"
-    ident = tpm.verify_ek(EK_PUBLIC, EK_CERT, roots=roots.anchors, intermediates=roots.intermediates)
+    ident = tpm.verify_ek(ek_public(), ek_cert(), roots=roots.anchors, intermediates=roots.intermediates)
     assert ident.trusted_by == "chain:O=Infineon Technologies AG"
 
 
@@ -70,13 +99,13 @@ def test_unusable_files_are_skipped_by_name_and_logged(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     folder = tmp_path / "roots"
-    good = _write(folder / "root.pem", pem(VENDOR_ROOT.der))
+    good = _write(folder / "root.pem", pem(vendor_root().der))
     readme = _write(folder / "README.md", b"vendor roots, see the wiki\n")
-    broken = _write(folder / "broken.der", VENDOR_INTER.der[:-10])
-    leaf = _write(folder / "leaf.der", EK_CERT)
-    _write(folder / "old" / "retired.pem", pem(INTEL_ROOT.der))
-    _write(folder / "..data" / "hidden.pem", pem(INTEL_ROOT.der))  # a ConfigMap's real files
-    mixed = _write(tmp_path / "mixed.pem", pem(VENDOR_INTER.der) + pem(b"\x30\x03\x02\x01\x01"))
+    broken = _write(folder / "broken.der", vendor_inter().der[:-10])
+    leaf = _write(folder / "leaf.der", ek_cert())
+    _write(folder / "old" / "retired.pem", pem(intel_root().der))
+    _write(folder / "..data" / "hidden.pem", pem(intel_root().der))  # a ConfigMap's real files
+    mixed = _write(tmp_path / "mixed.pem", pem(vendor_inter().der) + pem(b"\x30\x03\x02\x01\x01"))
     missing = tmp_path / "nowhere.pem"
     settings = settings_from_obj({"ek_roots": [str(folder), str(mixed), str(missing)]})
     with caplog.at_level(logging.WARNING, logger="nodegate.ekroots"):
@@ -89,8 +118,8 @@ def test_unusable_files_are_skipped_by_name_and_logged(
     assert "subfolder" in reasons[folder / "old"]
     assert reasons[mixed].startswith("certificate 2 of 2: ")
     assert "No such file" in reasons[missing]
-    assert [c.sha256 for c in trust.roots] == [b.sha256(VENDOR_ROOT.der)]
-    assert [c.der for c in trust.intermediates] == [VENDOR_INTER.der]  # the good block of the bundle
+    assert [c.sha256 for c in trust.roots] == [b.sha256(vendor_root().der)]
+    assert [c.der for c in trust.intermediates] == [vendor_inter().der]  # the good block of the bundle
     assert trust.origins[trust.roots[0].sha256] == good
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert all(any(str(p) in line for line in logged) for p in reasons)
@@ -99,12 +128,12 @@ def test_unusable_files_are_skipped_by_name_and_logged(
 
 def test_skipping_a_root_never_widens_trust(tmp_path: Path) -> None:
     """The root file is damaged: the service still starts, and this EK is refused, not accepted."""
-    root = _write(tmp_path / "root.pem", pem(VENDOR_ROOT.der)[:-40] + b"\n-----END CERTIFICATE-----\n")
-    inter = _write(tmp_path / "inter.pem", pem(VENDOR_INTER.der))
+    root = _write(tmp_path / "root.pem", pem(vendor_root().der)[:-40] + b"\n-----END CERTIFICATE-----\n")
+    inter = _write(tmp_path / "inter.pem", pem(vendor_inter().der))
     trust = load_ek_trust(settings_from_obj({"ek_roots": [str(root), str(inter)]}))
     assert [p for p, _ in trust.skipped] == [root]
     with pytest.raises(EkUntrusted, match="does not chain"):
-        tpm.verify_ek(EK_PUBLIC, EK_CERT, roots=trust.roots, intermediates=trust.intermediates)
+        tpm.verify_ek(ek_public(), ek_cert(), roots=trust.roots, intermediates=trust.intermediates)
 
 
 # -- the vendor root store --------------------------------------------------------------------------
@@ -137,19 +166,19 @@ def test_a_store_with_a_manifest_loads_as_an_ek_roots_folder(tmp_path: Path) -> 
     store = write_store(
         tmp_path / "store",
         {
-            "nuvoton/root.pem": NUVOTON_ROOT.der,
-            "intel/root.pem": INTEL_ROOT.der,
-            "infineon/root.pem": VENDOR_ROOT.der,
-            "infineon/inter.pem": VENDOR_INTER.der,
+            "nuvoton/root.pem": nuvoton_root().der,
+            "intel/root.pem": intel_root().der,
+            "infineon/root.pem": vendor_root().der,
+            "infineon/inter.pem": vendor_inter().der,
         },
     )
     config = _write(tmp_path / "conf" / "nodegate.yaml", f"ek_roots: [{store}]\n".encode())
     trust = load_ek_trust(load_settings(config))
     assert trust.skipped == ()
     assert len(trust.roots) == 3
-    assert {c.der for c in trust.roots} >= {NUVOTON_ROOT.der, INTEL_ROOT.der}
+    assert {c.der for c in trust.roots} >= {nuvoton_root().der, intel_root().der}
     assert set(trust.provenance.values()) == {ekroots.CONFIG}
-    ident = tpm.verify_ek(EK_PUBLIC, EK_CERT, roots=trust.roots, intermediates=trust.intermediates)
+    ident = tpm.verify_ek(ek_public(), ek_cert(), roots=trust.roots, intermediates=trust.intermediates)
     assert ident.trusted_by == "chain:O=Infineon Technologies AG"
 
 
@@ -157,9 +186,9 @@ def _store(tmp_path: Path) -> Path:
     return write_store(
         tmp_path / "store",
         {
-            "infineon/root.pem": VENDOR_ROOT.der,
-            "infineon/inter.pem": VENDOR_INTER.der,
-            "nuvoton/root.pem": NUVOTON_ROOT.der,
+            "infineon/root.pem": vendor_root().der,
+            "infineon/inter.pem": vendor_inter().der,
+            "nuvoton/root.pem": nuvoton_root().der,
         },
     )
 
@@ -172,15 +201,15 @@ def _entry(store: Path, subject_part: str) -> Path:
 def test_a_store_file_whose_fingerprint_differs_is_skipped(tmp_path: Path) -> None:
     store = _store(tmp_path)
     swapped = _entry(store, "Infineon")  # the root, replaced by another CA
-    swapped.write_bytes(pem(INTEL_ROOT.der))
-    extra = _write(store / "other" / "sneaked-in.pem", pem(INTEL_ROOT.der))
+    swapped.write_bytes(pem(intel_root().der))
+    extra = _write(store / "other" / "sneaked-in.pem", pem(intel_root().der))
     roots = load_roots([store])
     reasons = dict(roots.skipped)
     assert "does not match manifest.json" in reasons[swapped]
     assert reasons[extra] == "not listed in manifest.json"
-    assert INTEL_ROOT.der not in {c.der for c in roots.anchors}
+    assert intel_root().der not in {c.der for c in roots.anchors}
     with pytest.raises(EkUntrusted):
-        tpm.verify_ek(EK_PUBLIC, EK_CERT, roots=roots.anchors, intermediates=roots.intermediates)
+        tpm.verify_ek(ek_public(), ek_cert(), roots=roots.anchors, intermediates=roots.intermediates)
 
 
 def test_a_broken_manifest_skips_the_whole_store(tmp_path: Path) -> None:
@@ -223,15 +252,15 @@ def test_a_pinned_copy_of_the_store_is_verified_the_same_way(tmp_path: Path) -> 
     rows["files"] = [r for r in rows["files"] if "Nuvoton" not in r["subject"]]  # the user drops a vendor
     (pinned / MANIFEST).write_text(json.dumps(rows))
     roots = load_roots([pinned])
-    assert NUVOTON_ROOT.der not in {c.der for c in roots.anchors}
+    assert nuvoton_root().der not in {c.der for c in roots.anchors}
     assert [why for _, why in roots.skipped] == ["not listed in manifest.json"]
 
 
 def test_store_files_are_the_vendor_bytes(tmp_path: Path) -> None:
     store = _store(tmp_path)
     text = _entry(store, "Nuvoton").read_bytes()
-    assert base64.b64decode(b"".join(text.splitlines()[1:-1])) == NUVOTON_ROOT.der
-    assert timedelta(0) < NUVOTON_ROOT.cert.not_valid_after_utc - b.NOW
+    assert base64.b64decode(b"".join(text.splitlines()[1:-1])) == nuvoton_root().der
+    assert timedelta(0) < nuvoton_root().cert.not_valid_after_utc - b.NOW
 
 
 async def test_a_skipped_root_is_shown_by_readyz_and_counted(tmp_path: Path) -> None:

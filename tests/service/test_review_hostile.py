@@ -47,7 +47,11 @@ def guarded(app: Any, limits: ConnectionLimits) -> tuple[Connections, Connection
     return connections, conn, sock
 
 
-LIMITS = ConnectionLimits(header_timeout=35.0, idle_timeout=120.0, max_age=None, max_requests=None, sweep=1.0)
+def limits() -> ConnectionLimits:
+    """The admission listener's limits, checked by ConnectionLimits when a test asks (not at import)."""
+    return ConnectionLimits(
+        header_timeout=35.0, idle_timeout=120.0, max_age=None, max_requests=None, sweep=1.0
+    )
 
 
 async def test_a_pipelined_request_is_under_the_request_deadline() -> None:
@@ -55,13 +59,13 @@ async def test_a_pipelined_request_is_under_the_request_deadline() -> None:
     connection: it gets the request deadline (not the idle one, 3x longer, while it holds a
     review slot waiting for a body that never comes) and cannot be evicted as idle."""
     app = Echo()
-    connections, conn, sock = guarded(app, LIMITS)
+    connections, conn, sock = guarded(app, limits())
     second = request(body=b"q" * 100)[:-100]  # its head, and no body: it waits for it
     conn.data_received(request() + second)
     await settle()
     assert len(answers(sock)) == 1  # the first is answered; the second waits for its body
     assert connections.idle_count() == 0  # busy: not a candidate for eviction
-    connections.sweep(time.monotonic() + LIMITS.header_timeout + 1)
+    connections.sweep(time.monotonic() + limits().header_timeout + 1)
     assert sock.closed  # cut at the request deadline
 
 
@@ -126,7 +130,7 @@ async def test_an_http10_request_gets_no_100_continue() -> None:
 
 async def test_an_empty_line_after_a_body_leaves_the_connection_idle() -> None:
     """Some clients send CRLF after a POST body: that is no request, the connection is idle."""
-    connections, conn, sock = guarded(Echo(), LIMITS)
+    connections, conn, sock = guarded(Echo(), limits())
     conn.data_received(request() + b"\r\n")
     await settle()
     assert len(answers(sock)) == 1

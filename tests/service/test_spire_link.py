@@ -5,6 +5,7 @@ decoded with protobuf from the API's own message shapes), and the bundle files S
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import signal
 import tempfile
@@ -32,8 +33,10 @@ from tests.support.softnode import join, post
 SPIRE_TD = "spire.test"
 
 
-def _agent_request_class() -> Any:
-    """spire.api.server.agent.v1.BanAgentRequest as the API defines it (spire-api-sdk protos)."""
+@functools.cache
+def ban_agent_request() -> Any:
+    """spire.api.server.agent.v1.BanAgentRequest as the API defines it (spire-api-sdk protos), built by
+    the installed protobuf when a test first asks, not at import."""
     fd = descriptor_pb2.FileDescriptorProto(name="t.proto", package="t", syntax="proto3")
     sid = fd.message_type.add(name="SPIFFEID")
     sid.field.add(name="trust_domain", number=1, type=9, label=1)
@@ -43,9 +46,6 @@ def _agent_request_class() -> Any:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("t.BanAgentRequest"))
-
-
-BanAgentRequest = _agent_request_class()
 
 
 class FakeSpire:
@@ -59,7 +59,7 @@ class FakeSpire:
 
     def _handler(self, method: str) -> Any:
         async def handle(request: bytes, context: Any) -> bytes:
-            msg = BanAgentRequest.FromString(request)
+            msg = ban_agent_request().FromString(request)
             agent = f"spiffe://{msg.id.trust_domain}{msg.id.path}"
             self.calls.append((method, agent))
             if agent not in self.agents:
@@ -239,12 +239,12 @@ async def test_bundle_and_plugin_data_follow_rotation(svc: Running, tmp_path: Pa
 def test_the_ban_request_is_the_apis_message() -> None:
     from attest.spiffeid import parse_spiffe_id
 
-    msg = BanAgentRequest.FromString(
+    msg = ban_agent_request().FromString(
         agent_request(parse_spiffe_id("spiffe://td.test/spire/agent/x509pop/n-1"))
     )
     assert (msg.id.trust_domain, msg.id.path) == ("td.test", "/spire/agent/x509pop/n-1")
     long_path = "/spire/agent/" + "a" * 300  # lengths past one varint byte
-    msg = BanAgentRequest.FromString(agent_request(parse_spiffe_id(f"spiffe://td.test{long_path}")))
+    msg = ban_agent_request().FromString(agent_request(parse_spiffe_id(f"spiffe://td.test{long_path}")))
     assert msg.id.path == long_path
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.admission.test_webhook import POLICIES, RBAC, no_reboot, review
+from tests.admission.test_webhook import RBAC, gpu_policies, no_reboot, review
 from tests.support.package_crs import SAMPLE
 from tests.support.service import EkCa, running, settings_for
 from tests.support.softnode import post
@@ -28,7 +28,7 @@ def ek_ca() -> EkCa:
 
 async def test_verdicts_are_counted_by_result_and_rule(tmp_path: Path, ek_ca: EkCa) -> None:
     (tmp_path / "policies.yaml").write_text(
-        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in POLICIES])
+        yaml.safe_dump_all([p.model_dump(by_alias=True, exclude_none=True) for p in gpu_policies()])
     )
     (tmp_path / "rbac.yaml").write_text(yaml.safe_dump_all(RBAC))
     admission = {

@@ -229,6 +229,22 @@ def old_shim_authority(cert_der: bytes) -> Ev:
     return Ev(7, EV_EFI_VARIABLE_AUTHORITY, data + b"\xaf", measured=data)
 
 
+# The names of quirky()'s logs, for a parametrize list that must not build them at import.
+QUIRKY_SHAPES = (
+    "agile-sha1-sha256",
+    "agile-three-banks",
+    "startup-locality-3",
+    "sha1-only",
+    "sha1-only-locality",
+    "old-shim-authority",
+    "no-action-pcr-ffffffff",
+    "secure-boot-off",
+    "secure-boot-empty",
+    "fewer-digests-than-banks",
+    "unknown-event-type",
+)
+
+
 def quirky(cert_der: bytes) -> dict[str, bytes]:
     """Synthetic logs with the shapes real firmware produces (each written to spec from what
     public logs show): what the parser must accept."""
@@ -236,7 +252,7 @@ def quirky(cert_der: bytes) -> dict[str, bytes]:
     no_action_ff = Ev(
         0xFFFFFFFF, EV_NO_ACTION, b"M60\x00" + bytes(12), digests={"sha1": bytes(20), "sha256": bytes(32)}
     )
-    return {
+    logs = {
         "agile-sha1-sha256": build(base),
         "agile-three-banks": build(base, banks=("sha1", "sha256", "sha384")),
         "startup-locality-3": build(base, locality=3),
@@ -257,6 +273,8 @@ def quirky(cert_der: bytes) -> dict[str, bytes]:
         ),
         "unknown-event-type": build([*base, Ev(5, 0x800000FF, b"vendor", measured=b"vendor")]),
     }
+    assert tuple(logs) == QUIRKY_SHAPES
+    return logs
 
 
 def load_option(description: str, path: str = "\\EFI\\BOOT\\BOOTX64.EFI") -> bytes:
