@@ -17,10 +17,10 @@ from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.mutate import CrMutator
 from admission.webhook import MAX_REVIEW_BYTES
 from attest import ca
-from bootstrap.auditlog import AuditLog
 from bootstrap.config import Settings
 from bootstrap.gate import Gate
 from bootstrap.kube import Kube
+from bootstrap.logs.audit import AuditLog
 from bootstrap.service import background, fleetmetrics
 from bootstrap.service.admin.auth import AdminAuth
 from bootstrap.service.admin.bearer import TokenChecks

@@ -2,7 +2,7 @@
 careless ``extra=`` can never put a token, proof or key into the log.
 
 The admission webhook's line per review (``nodegate.admission``) is formatted when it is logged and
-written by a thread, many lines per write (``bootstrap.logbatch``): no write per review. Every
+written by a thread, many lines per write (``bootstrap.logs.batch``): no write per review. Every
 other line is written when it is logged."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import warnings
 from datetime import UTC, datetime
 
-from bootstrap import logbatch
+from bootstrap.logs import batch as logbatch
 
 FIELDS = (
     "node",
@@ -65,7 +65,7 @@ class JsonFormatter(logging.Formatter):
 
     def line(self, created: float, levelno: int, logger: str, msg: str, fields: dict[str, object]) -> str:
         """What ``format`` writes for a record with these attributes and ``fields`` (in FIELDS
-        order, no None), without building the record (``bootstrap.auditlog``)."""
+        order, no None), without building the record (``bootstrap.logs.audit``)."""
         out: dict[str, object] = {
             "ts": self._timestamp(created),
             "level": logging.getLevelName(levelno).lower(),

@@ -1,6 +1,6 @@
 """The admission webhook's line per review, made from its parts and handed to the log writer.
 
-``logs.configure`` sends ``nodegate.admission`` to the batch writer (``bootstrap.logbatch``) with
+``logs.configure`` sends ``nodegate.admission`` to the batch writer (``bootstrap.logs.batch``) with
 the JSON formatter and nowhere else. Then a review's line needs no LogRecord: it is composed from
 its parts exactly as the formatter writes the record (a test compares them) and queued, which costs
 the review a dict and one encoder call instead of a logging call. Whenever that logger is set up
@@ -15,7 +15,8 @@ import logging
 import time
 
 from admission.webhook import log_decision
-from bootstrap import logbatch, logs
+from bootstrap.logs import batch as logbatch
+from bootstrap.logs import setup as logs
 
 
 class AuditLog:

@@ -60,7 +60,7 @@ class BatchHandler(logging.Handler):
         self.submit(line)
 
     def submit(self, line: str) -> None:
-        """Queue a formatted line (``bootstrap.auditlog`` formats without a LogRecord)."""
+        """Queue a formatted line (``bootstrap.logs.audit`` formats without a LogRecord)."""
         if len(self._pending) >= self._max_pending:
             self.dropped += 1
             return
