@@ -11,7 +11,7 @@ from typing import Any
 from admission.checks.images import valid_digest
 from admission.crs import CrView
 from admission.holdtolerations import HOLD_EFFECT, missing_hold_values
-from admission.images import ImageError, parse_image
+from admission.syntax.images import ImageError, parse_image
 
 
 def soft_warnings(cr: CrView) -> list[str]:

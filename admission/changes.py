@@ -13,7 +13,7 @@ from typing import Any
 from admission.crs import PACKAGE_GROUPS, CrView, PackageCR
 from admission.godecode import canonical_package, same_spec
 from admission.structural import as_view
-from admission.versions import compare
+from admission.syntax.versions import compare
 from admission.violations import Violation
 
 # The annotations that pause or disable a CR, in both API groups.

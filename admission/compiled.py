@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from admission.crs import CrView
-from admission.images import ImageError, ImageRef, allowed_by, parse_image
 from admission.policy import Budget, PackagePolicy, PriorityBounds
+from admission.syntax.images import ImageError, ImageRef, allowed_by, parse_image
 from admission.violations import Violation
 
 # Bound of a compiled policy's memo of image references.

@@ -20,7 +20,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from admission.quantity import parse_quantity
+from admission.syntax.quantity import parse_quantity
 
 # -- Go's time.ParseDuration ---------------------------------------------------------------
 

@@ -15,9 +15,9 @@ from admission.checks.images import valid_digest
 from admission.checks.interrupts import INTERRUPT_TYPE_SET
 from admission.compiled import CompiledPolicy, PolicyRule, registry_ok
 from admission.crs import CrView, PackageView
-from admission.images import ImageError, ImageRef, parse_image, parse_prefix, pulled_repository
 from admission.policy import ANY_REGISTRY, PackagePolicy
-from admission.versions import strict_semver
+from admission.syntax.images import ImageError, ImageRef, parse_image, parse_prefix, pulled_repository
+from admission.syntax.versions import strict_semver
 from admission.violations import Violation
 
 

@@ -9,7 +9,7 @@ import re
 from functools import lru_cache
 
 from admission.checks.ranks import PACKAGE_NAME, SEMVER, Found
-from admission.versions import upstream_valid
+from admission.syntax.versions import upstream_valid
 from admission.violations import Violation
 
 _NAME_RE = re.compile(r"[a-z][-a-z0-9]{0,41}[a-z]")

@@ -1,6 +1,6 @@
 """A package's interrupts: known types (rule "interrupt-type", the CRD's enum), and each
 configInterrupts key naming a configMap key, exactly or as a ``*`` pattern (rule
-"config-interrupt", :mod:`admission.globs`)."""
+"config-interrupt", :mod:`admission.syntax.globs`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from admission.checks.ranks import INTERRUPTS, Found
 from admission.checks.values import ABSENT, NotCanonical, str_list
-from admission.globs import matches_some
 from admission.policy import INTERRUPT_TYPES
+from admission.syntax.globs import matches_some
 from admission.violations import Violation
 
 INTERRUPT_TYPE_SET = frozenset(INTERRUPT_TYPES)

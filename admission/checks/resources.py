@@ -10,7 +10,7 @@ from typing import Any
 
 from admission.checks.ranks import RESOURCES, Found
 from admission.checks.values import NotCanonical
-from admission.quantity import parse_quantity
+from admission.syntax.quantity import parse_quantity
 from admission.violations import Violation
 
 _FIELDS = ("cpuRequest", "cpuLimit", "memoryRequest", "memoryLimit")

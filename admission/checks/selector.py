@@ -13,7 +13,7 @@ from typing import Any
 
 from admission.checks.ranks import SELECTOR, Found
 from admission.checks.values import ABSENT, NO_MAP, NotCanonical, str_list, str_map
-from admission.labels import selector_problems
+from admission.syntax.labels import selector_problems
 from admission.violations import Violation
 
 Expressions = tuple[tuple[str, str, tuple[str, ...]], ...]  # (key, operator, values)

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from admission import crs, rules
 from admission import structural as reader
 from admission.advice import soft_warnings
-from admission.images import ImageError, allowed_by, parse_image, parse_prefix
 from admission.policy import PackagePolicy
-from admission.quantity import parse_quantity
+from admission.syntax.images import ImageError, allowed_by, parse_image, parse_prefix
+from admission.syntax.quantity import parse_quantity
 from tests.support.package_crs import AUTO_TAINT, MISSING_DEPENDENCY, SAMPLE, SIMPLE, UNINSTALL
 from tests.support.shared_data import shared
 
