@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from admission.policy import Budget
+from admission.reading.policy import Budget
 
 
 def budget_within(percent: int | None, count: int | None, cap: Budget) -> bool:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from admission.crs import CrView
-from admission.policy import Budget, PackagePolicy, PriorityBounds
+from admission.reading.crs import CrView
+from admission.reading.policy import Budget, PackagePolicy, PriorityBounds
 from admission.syntax.images import ImageError, ImageRef, allowed_by, parse_image
 from admission.violations import Violation
 

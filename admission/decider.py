@@ -3,11 +3,11 @@
 authorizer that cannot answer, is a denial that says so.
 
 The decision for a NodeWright / Skyhook CREATE or UPDATE:
-1. an UPDATE whose spec is the same to the operator (:mod:`admission.godecode`) and whose
+1. an UPDATE whose spec is the same to the operator (:mod:`admission.reading.godecode`) and whose
    pause/disable annotations did not change is allowed, whoever sends it, before anything is
    read or checked: the operator's own finalizer UPDATE and status churn need no rights; adding
    or changing a NodeWright's ``mirrored-from`` claim is not such an UPDATE (it is judged as if
-   the CR were new, :func:`admission.changes.claims_mirror`);
+   the CR were new, :func:`admission.reading.changes.claims_mirror`);
 2. the CR parses and passes every structural rule (what NodeWright's own webhook refuses without
    looking at the cluster), and on UPDATE NodeWright's uninstall rules; then nodegate's
    toleration rules (:mod:`admission.guards`);
@@ -24,7 +24,7 @@ policy whose pool contains the stored CR, except for the operator's own account
 not take it out of a package CR's selection (:mod:`admission.selection`).
 
 Per-review work that does not change the answer is avoided: the unchanged UPDATE is answered from
-the objects as given, the CR is read and checked in one pass (:mod:`admission.structural`),
+the objects as given, the CR is read and checked in one pass (:mod:`admission.reading.structural`),
 policies are compiled when the source hands out new ones, and texts of candidates that do not
 admit are only built for a denial.
 """
@@ -36,17 +36,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from admission import changes, deploymentpolicy, nodes, removals, rules, selection
+from admission import deploymentpolicy, nodes, removals, rules, selection
 from admission.advice import hold_warnings, soft_warnings
-from admission.crs import PACKAGE_GROUPS, CrView
 from admission.guards import guard_violations
-from admission.policy import PackagePolicy
 from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
+from admission.reading import changes
+from admission.reading.crs import PACKAGE_GROUPS, CrView
+from admission.reading.policy import PackagePolicy
+from admission.reading.review import Request, RequestUser
+from admission.reading.structural import read_package_cr
 from admission.response import Decision
-from admission.review import Request, RequestUser
 from admission.rules import CompiledPolicy
 from admission.selection import PackageSelector
-from admission.structural import read_package_cr
 from admission.violations import Violation
 
 POLICY_GROUP = "nodegate.io"

@@ -18,9 +18,9 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from admission.budgetcaps import budget_cap_text, budget_within
-from admission.crs import LaxModel, Metadata, Selector
-from admission.policy import PackagePolicy
 from admission.pools import required_labels
+from admission.reading.crs import LaxModel, Metadata, Selector
+from admission.reading.policy import PackagePolicy
 from admission.syntax.labels import selector_problems
 from admission.violations import Violation
 from attest import validation

@@ -10,9 +10,9 @@ missing, revoked or expired. NodeWright does not look at tolerations; these rule
 
 from __future__ import annotations
 
-from admission.crs import CrView, PackageCR
 from admission.holdtolerations import PACKAGE_HOLD_VALUES
-from admission.structural import as_view
+from admission.reading.crs import CrView, PackageCR
+from admission.reading.structural import as_view
 from admission.violations import Violation
 
 # The hold reasons under which package pods are meant to run (the mutating webhook adds Equal

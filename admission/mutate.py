@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from admission import changes
-from admission.crs import PACKAGE_GROUPS
 from admission.holdtolerations import missing_hold_tolerations
 from admission.nodes import HOLD_TAINT_KEY
-from admission.review import Request
+from admission.reading import changes
+from admission.reading.crs import PACKAGE_GROUPS
+from admission.reading.review import Request
 
 SPEC, FIELD = "spec", "additionalTolerations"
 

@@ -2,7 +2,7 @@
 operator will pull, digest pinning, tags, strict versions, interrupts, budget caps,
 runtime-required, secret env, agent image override, priority).
 
-Each rule reads a :class:`~admission.crs.CrView` and a :class:`~admission.compiled.CompiledPolicy`
+Each rule reads a :class:`~admission.reading.crs.CrView` and a :class:`~admission.compiled.CompiledPolicy`
 and appends what it finds. :func:`compile_policy` keeps, per policy, only the rules that can find
 something with it; :func:`compiled_violations` first asks the quick pass (each rule's condition
 for a violation, negated, in one pass over the CR) and runs the rules only when it says no.
@@ -11,11 +11,11 @@ for a violation, negated, in one pass over the CR) and runs the rules only when 
 from __future__ import annotations
 
 from admission.budgetcaps import budget_cap_text, budget_within
-from admission.checks.images import valid_digest
-from admission.checks.interrupts import INTERRUPT_TYPE_SET
 from admission.compiled import CompiledPolicy, PolicyRule, registry_ok
-from admission.crs import CrView, PackageView
-from admission.policy import ANY_REGISTRY, PackagePolicy
+from admission.reading.checks.images import valid_digest
+from admission.reading.checks.interrupts import INTERRUPT_TYPE_SET
+from admission.reading.crs import CrView, PackageView
+from admission.reading.policy import ANY_REGISTRY, PackagePolicy
 from admission.syntax.images import ImageError, ImageRef, parse_image, parse_prefix, pulled_repository
 from admission.syntax.versions import strict_semver
 from admission.violations import Violation

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from admission.crs import CrView, Selector
+from admission.reading.crs import CrView, Selector
 
 
 def required_labels(selector: Selector) -> dict[str, str] | None:

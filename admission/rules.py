@@ -5,8 +5,8 @@ Two layers of small named rules:
 * structural rules are NodeWright's own: exactly what its validating webhook refuses without
   looking at the cluster (budget shape, selectors, package names, config interrupts, versions,
   resources, uninstall, durations, the dependency graph, image references of NodeWright CRs);
-  they are applied while the CR is read (:mod:`admission.structural`, one module of
-  :mod:`admission.checks` per part of the spec), in one pass;
+  they are applied while the CR is read (:mod:`admission.reading.structural`, one module of
+  :mod:`admission.reading.checks` per part of the spec), in one pass;
 * nodegate's own rules on every CR (:mod:`admission.guards`: no toleration of every taint or of
   the hold taint beyond the reasons package pods need);
 * policy rules hold for one PackagePolicy (pool containment, registries of what the operator
@@ -16,23 +16,21 @@ Two layers of small named rules:
   :class:`~admission.compiled.CompiledPolicy` (a PackagePolicy with its allowlist parsed and its
   texts built once, when it loads), and :mod:`admission.verdicts` over all the policies.
 
-UPDATE has NodeWright's uninstall rules (:mod:`admission.changes`); a DELETE needs rights only
+UPDATE has NodeWright's uninstall rules (:mod:`admission.reading.changes`); a DELETE needs rights only
 (:mod:`admission.removals`, judged by the decider). Each
 violation names its rule, the field path, what is wrong and a one-line fix. Who may use which
 policy (RBAC) is decided elsewhere; :func:`policy_verdicts` gives, per candidate policy, what
 would still be violated, so the authorizer can pick the first the requester may use.
 
 This module is the public surface: it re-exports the names the webhook, the service and the
-tests use. The public functions take a :class:`~admission.crs.CrView` (the webhook reads one
+tests use. The public functions take a :class:`~admission.reading.crs.CrView` (the webhook reads one
 straight from the review) or the pydantic models.
 """
 
 from __future__ import annotations
 
 from admission.budgetcaps import budget_cap_text, budget_within
-from admission.changes import new_reboots, spec_changed, update_rules
 from admission.compiled import CompiledPolicy, PolicyRule
-from admission.crs import PACKAGE_GROUPS, CrView, PackageCR, Selector, parse_package_cr
 from admission.guards import guard_violations
 from admission.nodes import HOLD_TAINT_KEY
 from admission.policyrules import (
@@ -52,7 +50,9 @@ from admission.policyrules import (
     prule_versions,
 )
 from admission.pools import pool_contains, required_labels, required_labels_of
-from admission.structural import read_package_cr, structural_violations
+from admission.reading.changes import new_reboots, spec_changed, update_rules
+from admission.reading.crs import PACKAGE_GROUPS, CrView, PackageCR, Selector, parse_package_cr
+from admission.reading.structural import read_package_cr, structural_violations
 from admission.verdicts import (
     PolicyVerdict,
     candidate_policies,

@@ -8,11 +8,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from admission.compiled import CompiledPolicy
-from admission.crs import CrView, PackageCR
-from admission.policy import PackagePolicy
 from admission.policyrules import compile_policy, compiled_violations
 from admission.pools import required_labels_of
-from admission.structural import as_view
+from admission.reading.crs import CrView, PackageCR
+from admission.reading.policy import PackagePolicy
+from admission.reading.structural import as_view
 from admission.violations import Violation
 
 

@@ -6,7 +6,7 @@ Always HTTP 200 with the request's uid for a well-formed review. A body that is 
 not a review, too large, not ``application/json``) raises :class:`WebhookProblem`, which the server
 answers as ``application/problem+json`` (400, 413 or 415); never a 500. The decision itself is
 :mod:`admission.decider`'s (validating) and :mod:`admission.mutate`'s (the package CRs' hold tolerations);
-reading reviews and composing responses are :mod:`admission.review`'s and
+reading reviews and composing responses are :mod:`admission.reading.review`'s and
 :mod:`admission.response`'s. This module also re-exports the names callers import from it.
 """
 
@@ -28,8 +28,7 @@ from admission.decider import (
 )
 from admission.decisioncache import Cached, DecisionCache
 from admission.mutate import CrMutator, encode_mutation_response
-from admission.response import MAX_LISTED, Decision, encode_review_response
-from admission.review import (
+from admission.reading.review import (
     AdmissionRequest,
     AdmissionReview,
     GroupVersionKind,
@@ -41,6 +40,7 @@ from admission.review import (
     parse_review,
     read_review,
 )
+from admission.response import MAX_LISTED, Decision, encode_review_response
 
 __all__ = [
     "MAX_LISTED",

@@ -19,9 +19,9 @@ import pytest
 from pydantic import ValidationError
 
 from admission import rules
-from admission.checks.identity import valid_name
-from admission.checks.images import valid_digest
-from admission.policy import LabelSelectorRequirement, PackagePolicy
+from admission.reading.checks.identity import valid_name
+from admission.reading.checks.images import valid_digest
+from admission.reading.policy import LabelSelectorRequirement, PackagePolicy
 from admission.syntax.images import ImageError, parse_image
 from admission.syntax.labels import key_problem, value_problem
 from admission.syntax.quantity import parse_quantity

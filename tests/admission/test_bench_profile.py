@@ -14,7 +14,7 @@ RAW = "\n".join(
         f"{HANDLER};validate (admission/webhook.py:190);decide (admission/decider.py:120) 7",
         f"{HANDLER};validate (admission/webhook.py:200);log_decision (admission/webhook.py:150);"
         "makeRecord (logging/__init__.py:1600) 3",
-        f"{HANDLER};validate (admission/webhook.py:180);read_review (admission/review.py:150) 2",
+        f"{HANDLER};validate (admission/webhook.py:180);read_review (admission/reading/review.py:150) 2",
         f"{HANDLER};validate (admission/webhook.py:200);AuditLog.__call__ (bootstrap/logs/audit.py:60) 1",
         f"{HANDLER};validate (admission/webhook.py:205);key (admission/decisioncache.py:100) 1",
         f"{LOOP};_read_ready (asyncio/selector_events.py:900);"
@@ -53,7 +53,7 @@ EAGER = f"{LOOP};_run (asyncio/events.py:80);ReviewApp.answer (bootstrap/service
 LISTENER_RAW = "\n".join(
     [
         f"{EAGER};validate (admission/webhook.py:235);Decider.decide (admission/decider.py:156) 5",
-        f"{EAGER};validate (admission/webhook.py:217);read_review (admission/review.py:163) 3",
+        f"{EAGER};validate (admission/webhook.py:217);read_review (admission/reading/review.py:163) 3",
         f"{EAGER};_Lane.take (bootstrap/service/webhook/app.py:90) 1",
         f"{PROTO};ReviewProtocol._next (bootstrap/service/webhook/protocol.py:171);"
         "parse_head (bootstrap/service/http/framing.py:128) 2",

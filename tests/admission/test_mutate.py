@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from admission.holdtolerations import hold_tolerations, missing_hold_tolerations, tolerates
 from admission.mutate import CrMutator, pointer, toleration_patch
-from admission.review import parse_review
+from admission.reading.review import parse_review
 from bootstrap.config import ConfigError, settings_from_obj
 from tests.admission.test_webhook import decide, decider, review
 from tests.support.service import EkCa, running, settings_for

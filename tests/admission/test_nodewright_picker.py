@@ -29,7 +29,7 @@ from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.holdtolerations import hold_tolerations
 from admission.mutate import CrMutator
 from admission.rbac import RbacEvaluator
-from admission.review import parse_review
+from admission.reading.review import parse_review
 from tests.admission.test_upstream_corpus import FULL_RBAC, OPEN_POLICY
 from tests.admission.upstream import picker
 from tests.admission.upstream.model import NODEWRIGHT, admit, schema_errors, stamp_create

@@ -22,9 +22,9 @@ import pytest
 
 from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.mutate import CrMutator, toleration_patch
-from admission.policy import PackagePolicy
 from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
-from admission.review import parse_review
+from admission.reading.policy import PackagePolicy
+from admission.reading.review import parse_review
 from tests.admission.upstream.corpus import SOURCES, all_cases, behind_mutating_webhook
 from tests.admission.upstream.model import Case
 

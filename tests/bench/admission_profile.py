@@ -39,7 +39,7 @@ STAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("logging (record, format, write)", r"logging/|bootstrap/logs/\w+\.py"),
         ("metrics (prometheus_client)", r"prometheus_client/"),
         ("decision cache", r"admission/decisioncache\.py"),
-        ("reading the review (JSON, envelope)", r"admission/review\.py|\(json/"),
+        ("reading the review (JSON, envelope)", r"admission/reading/review\.py|\(json/"),
         (
             "the decision (Decider.decide)",
             r"admission/(?![\w/]*\b(?:webhook|review|response|decisioncache)\.py)[\w/]+\.py"

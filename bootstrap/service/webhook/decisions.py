@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from admission.decider import Decider
+from admission.reading.review import Request
 from admission.response import Decision
-from admission.review import Request
 
 
 @dataclass

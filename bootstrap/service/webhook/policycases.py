@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from admission.decider import Decider
+from admission.reading.review import ReviewError, parse_review
 from admission.response import Decision
-from admission.review import ReviewError, parse_review
 from admission.ruleids import RULE_IDS
 from bootstrap.service.webhook.policyload import ToolError, documents
 

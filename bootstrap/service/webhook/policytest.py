@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from admission import rules
 from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.policy import PackagePolicy
+from admission.reading.policy import PackagePolicy
 from admission.response import Decision
 from bootstrap.service.webhook.policycases import Sender, judge, load_cases, run_cases
 from bootstrap.service.webhook.policyload import ToolError, documents, load_policies, load_rbac

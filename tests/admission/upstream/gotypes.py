@@ -15,7 +15,7 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from admission.godecode import DurationError, parse_duration
+from admission.reading.godecode import DurationError, parse_duration
 from admission.syntax.quantity import parse_quantity
 
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}

@@ -1,5 +1,5 @@
 """Values read as they are: strings, booleans, integers, maps and lists of strings with exactly
-the types the pydantic models of :mod:`admission.crs` declare. Anything else (another type, null
+the types the pydantic models of :mod:`admission.reading.crs` declare. Anything else (another type, null
 where a model has no None, a field name that populate_by_name would accept) raises NotCanonical,
 and the models decide instead, with their coercions and their error messages."""
 

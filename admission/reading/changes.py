@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from admission.crs import PACKAGE_GROUPS, CrView, PackageCR
-from admission.godecode import canonical_package, same_spec
-from admission.structural import as_view
+from admission.reading.crs import PACKAGE_GROUPS, CrView, PackageCR
+from admission.reading.godecode import canonical_package, same_spec
+from admission.reading.structural import as_view
 from admission.syntax.versions import compare
 from admission.violations import Violation
 

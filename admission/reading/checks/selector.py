@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from admission.checks.ranks import SELECTOR, Found
-from admission.checks.values import ABSENT, NO_MAP, NotCanonical, str_list, str_map
+from admission.reading.checks.ranks import SELECTOR, Found
+from admission.reading.checks.values import ABSENT, NO_MAP, NotCanonical, str_list, str_map
 from admission.syntax.labels import selector_problems
 from admission.violations import Violation
 

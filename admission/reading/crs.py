@@ -149,9 +149,9 @@ def loc_path(loc: tuple[int | str, ...]) -> str:
 
 
 # ------------------------------------------------------------------------------------------
-# Views: what the rules read, taken from the dict by ``admission.structural`` without building
+# Views: what the rules read, taken from the dict by ``admission.reading.structural`` without building
 # the models above (which stay the reference: where the reader is unsure, they decide). Whether
-# two specs are the same is :mod:`admission.godecode`'s to say.
+# two specs are the same is :mod:`admission.reading.godecode`'s to say.
 
 
 @dataclass(slots=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission.checks.ranks import DURATIONS, Found
-from admission.checks.values import NotCanonical
-from admission.godecode import DurationError, parse_duration
+from admission.reading.checks.ranks import DURATIONS, Found
+from admission.reading.checks.values import NotCanonical
+from admission.reading.godecode import DurationError, parse_duration
 from admission.violations import Violation
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission.checks.values import ABSENT, NotCanonical
+from admission.reading.checks.values import ABSENT, NotCanonical
 
 # key, operator, value, effect
 Toleration = tuple[str | None, str | None, str | None, str | None]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from admission.checks.ranks import BUDGET, Found
-from admission.checks.values import NotCanonical, opt_int
+from admission.reading.checks.ranks import BUDGET, Found
+from admission.reading.checks.values import NotCanonical, opt_int
 from admission.violations import Violation
 
 

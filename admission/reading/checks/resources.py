@@ -8,8 +8,8 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from admission.checks.ranks import RESOURCES, Found
-from admission.checks.values import NotCanonical
+from admission.reading.checks.ranks import RESOURCES, Found
+from admission.reading.checks.values import NotCanonical
 from admission.syntax.quantity import parse_quantity
 from admission.violations import Violation
 

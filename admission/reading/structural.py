@@ -1,7 +1,7 @@
 """Reading a NodeWright / Skyhook CR and applying its structural rules, in one pass over the dict.
 
 The API server hands the webhook objects that already passed the CRD's schema, so nearly every
-field has exactly the type the pydantic models of :mod:`admission.crs` declare. The reader takes
+field has exactly the type the pydantic models of :mod:`admission.reading.crs` declare. The reader takes
 such values as they are and gives up (NotCanonical) at the first one it does not: another type,
 null where a model has no None, a snake_case field name that populate_by_name would accept. Then
 pydantic validates, with its coercions and its error messages, and the reader reads the validated
@@ -10,9 +10,9 @@ model's dump. Either way the rules see what the models hold; unknown fields stay
 While reading, it applies the structural rules: exactly the checks NodeWright's own validating
 webhook makes without looking at the cluster (budget shape, selectors, package names, config
 interrupts, versions, resources, uninstall, durations, the dependency graph, and for
-nodewright.nvidia.com image references; one module of :mod:`admission.checks` per part of the
+nodewright.nvidia.com image references; one module of :mod:`admission.reading.checks` per part of the
 spec), so a CR is walked once. Each violation carries the rank of its rule
-(:mod:`admission.checks.ranks`); a stable sort by rank gives NodeWright's order of checking.
+(:mod:`admission.reading.checks.ranks`); a stable sort by rank gives NodeWright's order of checking.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ from collections.abc import Mapping
 from operator import itemgetter
 from typing import Any
 
-from admission.checks.budget import read_budget
-from admission.checks.dependencies import dependency_rules
-from admission.checks.durations import drain_rules
-from admission.checks.interrupts import INTERRUPT_TYPE_SET
-from admission.checks.package import read_package
-from admission.checks.ranks import Found
-from admission.checks.selector import read_selector
-from admission.checks.tolerations import read_tolerations
-from admission.checks.values import ABSENT, NO_MAP, Names, NotCanonical, aliased, str_map
-from admission.crs import (
+from admission.reading.checks.budget import read_budget
+from admission.reading.checks.dependencies import dependency_rules
+from admission.reading.checks.durations import drain_rules
+from admission.reading.checks.interrupts import INTERRUPT_TYPE_SET
+from admission.reading.checks.package import read_package
+from admission.reading.checks.ranks import Found
+from admission.reading.checks.selector import read_selector
+from admission.reading.checks.tolerations import read_tolerations
+from admission.reading.checks.values import ABSENT, NO_MAP, Names, NotCanonical, aliased, str_map
+from admission.reading.crs import (
     PACKAGE_GROUPS,
     CrView,
     DrainConfig,
@@ -72,7 +72,7 @@ _rank = itemgetter(0)
 
 
 def read_package_cr(obj: Mapping[str, Any]) -> CrView | list[Violation]:
-    """What :func:`~admission.crs.parse_package_cr` accepts, as a view; its violations where it
+    """What :func:`~admission.reading.crs.parse_package_cr` accepts, as a view; its violations where it
     refuses."""
     group = str(obj.get("apiVersion", "")).split("/", 1)[0]
     if PACKAGE_GROUPS.get(group) == obj.get("kind"):

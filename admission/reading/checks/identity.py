@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from admission.checks.ranks import PACKAGE_NAME, SEMVER, Found
+from admission.reading.checks.ranks import PACKAGE_NAME, SEMVER, Found
 from admission.syntax.versions import upstream_valid
 from admission.violations import Violation
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from admission.checks.ranks import IMAGE, Found
+from admission.reading.checks.ranks import IMAGE, Found
 from admission.syntax.images import DIGEST_RE
 from admission.violations import Violation
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from admission.checks.durations import duration_rule
-from admission.checks.identity import identity_rules
-from admission.checks.images import image_rules
-from admission.checks.interrupts import interrupt_rules, read_config_interrupts, read_interrupt_type
-from admission.checks.ranks import Found
-from admission.checks.resources import Quantities, read_resources, resource_rules
-from admission.checks.uninstall import read_uninstall, uninstall_rules
-from admission.checks.values import ABSENT, NO_MAP, Names, NotCanonical, str_map
-from admission.crs import PackageView
+from admission.reading.checks.durations import duration_rule
+from admission.reading.checks.identity import identity_rules
+from admission.reading.checks.images import image_rules
+from admission.reading.checks.interrupts import interrupt_rules, read_config_interrupts, read_interrupt_type
+from admission.reading.checks.ranks import Found
+from admission.reading.checks.resources import Quantities, read_resources, resource_rules
+from admission.reading.checks.uninstall import read_uninstall, uninstall_rules
+from admission.reading.checks.values import ABSENT, NO_MAP, Names, NotCanonical, str_map
+from admission.reading.crs import PackageView
 from admission.violations import Violation
 
 # Bound of the memo of package rules (each entry holds the strings of one package).

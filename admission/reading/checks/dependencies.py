@@ -4,8 +4,8 @@ here for a warning, not refused."""
 
 from __future__ import annotations
 
-from admission.checks.ranks import DEPENDS_ON, Found
-from admission.crs import PackageView
+from admission.reading.checks.ranks import DEPENDS_ON, Found
+from admission.reading.crs import PackageView
 from admission.violations import Violation
 
 

@@ -1,12 +1,12 @@
 """A package's uninstall: apply needs enabled (rule "uninstall"). NodeWright's rules on removing
-or downgrading a package before its uninstall finished are :func:`admission.changes.update_rules`."""
+or downgrading a package before its uninstall finished are :func:`admission.reading.changes.update_rules`."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from admission.checks.ranks import UNINSTALL, Found
-from admission.checks.values import NotCanonical, flag
+from admission.reading.checks.ranks import UNINSTALL, Found
+from admission.reading.checks.values import NotCanonical, flag
 from admission.violations import Violation
 
 

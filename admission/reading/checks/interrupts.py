@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from admission.checks.ranks import INTERRUPTS, Found
-from admission.checks.values import ABSENT, NotCanonical, str_list
-from admission.policy import INTERRUPT_TYPES
+from admission.reading.checks.ranks import INTERRUPTS, Found
+from admission.reading.checks.values import ABSENT, NotCanonical, str_list
+from admission.reading.policy import INTERRUPT_TYPES
 from admission.syntax.globs import matches_some
 from admission.violations import Violation
 
