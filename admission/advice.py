@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from admission.holdtolerations import HOLD_EFFECT, missing_hold_values
+from admission.hold.holdtolerations import HOLD_EFFECT, missing_hold_values
 from admission.reading.checks.images import valid_digest
 from admission.reading.crs import CrView
 from admission.syntax.images import ImageError, parse_image

@@ -20,8 +20,8 @@ The decision for a NodeWright / Skyhook CREATE or UPDATE:
 5. otherwise the denial lists, per candidate policy, the missing verb or the violated limits.
 Removing a CR (a DELETE, or an UPDATE that takes NodeWright's finalizer off) needs ``deploy`` on a
 policy whose pool contains the stored CR, except for the operator's own account
-(:mod:`admission.removals`); CONNECT is allowed. A Node UPDATE by the node's own credentials may
-not take it out of a package CR's selection (:mod:`admission.selection`).
+(:mod:`admission.hold.removals`); CONNECT is allowed. A Node UPDATE by the node's own credentials may
+not take it out of a package CR's selection (:mod:`admission.hold.selection`).
 
 Per-review work that does not change the answer is avoided: the unchanged UPDATE is answered from
 the objects as given, the CR is read and checked in one pass (:mod:`admission.reading.structural`),
@@ -36,9 +36,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from admission import deploymentpolicy, nodes, removals, rules, selection
+from admission import deploymentpolicy, rules
 from admission.advice import hold_warnings, soft_warnings
 from admission.guards import guard_violations
+from admission.hold import nodes, removals, selection
+from admission.hold.selection import PackageSelector
 from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.reading import changes
 from admission.reading.crs import PACKAGE_GROUPS, CrView
@@ -47,7 +49,6 @@ from admission.reading.review import Request, RequestUser
 from admission.reading.structural import read_package_cr
 from admission.response import Decision
 from admission.rules import CompiledPolicy
-from admission.selection import PackageSelector
 from admission.violations import Violation
 
 POLICY_GROUP = "nodegate.io"

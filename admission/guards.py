@@ -10,7 +10,7 @@ missing, revoked or expired. NodeWright does not look at tolerations; these rule
 
 from __future__ import annotations
 
-from admission.holdtolerations import PACKAGE_HOLD_VALUES
+from admission.hold.holdtolerations import PACKAGE_HOLD_VALUES
 from admission.reading.crs import CrView, PackageCR
 from admission.reading.structural import as_view
 from admission.violations import Violation

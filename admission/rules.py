@@ -17,7 +17,7 @@ Two layers of small named rules:
   texts built once, when it loads), and :mod:`admission.verdicts` over all the policies.
 
 UPDATE has NodeWright's uninstall rules (:mod:`admission.reading.changes`); a DELETE needs rights only
-(:mod:`admission.removals`, judged by the decider). Each
+(:mod:`admission.hold.removals`, judged by the decider). Each
 violation names its rule, the field path, what is wrong and a one-line fix. Who may use which
 policy (RBAC) is decided elsewhere; :func:`policy_verdicts` gives, per candidate policy, what
 would still be violated, so the authorizer can pick the first the requester may use.
@@ -32,7 +32,7 @@ from __future__ import annotations
 from admission.budgetcaps import budget_cap_text, budget_within
 from admission.compiled import CompiledPolicy, PolicyRule
 from admission.guards import guard_violations
-from admission.nodes import HOLD_TAINT_KEY
+from admission.hold.nodes import HOLD_TAINT_KEY
 from admission.policyrules import (
     POLICY_RULES,
     compile_policy,

@@ -5,9 +5,9 @@ AdmissionReview v1 out (``make_validator``, ``make_mutation``; the admission lis
 Always HTTP 200 with the request's uid for a well-formed review. A body that is not one (not JSON,
 not a review, too large, not ``application/json``) raises :class:`WebhookProblem`, which the server
 answers as ``application/problem+json`` (400, 413 or 415); never a 500. The decision itself is
-:mod:`admission.decider`'s (validating) and :mod:`admission.mutate`'s (the package CRs' hold tolerations);
-reading reviews and composing responses are :mod:`admission.reading.review`'s and
-:mod:`admission.response`'s. This module also re-exports the names callers import from it.
+:mod:`admission.decider`'s (validating) and :mod:`admission.hold.mutate`'s (the package CRs'
+hold tolerations); reading reviews and composing responses are :mod:`admission.reading.review`'s
+and :mod:`admission.response`'s. This module also re-exports the names callers import from it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from admission.decider import (
     rbac_authorizer,
 )
 from admission.decisioncache import Cached, DecisionCache
-from admission.mutate import CrMutator, encode_mutation_response
+from admission.hold.mutate import CrMutator, encode_mutation_response
 from admission.reading.review import (
     AdmissionRequest,
     AdmissionReview,

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from admission.removals import DEFAULT_OPERATORS
+from admission.hold.removals import DEFAULT_OPERATORS
 from attest import validation, yamlsafe
 from attest.measuredboot.policy import MeasuredBootPolicy
 from attest.pcr import PcrPolicy

@@ -2,7 +2,7 @@
 NodeWright's uninstall rules, which read the old object's spec and its ``status.nodeState``.
 
 A DELETE asks nothing of them: NodeWright's finalizer holds a CR until its pending uninstalls ran
-(who may delete is :mod:`admission.removals`'s and the decider's).
+(who may delete is :mod:`admission.hold.removals`'s and the decider's).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from admission import decisioncache
 from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.mutate import CrMutator
+from admission.hold.mutate import CrMutator
 from admission.webhook import MAX_REVIEW_BYTES
 from attest import ca
 from bootstrap.config import Settings

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from admission import deploymentpolicy, nodes, rules
+from admission import deploymentpolicy, rules
+from admission.hold import nodes
 from tests.admission.test_admission_rules import cr, policy
 from tests.support.package_crs import SAMPLE, UNINSTALL
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from admission.decider import Decider, _compile
-from admission.holdtolerations import (
+from admission.hold.holdtolerations import (
     PACKAGE_HOLD_VALUES,
     hold_tolerations,
     missing_hold_tolerations,

@@ -26,8 +26,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.holdtolerations import hold_tolerations
-from admission.mutate import CrMutator
+from admission.hold.holdtolerations import hold_tolerations
+from admission.hold.mutate import CrMutator
 from admission.rbac import RbacEvaluator
 from admission.reading.review import parse_review
 from tests.admission.test_upstream_corpus import FULL_RBAC, OPEN_POLICY

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from admission import nodes
+from admission.hold import nodes
 from admission.rbac import RbacEvaluator
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 from tests.admission.test_admission_rules import policy

@@ -21,7 +21,7 @@ import jsonpatch
 import pytest
 
 from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.mutate import CrMutator, toleration_patch
+from admission.hold.mutate import CrMutator, toleration_patch
 from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.reading.policy import PackagePolicy
 from admission.reading.review import parse_review

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from admission.decider import Decider, StaticPolicies, rbac_authorizer
-from admission.mutate import CrMutator
+from admission.hold.mutate import CrMutator
 from admission.reading.policy import PackagePolicy
 from admission.reading.review import parse_review
 from bootstrap.demo import admit, manifests

@@ -37,7 +37,7 @@ from typing import Any, Final, Protocol
 
 from admission.decider import Decider
 from admission.decisioncache import DecisionCache
-from admission.mutate import CrMutator
+from admission.hold.mutate import CrMutator
 from admission.response import Decision
 from admission.webhook import (
     MAX_REVIEW_BYTES,

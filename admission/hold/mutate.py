@@ -3,7 +3,7 @@ the operator reaches nodes nodegate holds while their packages are pending, with
 way upstream documents them.
 
 NodeWright's node picker selects a node for a CR only when the CR's own tolerations tolerate every
-taint on it, and its package pods carry that same list (:mod:`admission.holdtolerations`). A CREATE
+taint on it, and its package pods carry that same list (:mod:`admission.hold.holdtolerations`). A CREATE
 or UPDATE of a package CR (both API groups) whose ``spec.additionalTolerations`` lacks them gets
 them appended by an RFC 6902 JSONPatch: the user's tolerations stay as they are, in order, and
 nothing else in the object changes. No patch when they are there (the API server may call again
@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from admission.holdtolerations import missing_hold_tolerations
-from admission.nodes import HOLD_TAINT_KEY
+from admission.hold.holdtolerations import missing_hold_tolerations
+from admission.hold.nodes import HOLD_TAINT_KEY
 from admission.reading import changes
 from admission.reading.crs import PACKAGE_GROUPS
 from admission.reading.review import Request

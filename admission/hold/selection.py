@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from admission.nodes import NODE_USER_PREFIX
+from admission.hold.nodes import NODE_USER_PREFIX
 from admission.violations import Violation
 
 RULE = "node-package-selection"
