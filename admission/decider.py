@@ -41,7 +41,7 @@ from admission.advice import hold_warnings, soft_warnings
 from admission.guards import guard_violations
 from admission.hold import nodes, removals, selection
 from admission.hold.selection import PackageSelector
-from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
+from admission.rbac.evaluator import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.reading import changes
 from admission.reading.crs import PACKAGE_GROUPS, CrView
 from admission.reading.policy import PackagePolicy

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from admission import decisioncache
 from admission.decider import Decider, LocalRbac
-from admission.rbac import RbacEvaluator
+from admission.rbac.evaluator import RbacEvaluator
 from admission.response import Decision
 from bootstrap.service.webhook import app as webhookapp
 from tests.admission.test_admission_rules import SAMPLE

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.hold.holdtolerations import hold_tolerations
 from admission.hold.mutate import CrMutator
-from admission.rbac import RbacEvaluator
+from admission.rbac.evaluator import RbacEvaluator
 from admission.reading.review import parse_review
 from tests.admission.test_upstream_corpus import FULL_RBAC, OPEN_POLICY
 from tests.admission.upstream import picker

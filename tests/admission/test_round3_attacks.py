@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from admission.hold import nodes
-from admission.rbac import RbacEvaluator
+from admission.rbac.evaluator import RbacEvaluator
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 from tests.admission.test_admission_rules import policy
 from tests.admission.test_webhook import NODEGATE, _binding, _role, decide, no_reboot, review

@@ -22,7 +22,7 @@ import pytest
 
 from admission.decider import Decider, LocalRbac, StaticPolicies
 from admission.hold.mutate import CrMutator, toleration_patch
-from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
+from admission.rbac.evaluator import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.reading.policy import PackagePolicy
 from admission.reading.review import parse_review
 from tests.admission.upstream.corpus import SOURCES, all_cases, behind_mutating_webhook

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission import webhook
-from admission.rbac import RbacEvaluator
+from admission.rbac.evaluator import RbacEvaluator
 from admission.violations import Violation
 from admission.webhook import AuthorizerUnavailable, Decider, LocalRbac, StaticPolicies
 from bootstrap import cli

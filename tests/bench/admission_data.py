@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from admission.rbac import RbacEvaluator
+from admission.rbac.evaluator import RbacEvaluator
 from admission.reading.policy import PackagePolicy
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 

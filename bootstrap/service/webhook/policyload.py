@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from admission.rbac import RbacError, RbacEvaluator
+from admission.rbac.evaluator import RbacError, RbacEvaluator
 from admission.reading.policy import PackagePolicy
 from attest import validation, yamlsafe
 

@@ -13,7 +13,7 @@ Semantics follow the kube-apiserver RBAC authorizer and the ClusterRole aggregat
 * an aggregated ClusterRole's rules are the union of the rules of the ClusterRoles its selectors
   pick (transitively); like the controller, its own listed ``rules`` are overwritten, not added.
 
-All validation (:mod:`admission.rbacmanifests`), aggregation and indexing by subject happen in
+All validation (:mod:`admission.rbac.manifests`), aggregation and indexing by subject happen in
 :meth:`RbacEvaluator.from_objects`, so :meth:`RbacEvaluator.allowed` is a few dictionary lookups
 and set tests.
 """
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.rbacmanifests import (
+from admission.rbac.manifests import (
     API_VERSION,
     KINDS,
     RBAC_GROUP,
@@ -33,7 +33,7 @@ from admission.rbacmanifests import (
     flatten,
     parse_object,
 )
-from admission.rbacobjects import Binding, Grant, Role, Rule, title
+from admission.rbac.objects import Binding, Grant, Role, Rule, title
 
 __all__ = [  # re-exported
     "API_VERSION",

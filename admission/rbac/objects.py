@@ -1,5 +1,5 @@
 """RBAC objects as the evaluator holds them, validated and compiled from their manifests
-(:mod:`admission.rbacmanifests`): rules, label selectors, roles, bindings, and the grants that
+(:mod:`admission.rbac.manifests`): rules, label selectors, roles, bindings, and the grants that
 tie a binding to its role's rules."""
 
 from __future__ import annotations

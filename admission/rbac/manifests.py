@@ -1,4 +1,4 @@
-"""RBAC manifests -> RBAC objects (:mod:`admission.rbacobjects`), refused where the API server
+"""RBAC manifests -> RBAC objects (:mod:`admission.rbac.objects`), refused where the API server
 would refuse them: Role / ClusterRole / RoleBinding / ClusterRoleBinding, and ``List`` /
 ``*List`` of them.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from admission.rbacobjects import Binding, LabelSelector, Requirement, Role, Rule, title
+from admission.rbac.objects import Binding, LabelSelector, Requirement, Role, Rule, title
 
 API_VERSION = "rbac.authorization.k8s.io/v1"
 RBAC_GROUP = "rbac.authorization.k8s.io"
