@@ -10,7 +10,7 @@ The decision for a NodeWright / Skyhook CREATE or UPDATE:
    the CR were new, :func:`admission.reading.changes.claims_mirror`);
 2. the CR parses and passes every structural rule (what NodeWright's own webhook refuses without
    looking at the cluster), and on UPDATE NodeWright's uninstall rules; then nodegate's
-   toleration rules (:mod:`admission.guards`);
+   toleration rules (:mod:`admission.policies.guards`);
 3. a change of pause/disable alone needs ``deploy`` on a policy whose pool contains the CR;
 4. otherwise, among the PackagePolicies whose pool contains the CR's selector (name order), the
    first for which the requester holds ``deploy`` on ``packagepolicies/<name>`` (group
@@ -36,11 +36,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from admission import deploymentpolicy, rules
 from admission.advice import hold_warnings, soft_warnings
-from admission.guards import guard_violations
 from admission.hold import nodes, removals, selection
 from admission.hold.selection import PackageSelector
+from admission.policies import deploymentpolicy, rules
+from admission.policies.guards import guard_violations
+from admission.policies.rules import CompiledPolicy
 from admission.rbac.evaluator import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.reading import changes
 from admission.reading.crs import PACKAGE_GROUPS, CrView
@@ -48,7 +49,6 @@ from admission.reading.policy import PackagePolicy
 from admission.reading.review import Request, RequestUser
 from admission.reading.structural import read_package_cr
 from admission.response import Decision
-from admission.rules import CompiledPolicy
 from admission.violations import Violation
 
 POLICY_GROUP = "nodegate.io"

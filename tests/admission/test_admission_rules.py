@@ -13,8 +13,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission import rules
 from admission.advice import soft_warnings
+from admission.policies import rules
 from admission.reading import crs
 from admission.reading import structural as reader
 from admission.reading.policy import PackagePolicy

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from admission import rules
+from admission.policies import rules
 from admission.reading.checks.identity import valid_name
 from admission.reading.checks.images import valid_digest
 from admission.reading.policy import LabelSelectorRequirement, PackagePolicy

@@ -16,7 +16,7 @@ from admission.hold.holdtolerations import (
     missing_hold_tolerations,
     tolerates,
 )
-from admission.pools import required_labels_of
+from admission.policies.pools import required_labels_of
 from admission.reading.checks.images import has_whitespace
 from admission.reading.policy import PackagePolicy
 from admission.reading.structural import read_package_cr

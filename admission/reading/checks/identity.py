@@ -1,7 +1,7 @@
 """A package's name and version: its key a DNS-style name and any name field equal to the key
 (rule "package-name"); its version one NodeWright reads (rule "semver": ``1.2``, ``v1.0.0`` and
 ``2024.7.6`` pass, as upstream; a PackagePolicy may ask for strict semver, see
-:mod:`admission.policyrules`)."""
+:mod:`admission.policies.policyrules`)."""
 
 from __future__ import annotations
 

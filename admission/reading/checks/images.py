@@ -3,7 +3,7 @@
 ``skyhook.nvidia.com``: nothing. The operator cuts ``image`` at its first ``:`` while decoding
 (a tag is dropped, and so is everything after a registry port) and pulls ``image:version``, or
 ``image@containerSHA``; a tag is never refused. What it will pull is judged by the PackagePolicy
-(:mod:`admission.policyrules`), and a tag that is dropped gets a warning.
+(:mod:`admission.policies.policyrules`), and a tag that is dropped gets a warning.
 
 ``nodewright.nvidia.com``: ``image`` is a repository without a tag or a digest (a registry port is
 fine), no whitespace; ``containerSHA`` is ``sha256:<64 hex>`` (rules "image", "digest-format").

@@ -1,4 +1,4 @@
-"""spec.additionalTolerations, read for nodegate's own rules on them (:mod:`admission.guards`):
+"""spec.additionalTolerations, read for nodegate's own rules on them (:mod:`admission.policies.guards`):
 NodeWright does not check them."""
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from admission import rules
 from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.policies import rules
 from admission.reading.policy import PackagePolicy
 from admission.response import Decision
 from bootstrap.service.webhook.policycases import Sender, judge, load_cases, run_cases

@@ -2,16 +2,17 @@
 operator will pull, digest pinning, tags, strict versions, interrupts, budget caps,
 runtime-required, secret env, agent image override, priority).
 
-Each rule reads a :class:`~admission.reading.crs.CrView` and a :class:`~admission.compiled.CompiledPolicy`
-and appends what it finds. :func:`compile_policy` keeps, per policy, only the rules that can find
-something with it; :func:`compiled_violations` first asks the quick pass (each rule's condition
-for a violation, negated, in one pass over the CR) and runs the rules only when it says no.
+Each rule reads a :class:`~admission.reading.crs.CrView` and a
+:class:`~admission.policies.compiled.CompiledPolicy` and appends what it finds.
+:func:`compile_policy` keeps, per policy, only the rules that can find something with it;
+:func:`compiled_violations` first asks the quick pass (each rule's condition for a violation,
+negated, in one pass over the CR) and runs the rules only when it says no.
 """
 
 from __future__ import annotations
 
-from admission.budgetcaps import budget_cap_text, budget_within
-from admission.compiled import CompiledPolicy, PolicyRule, registry_ok
+from admission.policies.budgetcaps import budget_cap_text, budget_within
+from admission.policies.compiled import CompiledPolicy, PolicyRule, registry_ok
 from admission.reading.checks.images import valid_digest
 from admission.reading.checks.interrupts import INTERRUPT_TYPE_SET
 from admission.reading.crs import CrView, PackageView

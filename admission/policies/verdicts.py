@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from admission.compiled import CompiledPolicy
-from admission.policyrules import compile_policy, compiled_violations
-from admission.pools import required_labels_of
+from admission.policies.compiled import CompiledPolicy
+from admission.policies.policyrules import compile_policy, compiled_violations
+from admission.policies.pools import required_labels_of
 from admission.reading.crs import CrView, PackageCR
 from admission.reading.policy import PackagePolicy
 from admission.reading.structural import as_view

@@ -18,7 +18,7 @@ def required_labels(selector: Selector) -> dict[str, str] | None:
 
 def required_labels_of(cr: CrView) -> Mapping[str, str] | None:
     """:func:`required_labels` of the CR's selector (for
-    :meth:`~admission.compiled.CompiledPolicy.contains`)."""
+    :meth:`~admission.policies.compiled.CompiledPolicy.contains`)."""
     return None if cr.selector_empty else _required(cr.match_labels, cr.match_expressions)
 
 

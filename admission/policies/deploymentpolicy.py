@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from admission.budgetcaps import budget_cap_text, budget_within
-from admission.pools import required_labels
+from admission.policies.budgetcaps import budget_cap_text, budget_within
+from admission.policies.pools import required_labels
 from admission.reading.crs import LaxModel, Metadata, Selector
 from admission.reading.policy import PackagePolicy
 from admission.syntax.labels import selector_problems

@@ -1,5 +1,5 @@
 """A PackagePolicy compiled for the rules: its allowlist parsed and its texts built once, when it
-loads (:func:`admission.policyrules.compile_policy` builds it)."""
+loads (:func:`admission.policies.policyrules.compile_policy` builds it)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class CompiledPolicy:
 
     def contains(self, cr: CrView, labels: Mapping[str, str] | None) -> bool:
         """Whether the pool contains the CR's selector (``labels``:
-        :func:`~admission.pools.required_labels_of`)."""
+        :func:`~admission.policies.pools.required_labels_of`)."""
         if cr.selector_empty:
             return not self.pool
         return labels is None or labels.items() >= self.pool  # None: selects nothing
