@@ -12,8 +12,8 @@ from typing import Any
 
 from aiohttp import web
 
-from admission import decisioncache
-from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.decision import decisioncache
+from admission.decision.decider import Decider, LocalRbac, StaticPolicies
 from admission.hold.mutate import CrMutator
 from admission.webhook import MAX_REVIEW_BYTES
 from attest import ca

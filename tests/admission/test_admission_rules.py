@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission.advice import soft_warnings
+from admission.decision.advice import soft_warnings
 from admission.policies import rules
 from admission.reading import crs
 from admission.reading import structural as reader

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from admission.decider import Decider, _compile
+from admission.decision.decider import Decider, _compile
 from admission.hold.holdtolerations import (
     PACKAGE_HOLD_VALUES,
     hold_tolerations,

@@ -25,7 +25,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.decision.decider import Decider, LocalRbac, StaticPolicies
 from admission.hold.holdtolerations import hold_tolerations
 from admission.hold.mutate import CrMutator
 from admission.rbac.evaluator import RbacEvaluator

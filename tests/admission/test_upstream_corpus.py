@@ -20,7 +20,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from admission.decider import Decider, LocalRbac, StaticPolicies
+from admission.decision.decider import Decider, LocalRbac, StaticPolicies
 from admission.hold.mutate import CrMutator, toleration_patch
 from admission.rbac.evaluator import RbacEvaluator, ResourceAttributes, UserInfo
 from admission.reading.policy import PackagePolicy

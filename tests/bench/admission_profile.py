@@ -38,14 +38,14 @@ STAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     for name, pattern in (
         ("logging (record, format, write)", r"logging/|bootstrap/logs/\w+\.py"),
         ("metrics (prometheus_client)", r"prometheus_client/"),
-        ("decision cache", r"admission/decisioncache\.py"),
+        ("decision cache", r"admission/decision/decisioncache\.py"),
         ("reading the review (JSON, envelope)", r"admission/reading/review\.py|\(json/"),
         (
             "the decision (Decider.decide)",
             r"admission/(?![\w/]*\b(?:webhook|review|response|decisioncache)\.py)[\w/]+\.py"
             r"|service/decisions\.py",
         ),
-        ("the answer (encode)", r"admission/response\.py"),
+        ("the answer (encode)", r"admission/decision/response\.py"),
         (
             "webhook handler, rest (web.Response, ...)",
             r"admission/webhook\.py|validate \([^)]*admission_server\.py|BareReviews\.answer",

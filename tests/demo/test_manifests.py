@@ -16,7 +16,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.decider import Decider, StaticPolicies, rbac_authorizer
+from admission.decision.decider import Decider, StaticPolicies, rbac_authorizer
 from admission.hold.mutate import CrMutator
 from admission.reading.policy import PackagePolicy
 from admission.reading.review import parse_review

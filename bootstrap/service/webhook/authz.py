@@ -10,7 +10,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from admission.decider import AuthorizerUnavailable
+from admission.decision.decider import AuthorizerUnavailable
 from admission.rbac.evaluator import ResourceAttributes, UserInfo
 from bootstrap.kube import Kube, KubeUnavailable
 

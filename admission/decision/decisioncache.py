@@ -20,7 +20,7 @@ Why that is the same decision (docs/admission.md, "The decision cache"):
   answered with the decoy's value, to its own sender (the API server never writes such a body,
   so its reviews cannot be given an answer computed for one: they would differ in more bytes).
 - The decision is a pure function of the request, the compiled PackagePolicies and the
-  authorizer's answers (``admission.decider``: no clock, no I/O besides the authorizer). Entries
+  authorizer's answers (``admission.decision.decider``: no clock, no I/O besides the authorizer). Entries
   are kept for one *generation*: the compiled policies object (the decider compiles a new one
   whenever any policy object changes) and the RBAC evaluator. Any change of either empties the
   cache before the next look-up. An authorizer without a generation (SubjectAccessReview: the
@@ -37,8 +37,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import NamedTuple
 
-from admission.decider import Authorizer, LocalRbac
-from admission.response import Decision
+from admission.decision.decider import Authorizer, LocalRbac
+from admission.decision.response import Decision
 
 MAX_ENTRIES = 256
 MAX_BODY = 32 * 1024  # larger reviews are judged every time (a few per cluster; their memory matters)

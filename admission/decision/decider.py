@@ -1,5 +1,5 @@
 """The admission decision: a review's request, the PackagePolicies and an authorizer in, a
-:class:`~admission.response.Decision` out. Decisions fail closed: no policies loaded, or an
+:class:`~admission.decision.response.Decision` out. Decisions fail closed: no policies loaded, or an
 authorizer that cannot answer, is a denial that says so.
 
 The decision for a NodeWright / Skyhook CREATE or UPDATE:
@@ -36,7 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from admission.advice import hold_warnings, soft_warnings
+from admission.decision.advice import hold_warnings, soft_warnings
+from admission.decision.response import Decision
 from admission.hold import nodes, removals, selection
 from admission.hold.selection import PackageSelector
 from admission.policies import deploymentpolicy, rules
@@ -48,7 +49,6 @@ from admission.reading.crs import PACKAGE_GROUPS, CrView
 from admission.reading.policy import PackagePolicy
 from admission.reading.review import Request, RequestUser
 from admission.reading.structural import read_package_cr
-from admission.response import Decision
 from admission.violations import Violation
 
 POLICY_GROUP = "nodegate.io"
