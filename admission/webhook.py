@@ -5,9 +5,10 @@ AdmissionReview v1 out (``make_validator``, ``make_mutation``; the admission lis
 Always HTTP 200 with the request's uid for a well-formed review. A body that is not one (not JSON,
 not a review, too large, not ``application/json``) raises :class:`WebhookProblem`, which the server
 answers as ``application/problem+json`` (400, 413 or 415); never a 500. The decision itself is
-:mod:`admission.decider`'s (validating) and :mod:`admission.mutate`'s (the package CRs' hold tolerations);
-reading reviews and composing responses are :mod:`admission.review`'s and
-:mod:`admission.response`'s. This module also re-exports the names callers import from it.
+:mod:`admission.decision.decider`'s (validating) and :mod:`admission.hold.mutate`'s (the
+package CRs' hold tolerations); reading reviews and composing responses are
+:mod:`admission.reading.review`'s and :mod:`admission.decision.response`'s. This module also
+re-exports the names callers import from it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
-from admission.decider import (
+from admission.decision.decider import (
     POLICY_GROUP,
     POLICY_RESOURCE,
     Authorizer,
@@ -26,10 +27,10 @@ from admission.decider import (
     StaticPolicies,
     rbac_authorizer,
 )
-from admission.decisioncache import Cached, DecisionCache
-from admission.mutate import CrMutator, encode_mutation_response
-from admission.response import MAX_LISTED, Decision, encode_review_response
-from admission.review import (
+from admission.decision.decisioncache import Cached, DecisionCache
+from admission.decision.response import MAX_LISTED, Decision, encode_review_response
+from admission.hold.mutate import CrMutator, encode_mutation_response
+from admission.reading.review import (
     AdmissionRequest,
     AdmissionReview,
     GroupVersionKind,
@@ -157,7 +158,7 @@ def make_validator(
 ) -> Validate:
     """The validating webhook on a body: the AdmissionReview to answer with (JSON), or
     WebhookProblem. With ``cache``, a review that repeats an earlier one but for its uid
-    (``admission.decisioncache``) is answered as that one was, without being parsed or judged
+    (``admission.decision.decisioncache``) is answered as that one was, without being parsed or judged
     again; ``on_cached`` sees each decision answered from the cache (the metrics). ``audit``
     writes the line per review (``log_decision``'s arguments; default: ``log_decision``)."""
     log_line = audit or log_decision

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from admission.removals import DEFAULT_OPERATORS
+from admission.hold.removals import DEFAULT_OPERATORS
 from attest import validation, yamlsafe
 from attest.measuredboot.policy import MeasuredBootPolicy
 from attest.pcr import PcrPolicy
@@ -312,8 +312,8 @@ class Settings(_Model):
     ek_roots: tuple[Path, ...] = ()
     ek_allowlist: tuple[str, ...] = ()
     ek_denylist: tuple[str, ...] = ()
-    ek_cloud: EkCloud = EkCloud()  # bindings for cloud vTPM CAs (not in DESIGN.md: docs/ek-roots.md)
-    ek_aia: EkAia = EkAia()  # fetching missing EK intermediates (not in DESIGN.md: docs/ek-roots.md)
+    ek_cloud: EkCloud = EkCloud()  # bindings for cloud vTPM CAs (an addition: docs/ek-roots.md)
+    ek_aia: EkAia = EkAia()  # fetching missing EK intermediates (an addition: docs/ek-roots.md)
     enrollment: Literal["tofu", "inventory"] = "tofu"
     inventory: tuple[InventoryEntry, ...] = ()
     pcr_policy: PcrPolicy = PcrPolicy()

@@ -180,7 +180,7 @@ class StartRequest(_Request):
     ek_certificate: B64Cert | None = None
     ak_public: B64Public
     csr: Pem
-    # Not in DESIGN.md (docs/protocol.md): intermediates the node read from its TPM's EK chain NV
+    # A departure documented in docs/protocol.md: intermediates the node read from its TPM's EK chain NV
     # indices. They only help to build a path, exactly like ones fetched from AIA URLs.
     ek_chain: Annotated[tuple[B64Cert, ...], Field(max_length=MAX_EK_CHAIN)] = ()
 

@@ -145,7 +145,7 @@ def refused_at_import(source: str, where: str) -> list[str]:
 _SHOULD_BE_REFUSED = """
 import pytest
 from cryptography import x509
-from admission.policy import PackagePolicy
+from admission.reading.policy import PackagePolicy
 from attest.svid import SpiffeId
 from bootstrap.config import GateSettings
 from tests.support.certs import self_signed
@@ -169,7 +169,7 @@ def test_no_test_module_builds_validated_objects_at_import() -> None:
         "tests.support.certs.self_signed",
         "bootstrap.config.GateSettings",
         "attest.svid.SpiffeId",
-        "admission.policy.PackagePolicy.model_validate",
+        "admission.reading.policy.PackagePolicy.model_validate",
     ]
     found = [
         finding

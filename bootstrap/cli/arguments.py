@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from bootstrap.cli import opsargs
 from bootstrap.config import parse_duration
-from bootstrap.logs import LEVEL_ENV, LEVELS
+from bootstrap.logs.setup import LEVEL_ENV, LEVELS
 from bootstrap.node.defaults import ATTEMPTS, BOOT_ID, DEFAULT_TCTI, EVENT_LOG, NODE_DIR
 from bootstrap.version import describe
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from bootstrap.config import ConfigError, Settings, load_settings
-from bootstrap.logs import StderrHandler
+from bootstrap.logs.setup import StderrHandler
 
 # A SHA-256 in hex, as the ek commands take it (--allowlist, --sha256).
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")

@@ -14,11 +14,11 @@ import logging
 import signal
 import sys
 
-from bootstrap import logs
 from bootstrap.cli.common import settings
 from bootstrap.config import Settings
 from bootstrap.gate import Gate, GateReport, LeaseHeld
 from bootstrap.kube import Kube, KubeUnavailable
+from bootstrap.logs import setup as logs
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from bootstrap import logs
 from bootstrap.cli.arguments import parser
+from bootstrap.logs import setup as logs
 
 SIGPIPE_EXIT: Final = 141
 

@@ -8,9 +8,9 @@ import gc
 import logging
 import sys
 
-from bootstrap import logs
 from bootstrap.cli.common import settings
 from bootstrap.kube import KubeUnavailable
+from bootstrap.logs import setup as logs
 from bootstrap.service import app as server
 
 

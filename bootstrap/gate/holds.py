@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from admission.selection import selector_matches  # the webhook reads selectors the same way
+from admission.hold.selection import selector_matches  # the webhook reads selectors the same way
 from bootstrap.gate.mirror import superseded
 from bootstrap.gate.nodewright import (
     GROUPS,

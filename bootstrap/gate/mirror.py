@@ -15,7 +15,7 @@ what the mirror writes and the NodeWright does what the Skyhook asks for:
 
 - the claim is on a NodeWright, names the NodeWright's own name, and ``mirrored-generation`` is a
   generation (a decimal integer); upstream's mirror backs off from any other target;
-- the NodeWright's spec is the Skyhook's spec to the operator (:func:`admission.godecode.
+- the NodeWright's spec is the Skyhook's spec to the operator (:func:`admission.reading.godecode.
   canonical_spec` of each in its own group: the legacy group's image tag cut, defaults and
   re-encodings equal), so the packages that must complete on a node are the same ones.
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from admission.godecode import canonical_spec
+from admission.reading.godecode import canonical_spec
 
 MIRRORED_FROM = "nodewright.nvidia.com/mirrored-from"
 MIRRORED_GENERATION = "nodewright.nvidia.com/mirrored-generation"

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.holdtolerations import PACKAGE_HOLD_VALUES, missing_hold_tolerations
+from admission.hold.holdtolerations import PACKAGE_HOLD_VALUES, missing_hold_tolerations
 from bootstrap.gate.mirror import mirror_claim, spec_key
 
 GROUPS = {"nodewright.nvidia.com": "NodeWright", "skyhook.nvidia.com": "Skyhook"}

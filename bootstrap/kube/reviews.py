@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from admission.rbac import ResourceAttributes, UserInfo
+from admission.rbac.evaluator import ResourceAttributes, UserInfo
 from bootstrap.kube.core import KubeBase, dict_field
 
 

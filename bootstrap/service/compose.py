@@ -12,15 +12,15 @@ from typing import Any
 
 from aiohttp import web
 
-from admission import decisioncache
-from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.mutate import CrMutator
+from admission.decision import decisioncache
+from admission.decision.decider import Decider, LocalRbac, StaticPolicies
+from admission.hold.mutate import CrMutator
 from admission.webhook import MAX_REVIEW_BYTES
 from attest import ca
-from bootstrap.auditlog import AuditLog
 from bootstrap.config import Settings
 from bootstrap.gate import Gate
 from bootstrap.kube import Kube
+from bootstrap.logs.audit import AuditLog
 from bootstrap.service import background, fleetmetrics
 from bootstrap.service.admin.auth import AdminAuth
 from bootstrap.service.admin.bearer import TokenChecks

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
-from admission.decider import Decider
+from admission.decision.decider import Decider
 from attest import ca
 from bootstrap.config import Settings
 from bootstrap.gate import Gate

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from admission import deploymentpolicy, nodes, rules
+from admission.hold import nodes
+from admission.policies import deploymentpolicy, rules
 from tests.admission.test_admission_rules import cr, policy
 from tests.support.package_crs import SAMPLE, UNINSTALL
 

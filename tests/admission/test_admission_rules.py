@@ -14,12 +14,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission import crs, rules
-from admission import structural as reader
-from admission.advice import soft_warnings
-from admission.images import ImageError, allowed_by, parse_image, parse_prefix
-from admission.policy import PackagePolicy
-from admission.quantity import parse_quantity
+from admission.decision.advice import soft_warnings
+from admission.policies import rules
+from admission.reading import crs
+from admission.reading import structural as reader
+from admission.reading.policy import PackagePolicy
+from admission.syntax.images import ImageError, allowed_by, parse_image, parse_prefix
+from admission.syntax.quantity import parse_quantity
 from tests.support.package_crs import AUTO_TAINT, MISSING_DEPENDENCY, SAMPLE, SIMPLE, UNINSTALL
 from tests.support.shared_data import shared
 
@@ -483,12 +484,12 @@ def test_bad_quantities(bad: object) -> None:
         parse_quantity(bad)
 
 
-# -- the fast reader (admission.structural) against the models ---------------------------------
+# -- the fast reader (admission.reading.structural) against the models ---------------------------------
 
 
 def _fields(model: type[Any]) -> dict[str, str]:
     return {
-        (f.alias or n): str(f.annotation).replace("admission.crs.", "").replace("typing.", "")
+        (f.alias or n): str(f.annotation).replace("admission.reading.crs.", "").replace("typing.", "")
         for n, f in model.model_fields.items()
     }
 
@@ -499,8 +500,8 @@ _STR, _BOOL, _INT = "<class 'str'>", "<class 'bool'>", "<class 'int'>"
 
 
 def test_the_reader_knows_every_field_of_the_models() -> None:
-    """admission/structural.py and admission/checks/ read these fields by hand, with these types:
-    change both."""
+    """admission/reading/structural.py and admission/reading/checks/ read these fields by hand,
+    with these types: change both."""
     models: list[type[Any]] = [crs.PackageCR, crs.Metadata, crs.PackageSpec, crs.Package, crs.Selector]
     models += [crs.Requirement, crs.BudgetSpec, crs.Interrupt, crs.EnvVar, crs.Resources, crs.Uninstall]
     models += [crs.Toleration, crs.DrainConfig]

@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from admission import rules
-from admission.checks.identity import valid_name
-from admission.checks.images import valid_digest
-from admission.images import ImageError, parse_image
-from admission.labels import key_problem, value_problem
-from admission.policy import LabelSelectorRequirement, PackagePolicy
-from admission.quantity import parse_quantity
-from admission.versions import parse_version, strict_semver
+from admission.policies import rules
+from admission.reading.checks.identity import valid_name
+from admission.reading.checks.images import valid_digest
+from admission.reading.policy import LabelSelectorRequirement, PackagePolicy
+from admission.syntax.images import ImageError, parse_image
+from admission.syntax.labels import key_problem, value_problem
+from admission.syntax.quantity import parse_quantity
+from admission.syntax.versions import parse_version, strict_semver
 from attest.measuredboot.policy import MeasuredBootClass
 from attest.pcr import PcrClass
 

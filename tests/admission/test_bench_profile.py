@@ -7,21 +7,22 @@ from __future__ import annotations
 from tests.bench import admission_profile
 
 LOOP = "run_forever (asyncio/base_events.py:608);_run_once (asyncio/base_events.py:1922)"
+THREAD = "_bootstrap (threading.py:995);run (threading.py:975)"
 HANDLER = f"{LOOP};_run (asyncio/events.py:80);serve (bootstrap/service/webhook/app.py:140)"
 RAW = "\n".join(
     [
-        f"{HANDLER};validate (admission/webhook.py:190);decide (admission/decider.py:120) 7",
+        f"{HANDLER};validate (admission/webhook.py:190);decide (admission/decision/decider.py:120) 7",
         f"{HANDLER};validate (admission/webhook.py:200);log_decision (admission/webhook.py:150);"
         "makeRecord (logging/__init__.py:1600) 3",
-        f"{HANDLER};validate (admission/webhook.py:180);read_review (admission/review.py:150) 2",
-        f"{HANDLER};validate (admission/webhook.py:200);AuditLog.__call__ (bootstrap/auditlog.py:60) 1",
-        f"{HANDLER};validate (admission/webhook.py:205);key (admission/decisioncache.py:100) 1",
+        f"{HANDLER};validate (admission/webhook.py:180);read_review (admission/reading/review.py:150) 2",
+        f"{HANDLER};validate (admission/webhook.py:200);AuditLog.__call__ (bootstrap/logs/audit.py:60) 1",
+        f"{HANDLER};validate (admission/webhook.py:205);key (admission/decision/decisioncache.py:100) 1",
         f"{LOOP};_read_ready (asyncio/selector_events.py:900);"
         "buffer_updated (asyncio/sslproto.py:400);read (ssl.py:900) 4",
         f"{LOOP};select (selectors.py:468) 5",
-        "_bootstrap (threading.py:995);run (threading.py:975);BatchHandler._run (bootstrap/logbatch.py:73) 9",
-        "_bootstrap (threading.py:995);run (threading.py:975);BatchHandler._run (bootstrap/logbatch.py:80);"
-        "BatchHandler.flush (bootstrap/logbatch.py:90) 2",
+        f"{THREAD};BatchHandler._run (bootstrap/logs/batch.py:73) 9",
+        f"{THREAD};BatchHandler._run (bootstrap/logs/batch.py:80);"
+        "BatchHandler.flush (bootstrap/logs/batch.py:90) 2",
         "main (tests/bench/admission_server.py:130);"
         f"{HANDLER.replace('bootstrap/service/webhook/app.py', 'aiohttp/web_app.py')};"
         "bare_app.<locals>.validate (tests/bench/admission_server.py:60) 6",
@@ -51,8 +52,8 @@ PROTO = f"{CONN};ReviewProtocol.data_received (bootstrap/service/webhook/protoco
 EAGER = f"{LOOP};_run (asyncio/events.py:80);ReviewApp.answer (bootstrap/service/webhook/app.py:215)"
 LISTENER_RAW = "\n".join(
     [
-        f"{EAGER};validate (admission/webhook.py:235);Decider.decide (admission/decider.py:156) 5",
-        f"{EAGER};validate (admission/webhook.py:217);read_review (admission/review.py:163) 3",
+        f"{EAGER};validate (admission/webhook.py:235);Decider.decide (admission/decision/decider.py:156) 5",
+        f"{EAGER};validate (admission/webhook.py:217);read_review (admission/reading/review.py:163) 3",
         f"{EAGER};_Lane.take (bootstrap/service/webhook/app.py:90) 1",
         f"{PROTO};ReviewProtocol._next (bootstrap/service/webhook/protocol.py:171);"
         "parse_head (bootstrap/service/http/framing.py:128) 2",

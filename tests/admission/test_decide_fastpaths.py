@@ -9,17 +9,17 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from admission.checks.images import has_whitespace
-from admission.decider import Decider, _compile
-from admission.holdtolerations import (
+from admission.decision.decider import Decider, _compile
+from admission.hold.holdtolerations import (
     PACKAGE_HOLD_VALUES,
     hold_tolerations,
     missing_hold_tolerations,
     tolerates,
 )
-from admission.policy import PackagePolicy
-from admission.pools import required_labels_of
-from admission.structural import read_package_cr
+from admission.policies.pools import required_labels_of
+from admission.reading.checks.images import has_whitespace
+from admission.reading.policy import PackagePolicy
+from admission.reading.structural import read_package_cr
 
 
 def _slow(text: str) -> bool:

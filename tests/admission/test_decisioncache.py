@@ -1,4 +1,4 @@
-"""The decision cache (``admission.decisioncache``): a review that repeats an earlier one but for
+"""The decision cache (``admission.decision.decisioncache``): a review that repeats an earlier one but for
 its uid gets that one's answer with its own uid; anything else, or any policy or RBAC change in
 between, is judged afresh. Every test compares with the answer of a webhook without a cache."""
 
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission import decisioncache
-from admission.decider import Decider, LocalRbac
-from admission.rbac import RbacEvaluator
-from admission.response import Decision
+from admission.decision import decisioncache
+from admission.decision.decider import Decider, LocalRbac
+from admission.decision.response import Decision
+from admission.rbac.evaluator import RbacEvaluator
 from bootstrap.service.webhook import app as webhookapp
 from tests.admission.test_admission_rules import SAMPLE
 from tests.admission.test_webhook import GPU, NODEGATE, RBAC, gpu_policies, no_reboot, policy, review

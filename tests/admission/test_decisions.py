@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from admission.holdtolerations import hold_tolerations
+from admission.hold.holdtolerations import hold_tolerations
 from admission.webhook import Decider
 from tests.admission.test_admission_rules import DIGEST, policy
 from tests.admission.test_webhook import NODEGATE, decide, decider, gpu_policies, no_reboot, review

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission import globs, labels, versions
-from admission.godecode import DurationError, canonical_spec, parse_duration, same_spec
+from admission.reading.godecode import DurationError, canonical_spec, parse_duration, same_spec
+from admission.syntax import globs, labels, versions
 from tests.admission.upstream.corpus import all_cases, behind_mutating_webhook
 from tests.admission.upstream.gotypes import encode_skyhook_spec
 

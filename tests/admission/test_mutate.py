@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.holdtolerations import hold_tolerations, missing_hold_tolerations, tolerates
-from admission.mutate import CrMutator, pointer, toleration_patch
-from admission.review import parse_review
+from admission.hold.holdtolerations import hold_tolerations, missing_hold_tolerations, tolerates
+from admission.hold.mutate import CrMutator, pointer, toleration_patch
+from admission.reading.review import parse_review
 from bootstrap.config import ConfigError, settings_from_obj
 from tests.admission.test_webhook import decide, decider, review
 from tests.support.service import EkCa, running, settings_for

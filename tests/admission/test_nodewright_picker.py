@@ -26,11 +26,11 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.holdtolerations import hold_tolerations
-from admission.mutate import CrMutator
-from admission.rbac import RbacEvaluator
-from admission.review import parse_review
+from admission.decision.decider import Decider, LocalRbac, StaticPolicies
+from admission.hold.holdtolerations import hold_tolerations
+from admission.hold.mutate import CrMutator
+from admission.rbac.evaluator import RbacEvaluator
+from admission.reading.review import parse_review
 from tests.admission.test_upstream_corpus import FULL_RBAC, open_policy
 from tests.admission.upstream import picker
 from tests.admission.upstream.model import NODEWRIGHT, admit, schema_errors, stamp_create

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from admission import rules
+from admission.policies import rules
 from tests.admission.test_admission_rules import _compiled_policies, _cr, _spoil
 
 

@@ -9,8 +9,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission import rbac
-from admission.rbac import RbacError, RbacEvaluator, ResourceAttributes, UserInfo
+from admission.rbac import evaluator as rbac
+from admission.rbac.evaluator import RbacError, RbacEvaluator, ResourceAttributes, UserInfo
 
 API = "rbac.authorization.k8s.io/v1"
 GROUP = "rbac.authorization.k8s.io"

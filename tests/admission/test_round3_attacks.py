@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from admission import nodes
-from admission.policy import PackagePolicy
-from admission.rbac import RbacEvaluator
+from admission.hold import nodes
+from admission.rbac.evaluator import RbacEvaluator
+from admission.reading.policy import PackagePolicy
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 from tests.admission.test_admission_rules import policy
 from tests.admission.test_webhook import NODEGATE, _binding, _role, decide, no_reboot, review

@@ -1,6 +1,6 @@
-"""The rule ids a denial names are listed once (admission/ruleids.py), every ``Violation("id", ...)``
-in the code is among them and none is listed that no rule raises, and docs/admission.md shows
-exactly that list (issue 34: docs used ids no rule has)."""
+"""The rule ids a denial names are listed once (admission/decision/ruleids.py), every
+``Violation("id", ...)`` in the code is among them and none is listed that no rule raises, and
+docs/admission.md shows exactly that list (issue 34: docs used ids no rule has)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from admission.ruleids import RULE_IDS, markdown_table
+from admission.decision.ruleids import RULE_IDS, markdown_table
 from bootstrap import cli
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""admission.selection and admission.removals as pure functions (issue 33, findings 4 and 5)."""
+"""admission.hold.selection and admission.hold.removals as pure functions (issue 33, findings 4 and 5)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission import removals, selection
-from admission.selection import PackageSelector, selection_violations, selector_matches
+from admission.hold import removals, selection
+from admission.hold.selection import PackageSelector, selection_violations, selector_matches
 from bootstrap.gate import holds
 
 KEYS = ["pool", "zone", "nvidia.com/gpu.product"]

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from admission.policy import PackagePolicy
-from admission.rbac import RbacEvaluator
+from admission.rbac.evaluator import RbacEvaluator
+from admission.reading.policy import PackagePolicy
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 from tests.admission.test_admission_rules import policy
 from tests.admission.test_webhook import (

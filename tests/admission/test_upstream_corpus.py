@@ -22,11 +22,11 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.mutate import CrMutator, toleration_patch
-from admission.policy import PackagePolicy
-from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
-from admission.review import parse_review
+from admission.decision.decider import Decider, LocalRbac, StaticPolicies
+from admission.hold.mutate import CrMutator, toleration_patch
+from admission.rbac.evaluator import RbacEvaluator, ResourceAttributes, UserInfo
+from admission.reading.policy import PackagePolicy
+from admission.reading.review import parse_review
 from tests.admission.upstream import e2e
 from tests.admission.upstream.corpus import SOURCES, all_cases, behind_mutating_webhook
 from tests.admission.upstream.model import NODEWRIGHT, SKYHOOK, Case

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from admission import webhook
-from admission.policy import PackagePolicy
-from admission.rbac import RbacEvaluator
+from admission.rbac.evaluator import RbacEvaluator
+from admission.reading.policy import PackagePolicy
 from admission.violations import Violation
 from admission.webhook import AuthorizerUnavailable, Decider, LocalRbac, StaticPolicies
 from bootstrap import cli

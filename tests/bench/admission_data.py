@@ -22,8 +22,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from admission.policy import PackagePolicy
-from admission.rbac import RbacEvaluator
+from admission.rbac.evaluator import RbacEvaluator
+from admission.reading.policy import PackagePolicy
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 
 PATH = "/admission/validate"

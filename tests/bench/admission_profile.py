@@ -36,15 +36,16 @@ KEEP_ENV = "NODEGATE_BENCH_SPY_DIR"  # keep py-spy's raw stacks (<mode>.pyspy.tx
 STAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
-        ("logging (record, format, write)", r"logging/|bootstrap/(logs|logbatch|auditlog)\.py"),
+        ("logging (record, format, write)", r"logging/|bootstrap/logs/\w+\.py"),
         ("metrics (prometheus_client)", r"prometheus_client/"),
-        ("decision cache", r"admission/decisioncache\.py"),
-        ("reading the review (JSON, envelope)", r"admission/review\.py|\(json/"),
+        ("decision cache", r"admission/decision/decisioncache\.py"),
+        ("reading the review (JSON, envelope)", r"admission/reading/review\.py|\(json/"),
         (
             "the decision (Decider.decide)",
-            r"admission/(?!webhook|review|response|decisioncache)\w+\.py|service/decisions\.py",
+            r"admission/(?![\w/]*\b(?:webhook|review|response|decisioncache)\.py)[\w/]+\.py"
+            r"|service/decisions\.py",
         ),
-        ("the answer (encode)", r"admission/response\.py"),
+        ("the answer (encode)", r"admission/decision/response\.py"),
         (
             "webhook handler, rest (web.Response, ...)",
             r"admission/webhook\.py|validate \([^)]*admission_server\.py|BareReviews\.answer",
@@ -69,7 +70,7 @@ LEAF_STAGES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 OTHER = "other"
 # A sample whose innermost frame is one of these is a thread at rest (py-spy's --nonblocking mode
 # cannot always tell): the log writer between batches.
-IDLE = re.compile(r"^(BatchHandler\.)?_run \([^)]*bootstrap/logbatch\.py")
+IDLE = re.compile(r"^(BatchHandler\.)?_run \([^)]*bootstrap/logs/batch\.py")
 
 
 def stage_of(stack: list[str]) -> str:

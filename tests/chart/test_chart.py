@@ -2,7 +2,7 @@
 non-default values; every manifest against the Kubernetes API schema (kubernetes-validate, strict,
 its newest version) or, for cert-manager and Prometheus Operator kinds it does not know, against
 the shapes those CRDs define; the rendered nodegate config through nodegate's own config loader;
-RBAC through the project's RBAC evaluator (admission/rbac.py); the webhook configuration; the
+RBAC through the project's RBAC evaluator (admission/rbac/evaluator.py); the webhook configuration; the
 values schema refusing bad values; the Helm-generated certificate kept across upgrades; and the
 CA init container script (files/ca-init.py) against a fake API server.
 
@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from admission.rbac import RbacEvaluator, ResourceAttributes, UserInfo
+from admission.rbac.evaluator import RbacEvaluator, ResourceAttributes, UserInfo
 from attest import ca
 from bootstrap.config import settings_from_obj
 
@@ -856,7 +856,7 @@ def test_rbac_least_privilege(scenario: tuple[str, Doc, str, list[Doc]]) -> None
 
 
 def test_rbac_decisions(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
-    """The same questions the API server's RBAC authorizer would answer, via admission/rbac.py."""
+    """The same questions the API server's RBAC authorizer would answer, via admission/rbac/evaluator.py."""
     _name, values, namespace, docs = scenario
     rbac = RbacEvaluator.from_objects([d for d in docs if d["kind"] in RBAC_KINDS])
     user = UserInfo(

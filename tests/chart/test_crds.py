@@ -1,6 +1,6 @@
 """The chart's CRDs (charts/nodegate/crds/) against the Kubernetes API's own schema, the structural
 schema rules, and what the code really writes and reads: NodeAttestations as bootstrap/store_kube.py
-and Gate.attestation_status produce them, PackagePolicies as admission/policy.py parses them.
+and Gate.attestation_status produce them, PackagePolicies as admission/reading/policy.py parses them.
 
 The apiserver is not available here, so its schema validation is stood in for by jsonschema over the
 openAPIV3Schema, converted (``nullable``) and tightened so that a field the apiserver would silently
@@ -22,7 +22,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from admission import policy as pol
+from admission.reading import policy as pol
 from attest.tpm import Counters
 from bootstrap import store as store_mod
 from bootstrap.config import GateSettings

@@ -29,8 +29,8 @@ from celpy.adapter import json_to_cel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.nodes import node_violations
-from admission.selection import PackageSelector, selection_violations
+from admission.hold.nodes import node_violations
+from admission.hold.selection import PackageSelector, selection_violations
 from tests.chart.test_chart import Doc, helm_path, one, render
 
 NODE = "gpu-7"
@@ -287,7 +287,7 @@ def _node(
     return node
 
 
-# Package CRs whose selection a node's own label change may not leave (admission.selection).
+# Package CRs whose selection a node's own label change may not leave (admission.hold.selection).
 SELECTORS = [
     PackageSelector("skyhook.nvidia.com/pool-a", {"matchLabels": {"pool": "a"}}),
     PackageSelector(
@@ -313,7 +313,7 @@ def test_no_refusable_write_is_skipped(
     sub: str,
     selectors: list[PackageSelector] | None,
 ) -> None:
-    """For any Node UPDATE: if nodegate's rules (admission.nodes, admission.selection) would
+    """For any Node UPDATE: if nodegate's rules (admission.hold.nodes, admission.hold.selection) would
     refuse it, the conditions send it; a write that leaves annotations, labels and taints as they
     were is not sent."""
     before = _node(*old, "2026-12-04T09:00:00Z")

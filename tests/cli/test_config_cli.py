@@ -11,11 +11,11 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from bootstrap import logs
 from bootstrap.cli.config import defaults_yaml, duration_text
 from bootstrap.cli.configdoc import COMMENTS
 from bootstrap.cli.main import main as cli_main
 from bootstrap.config import Settings, load_settings, parse_duration
+from bootstrap.logs import setup as logs
 from bootstrap.version import version
 
 

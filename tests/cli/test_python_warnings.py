@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from attest import certparse
-from bootstrap import cli, logs
+from bootstrap import cli
+from bootstrap.logs import setup as logs
 from bootstrap.service.join import ekroots
 from tests.support import realtpm
 from tests.support.shared_data import shared

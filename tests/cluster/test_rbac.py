@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from admission.rbac import ResourceAttributes, UserInfo
+from admission.rbac.evaluator import ResourceAttributes, UserInfo
 from bootstrap.kube import Kube
 from tests.cluster import nodegate as ng
 from tests.cluster.plane import ControlPlane

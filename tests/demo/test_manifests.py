@@ -16,10 +16,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.decider import Decider, StaticPolicies, rbac_authorizer
-from admission.mutate import CrMutator
-from admission.policy import PackagePolicy
-from admission.review import parse_review
+from admission.decision.decider import Decider, StaticPolicies, rbac_authorizer
+from admission.hold.mutate import CrMutator
+from admission.reading.policy import PackagePolicy
+from admission.reading.review import parse_review
 from bootstrap.demo import admit, manifests
 from tests.admission.upstream import picker, pods
 from tests.support.shared_data import shared

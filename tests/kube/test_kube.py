@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kmock._internal import enums
 
-from admission.rbac import UserInfo
+from admission.rbac.evaluator import UserInfo
 from bootstrap.kube import Conflict, CsrDenied, Kube, KubeConfigError, KubeUnavailable, NotFound
 from bootstrap.kube import configuration as kube_mod
 from tests.support import certs

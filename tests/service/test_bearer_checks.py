@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from admission.rbac import ResourceAttributes, UserInfo
+from admission.rbac.evaluator import ResourceAttributes, UserInfo
 from bootstrap.kube import AccessDecision, KubeUnavailable
 from bootstrap.problems import RateLimited
 from bootstrap.service.admin.bearer import TokenChecks

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from admission.rbac import ResourceAttributes, UserInfo
+from admission.rbac.evaluator import ResourceAttributes, UserInfo
 from admission.webhook import AuthorizerUnavailable
 from bootstrap.kube import Kube
 from bootstrap.service.webhook.authz import SarAuthorizer

@@ -1,5 +1,5 @@
 """The admission webhook's log: one line per review written by a thread in batches
-(``bootstrap.logbatch``), each line as the synchronous handler would write it; every denial at
+(``bootstrap.logs.batch``), each line as the synchronous handler would write it; every denial at
 info, allowed reviews at the level ``admission.log_allowed`` names."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bootstrap import logbatch, logs
 from bootstrap.config import settings_from_obj
+from bootstrap.logs import batch as logbatch
+from bootstrap.logs import setup as logs
 from bootstrap.service.compose import admission_app
 from tests.admission.test_admission_rules import SAMPLE
 from tests.admission.test_webhook import decider, no_reboot, review
@@ -145,7 +146,7 @@ def test_an_unknown_level_is_refused() -> None:
         settings_from_obj({"admission": {"log_allowed": "warning"}})
 
 
-# -- the webhook's line by its parts (bootstrap.auditlog) ------------------------------------------
+# -- the webhook's line by its parts (bootstrap.logs.audit) ------------------------------------------
 
 _TEXT = st.text(max_size=20)
 
@@ -194,7 +195,7 @@ def test_a_line_by_its_parts_is_the_records_line(
 def test_the_audit_log_writes_through_the_batch_writer_or_through_logging(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from bootstrap.auditlog import AuditLog
+    from bootstrap.logs.audit import AuditLog
 
     audit = AuditLog()
     args: dict[str, Any] = {

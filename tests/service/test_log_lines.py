@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.logs import JsonFormatter
+from bootstrap.logs.setup import JsonFormatter
 from tests.admission.test_webhook import no_reboot, review
 from tests.support.package_crs import SAMPLE
 from tests.support.service import EkCa, running, settings_for

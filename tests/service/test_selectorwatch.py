@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from admission.selection import PackageSelector, selector_matches
+from admission.hold.selection import PackageSelector, selector_matches
 from bootstrap.config import Settings
 from bootstrap.kube import Kube
 from bootstrap.service.compose import _decider

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from cryptography import x509
 
-from admission.rbac import ResourceAttributes
+from admission.rbac.evaluator import ResourceAttributes
 from attest import ca, svid
 from attest.errors import AttestationError
 from bootstrap.kube import KubeUnavailable

@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 
-from admission.rbac import ResourceAttributes, UserInfo
+from admission.rbac.evaluator import ResourceAttributes, UserInfo
 from bootstrap.kube import AccessDecision, Kube
 from bootstrap.problems import RateLimited
 

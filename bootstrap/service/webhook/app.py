@@ -35,10 +35,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from admission.decider import Decider
-from admission.decisioncache import DecisionCache
-from admission.mutate import CrMutator
-from admission.response import Decision
+from admission.decision.decider import Decider
+from admission.decision.decisioncache import DecisionCache
+from admission.decision.response import Decision
+from admission.hold.mutate import CrMutator
 from admission.webhook import (
     MAX_REVIEW_BYTES,
     WebhookProblem,

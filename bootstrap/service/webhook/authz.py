@@ -10,8 +10,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from admission.decider import AuthorizerUnavailable
-from admission.rbac import ResourceAttributes, UserInfo
+from admission.decision.decider import AuthorizerUnavailable
+from admission.rbac.evaluator import ResourceAttributes, UserInfo
 from bootstrap.kube import Kube, KubeUnavailable
 
 CacheKey = tuple[str, str, tuple[str, ...], tuple[tuple[str, tuple[str, ...]], ...], ResourceAttributes]

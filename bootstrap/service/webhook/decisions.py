@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from admission.decider import Decider
-from admission.response import Decision
-from admission.review import Request
+from admission.decision.decider import Decider
+from admission.decision.response import Decision
+from admission.reading.review import Request
 
 
 @dataclass

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from admission.decider import Decider
-from admission.response import Decision
-from admission.review import ReviewError, parse_review
-from admission.ruleids import RULE_IDS
+from admission.decision.decider import Decider
+from admission.decision.response import Decision
+from admission.decision.ruleids import RULE_IDS
+from admission.reading.review import ReviewError, parse_review
 from bootstrap.service.webhook.policyload import ToolError, documents
 
 OPERATIONS = ("CREATE", "UPDATE", "DELETE")

@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from admission.policy import PackagePolicy
-from admission.rbac import RbacError, RbacEvaluator
+from admission.rbac.evaluator import RbacError, RbacEvaluator
+from admission.reading.policy import PackagePolicy
 from attest import validation, yamlsafe
 
 MAX_FILE = 8 * 1024 * 1024

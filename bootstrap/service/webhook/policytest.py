@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from admission import rules
-from admission.decider import Decider, LocalRbac, StaticPolicies
-from admission.policy import PackagePolicy
-from admission.response import Decision
+from admission.decision.decider import Decider, LocalRbac, StaticPolicies
+from admission.decision.response import Decision
+from admission.policies import rules
+from admission.reading.policy import PackagePolicy
 from bootstrap.service.webhook.policycases import Sender, judge, load_cases, run_cases
 from bootstrap.service.webhook.policyload import ToolError, documents, load_policies, load_rbac
 

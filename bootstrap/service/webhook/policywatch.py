@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from admission.policy import PackagePolicy
+from admission.reading.policy import PackagePolicy
 from attest import validation
 from bootstrap.gate.backoff import failure_delay
 from bootstrap.kube import Kube, KubeUnavailable, WatchExpired

@@ -1,5 +1,5 @@
 """The package CRs' selectors for the webhook: list, then watch, the NodeWrights and Skyhooks
-(``admission.selection``: a node's own label change may not take it out of a CR's selection).
+(``admission.hold.selection``: a node's own label change may not take it out of a CR's selection).
 
 Only each CR's name and ``spec.nodeSelectors`` are decoded; the status (a report per node,
 megabytes at fleet scale) is skipped by the decoder. ``package_selectors()`` is None until both
@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from admission.selection import PackageSelector
+from admission.hold.selection import PackageSelector
 from bootstrap.gate.backoff import failure_delay
 from bootstrap.kube import Kube, KubeUnavailable, NotServed, WatchExpired
 from bootstrap.kube.decode import loads

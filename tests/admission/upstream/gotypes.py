@@ -15,8 +15,8 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from admission.godecode import DurationError, parse_duration
-from admission.quantity import parse_quantity
+from admission.reading.godecode import DurationError, parse_duration
+from admission.syntax.quantity import parse_quantity
 
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
