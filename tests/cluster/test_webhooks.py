@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from admission.policies.deploymentpolicy import deployment_policy_violations
+from admission.reading.policy import PackagePolicy
 from tests.cluster import nodegate as ng
 from tests.cluster.plane import KWOK_ANNOTATION, ControlPlane
 from tests.support.shared_data import shared
@@ -373,10 +375,14 @@ def sampler(plane: ControlPlane, webhook_server: ng.Nodegate) -> Iterator[Path]:
 def test_every_upstream_sample_gets_the_hold_tolerations(
     plane: ControlPlane, webhook_server: ng.Nodegate, sampler: Path, name: str
 ) -> None:
-    """Each of upstream's sample and documentation CRs, unedited, through the real API server
-    (server-side dry run): admitted, the user's tolerations kept in order, the hold's appended."""
+    """Each of upstream's sample and documentation package CRs, unedited, through the real API
+    server (server-side dry run): admitted, the user's tolerations kept in order, the hold's
+    appended. DeploymentPolicies among them (no pods come of one) get the pure rules' verdict."""
     text = sample(name)
     sent = yaml.safe_load(text)
+    if sent["kind"] == "DeploymentPolicy":
+        _deployment_policy_meets_the_policies_in_force(plane, sampler, text)
+        return
     if name in UPSTREAM_REFUSES:
         # Upstream's own CRD refuses it (an interrupt type it does not have, restart_all_services),
         # so nodegate's structural rules do too, and kubectl shows why.
@@ -393,3 +399,26 @@ def test_every_upstream_sample_gets_the_hold_tolerations(
     preview = json.loads(out.stdout)
     mine = (sent.get("spec") or {}).get("additionalTolerations") or []
     assert preview["spec"]["additionalTolerations"] == mine + HOLD_TOLERATIONS
+
+
+def _deployment_policy_meets_the_policies_in_force(plane: ControlPlane, sampler: Path, text: str) -> None:
+    """A DeploymentPolicy through the real API server gets the verdict of the pure rules over the
+    PackagePolicies the cluster holds, word for word: admitted unchanged, or refused with each
+    violation. Two kinds occur: a PackagePolicy's maxInterruptionBudget (the ``gpu`` pool's 50 %),
+    nodegate's stricter opinion; and a policy without a default budget, which upstream's CRD refuses
+    first (this cluster's CRDs are permissive stand-ins, tests/cluster/nodegate.py), so here the
+    refusal is nodegate's (tests/admission/upstream holds the verdicts against upstream's)."""
+    sent = yaml.safe_load(text)
+    held = json.loads(plane.kubectl("get", "packagepolicies.nodegate.io", "-o", "json").stdout)["items"]
+    expected = deployment_policy_violations(sent, [PackagePolicy.model_validate(p) for p in held])
+    out = plane.kubectl(
+        "apply", "--dry-run=server", "-o", "json", "-f", "-", kubeconfig=sampler, stdin=text, check=False
+    )
+    if not expected:
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["spec"].items() >= sent["spec"].items()
+        return
+    assert out.returncode != 0
+    assert "denied the request: DeploymentPolicy refused by nodegate" in out.stderr, out.stderr
+    for violation in expected:
+        assert f"- {violation}" in out.stderr, (violation, out.stderr)
