@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -13,7 +12,7 @@ from attest.errors import MeasuredBootViolation
 from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from tests.support import eventlogs as el
-from tests.support.certs import self_signed
+from tests.support.certs import ca_der, self_signed, sha256_of
 
 SHIM = b"\x11" * 32
 CHAIN = [SHIM.hex(), "22" * 32]  # shim, then grub: the loader that measures the command line
@@ -28,23 +27,11 @@ def _policy(**cls: object) -> measuredboot.MeasuredBootPolicy:
     return measuredboot.policy_from_obj({"classes": [{"name": "gpu", **cls}]})
 
 
-# The certificate and the policy are made when a test first asks (functools.cache), not at import:
-# a refusal by the installed cryptography or by the policy loader fails those tests, not the collection.
-@functools.cache
-def cert_der() -> bytes:
-    _, cert = self_signed("Fleet Secure Boot CA")
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
-def cert_sha256() -> str:
-    return "sha256:" + hashlib.sha256(cert_der()).hexdigest()
-
-
 @functools.cache
 def good_policy() -> measuredboot.MeasuredBootPolicy:
     return _policy(
         secure_boot="required",
-        authorities=[cert_sha256()],
+        authorities=[sha256_of(ca_der())],
         dbx_required=["aa" * 32],
         boot_applications=[SHIM.hex(), "22" * 32, "33" * 32],
         kernel_cmdlines=["/vmlinuz-6.8 root=/dev/sda1 ro"],
@@ -53,7 +40,7 @@ def good_policy() -> measuredboot.MeasuredBootPolicy:
 
 
 def test_a_good_boot_matches_its_class() -> None:
-    result = measuredboot.enforce(good_policy(), _facts(el.boot(cert_der=cert_der())))
+    result = measuredboot.enforce(good_policy(), _facts(el.boot(cert_der=ca_der())))
     assert (result.ok, result.matched_class) == (True, "gpu")
 
 
@@ -63,12 +50,12 @@ def test_secure_boot_off_is_refused_with_the_event_named() -> None:
         match=r"event 3 \(PCR 7, EV_EFI_VARIABLE_DRIVER_CONFIG\): Secure "
         r"Boot is off \(rule secure_boot\)",
     ) as info:
-        measuredboot.enforce(good_policy(), _facts(el.boot(secure=False, cert_der=cert_der())))
+        measuredboot.enforce(good_policy(), _facts(el.boot(secure=False, cert_der=ca_der())))
     assert info.value.code == "measured_boot_violation"
 
 
 def test_an_unknown_kernel_is_refused_with_the_event_named() -> None:
-    events = el.boot(cert_der=cert_der())
+    events = el.boot(cert_der=ca_der())
     events[-1] = el.application(b"\x44" * 32, "\\vmlinuz-evil")
     facts = _facts(events)
     with pytest.raises(
@@ -145,7 +132,7 @@ def test_bad_policies_are_refused_at_load(doc: object, reason: str) -> None:
 
 @pytest.mark.parametrize("name", ["agile-three-banks", "old-shim-authority", "startup-locality-3"])
 def test_a_class_learned_from_a_log_admits_it_and_refuses_secure_boot_off(name: str) -> None:
-    logs = el.quirky(cert_der())
+    logs = el.quirky(ca_der())
     log = eventlog.parse(logs[name])
     facts = bootfacts.facts(log.events, bank="sha256", pcrs=range(10))
     learned = measuredboot.learn([facts], name="fleet", cmdlines=True)

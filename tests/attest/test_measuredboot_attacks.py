@@ -10,37 +10,19 @@ the same verdict it always got.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 
 import pytest
-from cryptography.hazmat.primitives import serialization
 
 from attest import eventlog
 from attest.errors import MeasuredBootViolation
 from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from tests.support import eventlogs as el
-from tests.support.certs import self_signed
+from tests.support.certs import ca_der, sha256_of
 
 # Certificates are made when a test first asks (functools.cache), not at import: a refusal by the
 # installed cryptography fails those tests, not the collection.
-
-
-@functools.cache
-def fleet_der() -> bytes:
-    _, cert = self_signed("Fleet Secure Boot CA")
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
-@functools.cache
-def evil_der() -> bytes:
-    _, cert = self_signed("Attacker db key")
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
-def fleet_sha256() -> str:
-    return "sha256:" + hashlib.sha256(fleet_der()).hexdigest()
 
 
 CHAIN = ["11" * 32, "22" * 32]  # el.boot's shim and grub: grub measures the command line
@@ -79,8 +61,8 @@ def _index(events: list[el.Ev], pred: object) -> int:
 def test_an_authority_retyped_as_an_efi_action_is_refused() -> None:
     """shim verified by an attacker's db key: its EV_EFI_VARIABLE_AUTHORITY event relabelled
     EV_EFI_ACTION keeps data that hashes to the digest, but that data is no action string."""
-    policy = _policy(authorities=[fleet_sha256()])
-    honest = el.boot(cert_der=evil_der())
+    policy = _policy(authorities=[sha256_of(ca_der())])
+    honest = el.boot(cert_der=ca_der("Attacker db key"))
     with pytest.raises(MeasuredBootViolation, match=r"authority CN=Attacker db key \(db\) is not allowed"):
         judge(honest, policy)
     forged = list(honest)
@@ -91,7 +73,7 @@ def test_an_authority_retyped_as_an_efi_action_is_refused() -> None:
     assert info.value.code == "measured_boot_violation"
     assert f"event {at + 1} (PCR 7, EV_EFI_ACTION): not an action string" in str(info.value)
     assert "(rule authorities)" in str(info.value)
-    assert judge(el.boot(cert_der=fleet_der()), policy).matched_class == "fleet"
+    assert judge(el.boot(cert_der=ca_der()), policy).matched_class == "fleet"
 
 
 def test_a_forbidden_kernel_retyped_as_a_separator_is_refused() -> None:

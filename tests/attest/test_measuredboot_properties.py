@@ -26,7 +26,6 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-from cryptography.hazmat.primitives import serialization
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +36,7 @@ from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from attest.measuredboot.tcglog import EV_NO_ACTION, EVENT_TYPES
 from tests.support import eventlogs as el
-from tests.support.certs import self_signed
+from tests.support.certs import ca_der
 from tests.support.shared_data import shared
 
 LOGS = shared("eventlogs")
@@ -59,23 +58,11 @@ ALLOWED_CMDLINE = "/vmlinuz-6.8 root=/dev/sda1 ro"
 # refusal by the installed cryptography or by the policy loader fails those tests, not the collection.
 
 
-@cache
-def fleet_der() -> bytes:
-    _, cert = self_signed("Fleet Secure Boot CA")
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
-@cache
-def evil_der() -> bytes:
-    _, cert = self_signed("Attacker db key")
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
 def synthetic_class() -> dict[str, Any]:
     return {
         "name": "fleet",
         "secure_boot": "required",
-        "authorities": ["sha256:" + hashlib.sha256(fleet_der()).hexdigest()],
+        "authorities": ["sha256:" + hashlib.sha256(ca_der()).hexdigest()],
         "dbx_required": ["aa" * 32],
         # systemd-boot and the UKI are allowed too: a boot through them fails only kernel_cmdlines
         "boot_applications": [d.hex() for d in (SHIM, GRUB, KERNEL, SD_BOOT, UKI)],
@@ -127,7 +114,7 @@ def crafted_events() -> list[el.Ev]:
         el.grub("kernel_cmdline", "/vmlinuz-6.8 root=/dev/sda1 ro"),
         el.separator(7),
         el.separator(4),
-        el.authority(fleet_der()),
+        el.authority(ca_der()),
         el.application(b"\x11" * 32),
         el.application(GRUB, "\\EFI\\ubuntu\\grubx64.efi"),  # root claims grub ran after all
         el.Ev(7, el.EV_EFI_ACTION, b"DMA Protection Disabled"),
@@ -155,8 +142,8 @@ UNMEASURED_PATHS = ("shim-kernel", "db-signed-kernel", "grub-chainloader", "syst
 def unmeasured_boots() -> dict[str, list[el.Ev]]:
     """Genuine boots of the fleet's Secure Boot setup through paths that put no kernel command
     line into PCR 8 (issue 33 finding 2); each ran a kernel with ``EVIL_LOAD_OPTIONS``."""
-    head = el.boot(cert_der=fleet_der())[:15]  # CRTM, PCR 7's configuration, separators 0-7
-    auth = el.authority(fleet_der())
+    head = el.boot(cert_der=ca_der())[:15]  # CRTM, PCR 7's configuration, separators 0-7
+    auth = el.authority(ca_der())
     shim = el.application(SHIM, "\\EFI\\ubuntu\\shimx64.efi")
     kernel = el.application(KERNEL, "\\vmlinuz-6.8")
     boots = {
@@ -266,7 +253,7 @@ def _base(draw: st.DrawFn) -> tuple[list[el.Ev], tuple[str, ...], str, measuredb
         flaw = draw(st.sampled_from(FLAWS))
         events = el.boot(
             secure=flaw != "secure-boot-off",
-            cert_der=evil_der() if flaw == "evil-authority" else fleet_der(),
+            cert_der=ca_der("Attacker db key") if flaw == "evil-authority" else ca_der(),
             kernel="/vmlinuz-6.8 init=/bin/sh"
             if flaw == "evil-cmdline"
             else "/vmlinuz-6.8 root=/dev/sda1 ro",
@@ -390,7 +377,7 @@ def test_the_bases_cover_both_verdicts() -> None:
     assert refused
     assert not any(refused)
     assert measuredboot.evaluate(
-        synthetic_policy(), _facts(el.boot(cert_der=fleet_der()), ("sha1", "sha256"), "sha256")
+        synthetic_policy(), _facts(el.boot(cert_der=ca_der()), ("sha1", "sha256"), "sha256")
     ).ok
 
 

@@ -18,13 +18,11 @@ Every test here fails on the code before issue 33 (see the report); each attack 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
 from pydantic import ValidationError
 
 from attest import eventlog
@@ -37,27 +35,10 @@ from bootstrap.problems import attestation_status
 from bootstrap.service.join.evidence import judge_event_log
 from tests.attest import test_measuredboot_properties as properties
 from tests.support import eventlogs as el
-from tests.support.certs import self_signed
+from tests.support.certs import ca_der, sha256_of
 
 # Certificates are made when a test first asks (functools.cache), not at import: a refusal by the
 # installed cryptography fails those tests, not the collection.
-
-
-@functools.cache
-def fleet_der() -> bytes:
-    _, cert = self_signed("Fleet Secure Boot CA")
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
-@functools.cache
-def twin_der() -> bytes:
-    """The same subject as the fleet's CA, the attacker's key."""
-    _, cert = self_signed("Fleet Secure Boot CA")
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
-def fleet_sha256() -> str:
-    return "sha256:" + hashlib.sha256(fleet_der()).hexdigest()
 
 
 SHIM, GRUB, KERNEL = b"\x11" * 32, b"\x22" * 32, b"\x33" * 32
@@ -93,10 +74,10 @@ def _root_extends(ev: el.Ev) -> el.Ev:
 def shim_to_kernel(load_options: str = EVIL) -> list[el.Ev]:
     """shim starts the fleet's (allowed, signed) kernel directly with load options: shim measures
     the kernel into PCR 4 and no line into PCR 8."""
-    head = el.boot(cert_der=fleet_der())[:15]
+    head = el.boot(cert_der=ca_der())[:15]
     return [
         *head,
-        el.authority(fleet_der()),
+        el.authority(ca_der()),
         el.application(SHIM, "\\EFI\\ubuntu\\shimx64.efi"),
         el.application(KERNEL, "\\vmlinuz-6.8"),
         el.Ev(12, el.EV_IPL, (load_options + "\x00").encode("utf-16-le")),  # not read by any rule
@@ -133,13 +114,13 @@ def test_root_appending_a_grub_line_to_a_boot_that_measured_none_is_refused() ->
     with pytest.raises(MeasuredBootViolation, match="do not begin with a chain"):
         judge(forged, cmdline_policy())
     # the fleet's genuine grub boot still joins
-    assert judge(el.boot(cert_der=fleet_der()), cmdline_policy()) == "fleet"
+    assert judge(el.boot(cert_der=ca_der()), cmdline_policy()) == "fleet"
 
 
 def test_grub_chainloading_an_image_proves_no_line() -> None:
     """grub (a chain's loader) chainloads the kernel with arguments: grub measures the command,
     never a kernel_cmdline; root's appended pair does not make the line proven."""
-    events = el.boot(cert_der=fleet_der())
+    events = el.boot(cert_der=ca_der())
     at = next(i for i, e in enumerate(events) if e.data.startswith(b"grub_cmd: linux"))
     events[at : at + 2] = [el.grub("grub_cmd", f"chainloader {EVIL}")]
     events += [
@@ -155,7 +136,7 @@ def test_grub_chainloading_an_image_proves_no_line() -> None:
 def test_a_boot_option_after_the_loader_proves_no_line() -> None:
     """grub ran (and measured an allowed line), returned, and the firmware's next boot option
     started the kernel with other load options: the line grub measured is not the kernel's."""
-    events = el.boot(cert_der=fleet_der())
+    events = el.boot(cert_der=ca_der())
     kernel = len(events) - 1
     events[kernel:kernel] = [
         el.Ev(4, el.EV_EFI_ACTION, b"Returning from EFI Application from Boot Option"),
@@ -199,28 +180,27 @@ def test_learn_writes_the_chain_up_to_the_loader() -> None:
 
 
 def test_a_certificate_with_the_allowed_subject_and_another_key_is_refused() -> None:
-    policy = _policy(authorities=[fleet_sha256()])
-    assert judge(el.boot(cert_der=fleet_der()), policy) == "fleet"
+    policy = _policy(authorities=[sha256_of(ca_der())])
+    assert judge(el.boot(cert_der=ca_der()), policy) == "fleet"
     with pytest.raises(MeasuredBootViolation) as info:
-        judge(el.boot(cert_der=twin_der()), policy)
+        judge(el.boot(cert_der=ca_der(twin=1)), policy)
     assert info.value.code == "measured_boot_violation"
     assert "authority CN=Fleet Secure Boot CA (db) is not allowed" in str(info.value)
-    assert hashlib.sha256(twin_der()).hexdigest() in str(info.value)
+    assert hashlib.sha256(ca_der(twin=1)).hexdigest() in str(info.value)
 
 
 def test_a_subject_name_authority_is_refused_at_load() -> None:
     with pytest.raises(measuredboot.MeasuredBootPolicyError, match="is not a certificate digest"):
         _policy(authorities=["CN=Fleet Secure Boot CA"])
-    assert _policy(authorities=[fleet_sha256().removeprefix("sha256:").upper()]).classes[0].authorities == (
-        fleet_sha256(),
-    )
+    upper = hashlib.sha256(ca_der()).hexdigest().upper()
+    assert _policy(authorities=[upper]).classes[0].authorities == (sha256_of(ca_der()),)
 
 
 def test_learn_writes_authorities_by_digest() -> None:
     facts = bootfacts.facts(
-        eventlog.parse(el.build(el.boot(cert_der=fleet_der()))).events, bank="sha256", pcrs=range(8)
+        eventlog.parse(el.build(el.boot(cert_der=ca_der()))).events, bank="sha256", pcrs=range(8)
     )
-    assert measuredboot.learn([facts]).authorities == (fleet_sha256(),)
+    assert measuredboot.learn([facts]).authorities == (sha256_of(ca_der()),)
 
 
 # -- finding 8: banks no rule is defined over ---------------------------------------------------------
@@ -279,7 +259,7 @@ def hp_like(*, dma_nul: bool = True, extra: el.Ev | None = None) -> list[el.Ev]:
     opens with "DMA Protection Disabled" (here NUL-terminated, as some firmware logs it, digest of
     the logged bytes) and HP's "Security Level is Downgraded to 0" (digest of the string)."""
     dma = b"DMA Protection Disabled" + (b"\x00" if dma_nul else b"")
-    events = el.boot(cert_der=fleet_der())
+    events = el.boot(cert_der=ca_der())
     events[2:2] = [el.Ev(7, el.EV_EFI_ACTION, dma), el.Ev(7, el.EV_EFI_ACTION, SECURITY_LEVEL_0)]
     return [*events, extra] if extra is not None else events
 
@@ -296,7 +276,7 @@ def test_the_profiles_dma_string_is_read_with_or_without_its_nul() -> None:
 
 
 def test_a_vendor_action_passes_only_where_the_class_names_it() -> None:
-    rules = {"secure_boot": "required", "authorities": [fleet_sha256()]}
+    rules = {"secure_boot": "required", "authorities": [sha256_of(ca_der())]}
     with pytest.raises(MeasuredBootViolation) as info:
         judge(hp_like(), _policy(**rules))
     assert info.value.code == "measured_boot_violation"
@@ -310,7 +290,7 @@ def test_a_vendor_action_whose_digest_is_not_its_string_is_refused() -> None:
     """An allowed string as data, over another event's digest (a relabelled authority): the TPM
     does not vouch for the text, so it is no action at all."""
     policy = _policy(
-        secure_boot="required", authorities=[fleet_sha256()], efi_actions=[SECURITY_LEVEL_0.decode()]
+        secure_boot="required", authorities=[sha256_of(ca_der())], efi_actions=[SECURITY_LEVEL_0.decode()]
     )
     events = hp_like()
     auth = next(i for i, e in enumerate(events) if e.type == el.EV_EFI_VARIABLE_AUTHORITY)
@@ -343,7 +323,7 @@ def test_learn_admits_an_hp_log_and_writes_its_action(
     assert (code, err) == (0, "")
     assert "- Security Level is Downgraded to 0" in out
     assert "efi_actions:" in out
-    assert fleet_sha256() in out
+    assert sha256_of(ca_der()) in out
     assert "# CN=Fleet Secure Boot CA" in out
 
 

@@ -4,7 +4,6 @@ test (extend the TPM's PCRs with each event's digest, write the log), the real `
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,7 +21,7 @@ from bootstrap.node.attest import AttestOptions, attest
 from bootstrap.node.join import JoinFailed, JoinOptions, join
 from bootstrap.node.tpm import Agent
 from tests.support import eventlogs as el
-from tests.support.certs import self_signed
+from tests.support.certs import ca_der, self_signed
 from tests.support.service import Running, running
 from tests.support.swtpms import TpmInfo
 
@@ -31,18 +30,10 @@ pytestmark = pytest.mark.swtpm
 BOOT_A = "8c1f0b7e-2f6d-4b4f-9c1a-0e5d2a9b7c31"
 
 
-# The fleet's Secure Boot CA is made when a test first asks (functools.cache), not at import: a
-# refusal by the installed cryptography fails those tests, not the collection.
-@functools.cache
-def cert_der() -> bytes:
-    _, cert = self_signed("Fleet Secure Boot CA")
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
 def mb_policy() -> dict[str, Any]:
     return {
         "secure_boot": "required",
-        "classes": [{"name": "fleet", "authorities": ["sha256:" + hashlib.sha256(cert_der()).hexdigest()]}],
+        "classes": [{"name": "fleet", "authorities": ["sha256:" + hashlib.sha256(ca_der()).hexdigest()]}],
     }
 
 
@@ -110,7 +101,7 @@ def _firmware(tpm: TpmInfo, events: list[el.Ev], path: Path) -> Path:
 
 
 async def test_measured_boot_on_a_tpm_end_to_end(mb_svc: Running, fresh_tpm: TpmInfo, tmp_path: Path) -> None:
-    events = el.boot(cert_der=cert_der())
+    events = el.boot(cert_der=ca_der())
     log = _firmware(fresh_tpm, events, tmp_path / "bios_measurements")
     opts = JoinOptions(
         server=mb_svc.base,
@@ -157,7 +148,7 @@ async def test_a_boot_under_an_unknown_authority_is_refused_and_cannot_be_disgui
     # digest, so the authority event proves nothing and the rule cannot hold.
     disguised = list(events)
     real = events[15]
-    disguised[15] = el.authority(cert_der())
+    disguised[15] = el.authority(ca_der())
     disguised[15].digests = {"sha256": real.digest("sha256")}
     (tmp_path / "disguised").write_bytes(el.build(disguised, banks=("sha256",)))
     with pytest.raises(JoinFailed) as info:

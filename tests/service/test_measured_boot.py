@@ -5,7 +5,6 @@ the TPM's resetCount does not back refused. Each refusal with its code, over rea
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 
 from attest import eventlog
 from tests.support import eventlogs as el
-from tests.support.certs import self_signed
+from tests.support.certs import ca_der, self_signed
 from tests.support.service import EkCa, Running, running, settings_for
 from tests.support.softnode import SoftNode, post
 
@@ -25,18 +24,10 @@ BOOT_A = "8c1f0b7e-2f6d-4b4f-9c1a-0e5d2a9b7c31"
 BOOT_B = "0d4c2b1a-9e8f-4a7b-8c6d-5e4f3a2b1c0d"
 
 
-# The fleet's Secure Boot CA is made when a test first asks (functools.cache), not at import: a
-# refusal by the installed cryptography fails those tests, not the collection.
-@functools.cache
-def cert_der() -> bytes:
-    _, cert = self_signed("Fleet Secure Boot CA")
-    return cert.public_bytes(serialization.Encoding.DER)
-
-
 def mb_policy() -> dict[str, Any]:
     return {
         "secure_boot": "required",
-        "classes": [{"name": "fleet", "authorities": ["sha256:" + hashlib.sha256(cert_der()).hexdigest()]}],
+        "classes": [{"name": "fleet", "authorities": ["sha256:" + hashlib.sha256(ca_der()).hexdigest()]}],
     }
 
 
@@ -76,7 +67,7 @@ async def join(
 
 async def test_a_good_boot_joins_and_its_class_is_recorded(svc: Running, ek_ca: EkCa) -> None:
     node = ek_ca.node("mb-1")
-    status, out = await join(svc, node, log=booted(node, el.boot(cert_der=cert_der())), boot_id=BOOT_A)
+    status, out = await join(svc, node, log=booted(node, el.boot(cert_der=ca_der())), boot_id=BOOT_A)
     assert status == 200, out
     record = await svc.service.store.get("mb-1")
     assert record is not None
@@ -85,7 +76,7 @@ async def test_a_good_boot_joins_and_its_class_is_recorded(svc: Running, ek_ca: 
 
 async def test_secure_boot_off_is_refused_with_the_event_named(svc: Running, ek_ca: EkCa) -> None:
     node = ek_ca.node("mb-2")
-    status, out = await join(svc, node, log=booted(node, el.boot(secure=False, cert_der=cert_der())))
+    status, out = await join(svc, node, log=booted(node, el.boot(secure=False, cert_der=ca_der())))
     assert (status, out["code"]) == (403, "measured_boot_violation")
     assert (
         "event 3 (PCR 7, EV_EFI_VARIABLE_DRIVER_CONFIG): Secure Boot is off (rule secure_boot)"
@@ -104,7 +95,7 @@ async def test_an_unknown_authority_is_refused(svc: Running, ek_ca: EkCa) -> Non
 
 async def test_a_log_that_does_not_replay_to_the_quote_is_refused(svc: Running, ek_ca: EkCa) -> None:
     node = ek_ca.node("mb-4")
-    events = el.boot(cert_der=cert_der())
+    events = el.boot(cert_der=ca_der())
     booted(node, events)
     events[16] = el.application(b"\x44" * 32)  # the log claims another shim than was measured
     status, out = await join(svc, node, log=el.build(events))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import hashlib
 import ipaddress
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
+FLEET_CA = "Fleet Secure Boot CA"  # the measured-boot tests' Secure Boot signer
 
 
 def name(cn: str) -> x509.Name:
@@ -89,3 +92,17 @@ def loopback_tls(
     key, cert = self_signed(cn, ca=ca, ips=(LOOPBACK,), dns=dns, lifetime=dt.timedelta(hours=2))
     cert_file, key_file = write_pair(folder, key, cert)
     return cert_file, key_file, cert
+
+
+@functools.cache
+def ca_der(cn: str = FLEET_CA, twin: int = 0) -> bytes:
+    """A self-signed CA's certificate (DER), made when a test first asks and then shared, never at
+    import (a refusal by the installed cryptography fails those tests, not the collection).
+    ``twin`` gives another CA of the same subject with a key of its own (a forger's copy)."""
+    _, cert = self_signed(cn)
+    return cert.public_bytes(serialization.Encoding.DER)
+
+
+def sha256_of(der: bytes) -> str:
+    """How a measured-boot policy names an authority: ``sha256:`` and the certificate's digest."""
+    return "sha256:" + hashlib.sha256(der).hexdigest()
