@@ -12,8 +12,6 @@ and must not be
   objects that only hold their arguments (OIDs, hash, padding and curve choices);
 - a pydantic validation: ``model_validate*``, or a call of a pydantic model of the product;
 - the SPIFFE ID constructor, or one of the test tree's certificate builders.
-
-tests/admission/upstream/ is another tree's (issue 31) and is left out.
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from pathlib import Path
 import pydantic
 
 TESTS = Path(__file__).resolve().parent
-UPSTREAM = TESTS / "admission" / "upstream"
 ALLOWED_CRYPTOGRAPHY = (
     "cryptography.x509.ObjectIdentifier",
     "cryptography.x509.oid.",
@@ -174,7 +171,6 @@ def test_no_test_module_builds_validated_objects_at_import() -> None:
     found = [
         finding
         for path in sorted(TESTS.rglob("*.py"))
-        if not path.is_relative_to(UPSTREAM)
         for finding in refused_at_import(path.read_text(), str(path.relative_to(TESTS.parent)))
     ]
     assert not found, "built at import (build it in a fixture, a lambda or a cached helper):\n" + "\n".join(
