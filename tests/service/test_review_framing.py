@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bootstrap.service.http.framing import (
@@ -158,6 +158,56 @@ def test_a_head_that_cannot_become_valid_is_refused_before_it_ends(partial: byte
 )
 def test_a_head_that_may_still_become_valid_is_waited_for(partial: bytes) -> None:
     assert head_end(partial, skip_blank_lines(partial, 0)) == -1
+
+
+def _verdict(buffer: bytes, checked: int) -> Any:
+    try:
+        return head_end(buffer, skip_blank_lines(buffer, 0), checked)
+    except FramingError as exc:
+        return (exc.status, exc.detail)
+
+
+_HEAD_PARTS = st.sampled_from(
+    [
+        b"GET / HTTP/1.1",
+        b"GET /",
+        b"PRI * HTTP/2.0",
+        b"Host: x",
+        b"X: a",
+        b"\r\n",
+        b"\r",
+        b"\n",
+        b" ",
+        b"\x00",
+        b"(",
+    ]
+)
+
+
+@settings(max_examples=300)
+@given(
+    st.one_of(
+        st.lists(_HEAD_PARTS, max_size=12).map(b"".join),
+        st.lists(_HEAD_PARTS, max_size=8).map(lambda parts: b"GET / HTTP/1.1\r\n" + b"".join(parts)),
+        st.binary(max_size=80),
+    ),
+    st.one_of(st.lists(st.integers(1, 120)), st.just(list(range(1, 200)))),  # or a byte at a time
+)
+@example(b"GET /\r\n", [5])  # the request line ends in the next read: checked then
+@example(b"GET / HTTP/1.1\r\n", [15])  # a CR, then its LF in the next read: no bare CR, no bare LF
+@example(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", [28])  # the blank line's last LF alone
+def test_a_head_checked_as_it_arrives_is_judged_as_if_checked_at_once(data: bytes, cuts: list[int]) -> None:
+    """``head_end`` told what it checked before (the protocol, between reads) gives, at every
+    read, the verdict of checking all of it again: the same refusal at the same read, the same
+    end of the head."""
+    checked = 0
+    for cut in [*sorted(c for c in cuts if c < len(data)), len(data)]:
+        buffer = data[:cut]
+        verdict = _verdict(buffer, checked)
+        assert verdict == _verdict(buffer, 0)
+        if verdict != -1:
+            break
+        checked = len(buffer)
 
 
 def test_blank_lines_before_a_request_are_skipped() -> None:

@@ -87,33 +87,39 @@ class RequestHead:
     keep_alive: bool  # False: the client asked to close (or HTTP/1.0 without keep-alive)
 
 
-def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
+def head_end(buffer: bytes | bytearray, start: int = 0, checked: int = 0) -> int:
     """The index just past the head's blank line, -1 while it is incomplete; FramingError when
-    the head is already longer than MAX_HEAD_BYTES, or can no longer become a valid head."""
-    at = buffer.find(HEAD_END, start, start + MAX_HEAD_BYTES + len(HEAD_END))
+    the head is already longer than MAX_HEAD_BYTES, or can no longer become a valid head.
+
+    ``checked``: the buffer's length when this head was last found incomplete (0: never), for a
+    caller that only appended to the buffer since. Only what came after it is searched and
+    checked (but an unended request line, searched from its start), not the whole head again."""
+    at = buffer.find(HEAD_END, max(start, checked - 3), start + MAX_HEAD_BYTES + len(HEAD_END))
     if at >= 0:
         return at + len(HEAD_END)
     if len(buffer) - start > MAX_HEAD_BYTES:
         raise FramingError(431, "malformed_request", f"request heads are limited to {MAX_HEAD_BYTES} bytes")
     if len(buffer) > start:
-        _check_partial(buffer, start)
+        _check_partial(buffer, start, max(start, checked))
     return -1
 
 
-def _check_partial(buffer: bytes | bytearray, start: int) -> None:
-    """A head not yet ended (all of ``buffer[start:]``, at most MAX_HEAD_BYTES) is refused now
-    when no more bytes can make it valid, as ``parse_head`` would refuse it then: a bare CR or LF
-    (an LF-only client waited for the deadline, issue 41), its request line once ended, a first
-    byte that begins no method. Counting is C-speed, like the ``find`` before it (a client
-    sending a byte at a time makes each read rescan the head, as it did)."""
+def _check_partial(buffer: bytes | bytearray, start: int, since: int) -> None:
+    """A head not yet ended (all of ``buffer[start:]``, at most MAX_HEAD_BYTES; ``since``: the end
+    of what an earlier call checked) is refused now when no more bytes can make it valid, as
+    ``parse_head`` would refuse it then: a bare CR or LF (an LF-only client waited for the
+    deadline, issue 41), its request line once ended, a first byte that begins no method."""
     if buffer[start] not in _HEAD_START:
         raise _malformed("the request line is not METHOD /path HTTP/1.1")
-    crlf = buffer.count(b"\r\n", start)
-    # Every LF must close a CRLF; every CR must open one (but the last byte, whose LF may follow).
-    if buffer.count(b"\n", start) != crlf or buffer.count(b"\r", start, len(buffer) - 1) != crlf:
+    # Every LF must close a CRLF, every CR open one (but the last byte's, whose LF may follow).
+    # A CR that was the last byte checked before is counted again, with what follows it now.
+    fresh = since - 1 if since > start and buffer[since - 1] == 0x0D else since
+    crlf = buffer.count(b"\r\n", fresh)
+    if buffer.count(b"\n", fresh) != crlf or buffer.count(b"\r", fresh, len(buffer) - 1) != crlf:
         raise _malformed("a line does not end in CRLF (a bare LF or CR)")
-    if crlf:
-        _request_line(bytes(buffer[start : buffer.find(b"\r\n", start)]))
+    eol = buffer.find(b"\r\n", start)
+    if eol >= 0 and eol + 2 > since:  # the request line has ended since the last check
+        _request_line(bytes(buffer[start:eol]))
 
 
 def skip_blank_lines(buffer: bytes | bytearray, start: int) -> int:
