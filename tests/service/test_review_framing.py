@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bootstrap.service.http.framing import (
@@ -42,8 +42,8 @@ def test_the_api_servers_head_is_read() -> None:
 
 def test_names_are_case_insensitive_and_media_type_parameters_dropped() -> None:
     head = parse_head(
-        b"POST /x HTTP/1.1\r\ncontent-LENGTH:  7 \r\nCONTENT-TYPE: Application/JSON; charset=utf-8\r\n"
-        b"Content-Encoding: identity"
+        b"POST /x HTTP/1.1\r\nHost: x\r\ncontent-LENGTH:  7 \r\n"
+        b"CONTENT-TYPE: Application/JSON; charset=utf-8\r\nContent-Encoding: identity"
     )
     assert (head.content_length, head.content_type, head.content_encoding) == (
         7,
@@ -53,7 +53,10 @@ def test_names_are_case_insensitive_and_media_type_parameters_dropped() -> None:
 
 
 def test_repeated_identical_lengths_are_one_length() -> None:
-    assert parse_head(b"POST / HTTP/1.1\r\nContent-Length: 5, 5\r\nContent-Length: 5").content_length == 5
+    assert (
+        parse_head(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 5\r\nContent-Length: 5").content_length
+        == 5
+    )
 
 
 def test_no_length_is_no_body() -> None:
@@ -63,20 +66,23 @@ def test_no_length_is_no_body() -> None:
 @pytest.mark.parametrize(
     ("head", "status"),
     [
-        (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6", 400),  # disagreeing lengths
-        (b"POST / HTTP/1.1\r\nContent-Length: +5", 400),
-        (b"POST / HTTP/1.1\r\nContent-Length: 0x10", 400),
-        (b"POST / HTTP/1.1\r\nContent-Length: 5,", 400),
-        (b"POST / HTTP/1.1\r\nContent-Length: 1234567890123456789", 400),
-        (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked", 411),
-        (b"POST / HTTP/1.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked", 411),  # smuggling shape
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6", 400),  # disagreeing lengths
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5", 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0x10", 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5,", 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1234567890123456789", 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked", 411),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked",
+            411,
+        ),  # smuggling shape
         (b"POST / HTTP/1.1\r\nHost: x\r\n folded", 400),  # obs-fold
         (b"POST / HTTP/1.1\r\nHost : x", 400),  # whitespace before the colon
         (b"POST / HTTP/1.1\r\nHost: x\nContent-Length: 5", 400),  # a bare LF
         (b"POST / HTTP/1.1\r\nHost: x\rContent-Length: 5", 400),  # a bare CR
         (b"POST / HTTP/1.1\r\nHost: a\x00b", 400),  # a control character in a value
-        (b"POST / HTTP/1.1\r\nNo colon here", 400),
-        (b"POST / HTTP/1.1\r\n: empty name", 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nNo colon here", 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\n: empty name", 400),
         (b"POST http://example.com/ HTTP/1.1", 400),  # absolute-form
         (b"POST * HTTP/1.1", 400),
         (b"POST /a b HTTP/1.1", 400),
@@ -84,7 +90,15 @@ def test_no_length_is_no_body() -> None:
         (b"POST / http/1.1", 400),
         (b"POST / HTTP/2.0", 505),
         (b"POST / HTTP/0.9", 505),
-        (b"POST / HTTP/1.1\r\nExpect: 200-ok", 417),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 200-ok", 417),
+        (b"PRI * HTTP/2.0", 505),  # the h2 preface's request line: another version, not a bad line
+        (b"GET /", 400),  # HTTP/0.9's simple request: no version at all
+        (b"POST / HTTP/1.1\r\nContent-Length: 0", 400),  # no Host (RFC 9112 section 3.2)
+        (b"POST / HTTP/1.1\r\nHost: x\r\nhost: y", 400),  # two Host lines
+        (b"POST / HTTP/1.0\r\nHost: x\r\nHost: x", 400),  # two, even in HTTP/1.0
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: a/b\r\nContent-Type: a/b", 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Encoding: identity", 400),
+        (b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nexpect: 100-continue", 400),
         (b"POST / HTTP/1.1" + b"\r\nX: y" * (MAX_FIELDS + 1), 431),
     ],
 )
@@ -96,23 +110,104 @@ def test_what_is_refused(head: bytes, status: int) -> None:
 
 
 def test_expect_continue_and_connection_options() -> None:
-    assert parse_head(b"POST / HTTP/1.1\r\nExpect: 100-Continue").expect_continue
-    assert not parse_head(b"POST / HTTP/1.1\r\nConnection: keep-alive, Close").keep_alive
+    assert parse_head(b"POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-Continue").expect_continue
+    assert not parse_head(b"POST / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Close").keep_alive
     assert not parse_head(b"POST / HTTP/1.0").keep_alive
     assert parse_head(b"POST / HTTP/1.0\r\nConnection: keep-alive").keep_alive
-    assert parse_head(b"POST / HTTP/1.1\r\nConnection: te\r\nConnection: upgrade").keep_alive
+    assert parse_head(b"POST / HTTP/1.1\r\nHost: x\r\nConnection: te\r\nConnection: upgrade").keep_alive
 
 
 def test_obs_text_in_values_is_accepted() -> None:
-    assert parse_head(b"POST / HTTP/1.1\r\nX-Note: caf\xe9\tau lait").method == "POST"
+    assert parse_head(b"POST / HTTP/1.1\r\nHost: x\r\nX-Note: caf\xe9\tau lait").method == "POST"
 
 
 def test_a_head_is_bounded_before_it_ends() -> None:
     assert head_end(b"POST / HTTP/1.1\r\nHost: x\r\n\r\nbody") == len(b"POST / HTTP/1.1\r\nHost: x\r\n\r\n")
     assert head_end(b"POST / HTTP/1.1\r\nHost: x\r\n") == -1
     with pytest.raises(FramingError) as refused:
-        head_end(b"POST / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD_BYTES)
+        head_end(b"POST / HTTP/1.1\r\nHost: x\r\nX: " + b"a" * MAX_HEAD_BYTES)
     assert refused.value.status == 431
+
+
+def test_http10_needs_no_host() -> None:
+    assert parse_head(b"POST / HTTP/1.0\r\nContent-Length: 2").content_length == 2
+
+
+@pytest.mark.parametrize(
+    ("partial", "status"),
+    [
+        (b"POST / HTTP/1.1\nHost: x\n", 400),  # LF-only lines
+        (b"POST / HTTP/1.1\r\nHost: x\n", 400),
+        (b"POST / HTTP/1.1\r\nHost: x\rY", 400),  # a bare CR
+        (b"GET /\r\n", 400),  # HTTP/0.9: its request line has ended
+        (b"PRI * HTTP/2.0\r\n", 505),
+        (b"POST http://x/ HTTP/1.1\r\nHost", 400),
+        (b"\x16\x03\x01\x02\x00", 400),  # a TLS ClientHello on a plain listener
+        (b"\nPOST", 400),
+    ],
+)
+def test_a_head_that_cannot_become_valid_is_refused_before_it_ends(partial: bytes, status: int) -> None:
+    with pytest.raises(FramingError) as refused:
+        head_end(partial, skip_blank_lines(partial, 0))
+    assert refused.value.status == status
+
+
+@pytest.mark.parametrize(
+    "partial",
+    [b"", b"\r", b"\r\n\r", b"P", b"POST / HTTP/1.1\r", b"POST / HTTP/1.1\r\nHost: x\r\n\r", b"POST / HT"],
+)
+def test_a_head_that_may_still_become_valid_is_waited_for(partial: bytes) -> None:
+    assert head_end(partial, skip_blank_lines(partial, 0)) == -1
+
+
+def _verdict(buffer: bytes, checked: int) -> Any:
+    try:
+        return head_end(buffer, skip_blank_lines(buffer, 0), checked)
+    except FramingError as exc:
+        return (exc.status, exc.detail)
+
+
+_HEAD_PARTS = st.sampled_from(
+    [
+        b"GET / HTTP/1.1",
+        b"GET /",
+        b"PRI * HTTP/2.0",
+        b"Host: x",
+        b"X: a",
+        b"\r\n",
+        b"\r",
+        b"\n",
+        b" ",
+        b"\x00",
+        b"(",
+    ]
+)
+
+
+@settings(max_examples=300)
+@given(
+    st.one_of(
+        st.lists(_HEAD_PARTS, max_size=12).map(b"".join),
+        st.lists(_HEAD_PARTS, max_size=8).map(lambda parts: b"GET / HTTP/1.1\r\n" + b"".join(parts)),
+        st.binary(max_size=80),
+    ),
+    st.one_of(st.lists(st.integers(1, 120)), st.just(list(range(1, 200)))),  # or a byte at a time
+)
+@example(b"GET /\r\n", [5])  # the request line ends in the next read: checked then
+@example(b"GET / HTTP/1.1\r\n", [15])  # a CR, then its LF in the next read: no bare CR, no bare LF
+@example(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", [28])  # the blank line's last LF alone
+def test_a_head_checked_as_it_arrives_is_judged_as_if_checked_at_once(data: bytes, cuts: list[int]) -> None:
+    """``head_end`` told what it checked before (the protocol, between reads) gives, at every
+    read, the verdict of checking all of it again: the same refusal at the same read, the same
+    end of the head."""
+    checked = 0
+    for cut in [*sorted(c for c in cuts if c < len(data)), len(data)]:
+        buffer = data[:cut]
+        verdict = _verdict(buffer, checked)
+        assert verdict == _verdict(buffer, 0)
+        if verdict != -1:
+            break
+        checked = len(buffer)
 
 
 def test_blank_lines_before_a_request_are_skipped() -> None:
@@ -123,7 +218,7 @@ def test_blank_lines_before_a_request_are_skipped() -> None:
 def test_a_long_adversarial_head_is_judged_in_one_pass() -> None:
     """Values of spaces and tabs just under the limit, ending in a control character: refused
     (the patterns are linear; a backtracking one would take minutes here)."""
-    head = b"POST / HTTP/1.1\r\nX: " + b" \t" * (MAX_HEAD_BYTES // 2 - 16) + b"\x01"
+    head = b"POST / HTTP/1.1\r\nHost: x\r\nX: " + b" \t" * (MAX_HEAD_BYTES // 2 - 16) + b"\x01"
     with pytest.raises(FramingError):
         parse_head(head)
 
@@ -153,7 +248,9 @@ def test_any_well_formed_fields_are_read(fields: list[tuple[str, bytes]], length
     """Fields of any token names and visible values parse; the length is the one sent."""
     fields = [(n, v) for n, v in fields if n.lower() not in _ACTED_ON]
     raw = b"".join(b"\r\n%b: %b" % (n.encode(), v) for n, v in fields)
-    head = parse_head(b"POST /admission/validate HTTP/1.1" + raw + b"\r\nContent-Length: %d" % length)
+    head = parse_head(
+        b"POST /admission/validate HTTP/1.1\r\nHost: x" + raw + b"\r\nContent-Length: %d" % length
+    )
     assert head.content_length == length
     assert head.keep_alive
 
@@ -165,6 +262,7 @@ _ACTED_ON = {
     "content-encoding",
     "connection",
     "expect",
+    "host",
 }
 
 
@@ -213,7 +311,7 @@ def test_the_head_memo_answers_as_a_full_parse(heads: list[list[bytes]], lengths
 
 def test_a_second_length_field_is_never_taken_from_the_memo() -> None:
     reader = HeadReader()
-    agreeing = b"POST / HTTP/1.1\r\nContent-Length: 7\r\nContent-Length: 7"
+    agreeing = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nContent-Length: 7"
     assert reader.parse(agreeing).content_length == 7
     with pytest.raises(FramingError):
         reader.parse(agreeing.replace(b"Length: 7\r\n", b"Length: 5\r\n", 1))

@@ -223,7 +223,7 @@ async def test_readyz_with_a_body_is_answered_and_the_body_never_read() -> None:
     from tests.admission.test_webhook import decider
 
     proto, wire = connect(make_app(decider()))
-    proto.data_received(b"GET /readyz HTTP/1.1\r\nContent-Length: 10000000000\r\n\r\nxxxx")
+    proto.data_received(b"GET /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000000\r\n\r\nxxxx")
     await settle()
     (got,) = answers(wire)
     assert got.startswith(b"HTTP/1.1 200 OK\r\n")

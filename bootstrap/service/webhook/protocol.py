@@ -103,6 +103,7 @@ class ReviewProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._conn: Connection | None = None
         self._buf = b""
+        self._checked = 0  # the buffer's length when its next head was last found incomplete
         self._head: RequestHead | None = None  # the request being answered
         self._need = 0  # its body's length, while not yet taken
         self._taken = True  # its body was read (or it has none)
@@ -170,14 +171,18 @@ class ReviewProtocol(asyncio.Protocol):
             buf = self._buf
             try:
                 start = skip_blank_lines(buf, 0)
-                end = head_end(buf, start)
+                end = head_end(buf, start, self._checked)
                 if end < 0:
+                    # Until a head is complete the buffer is only appended to: the next read's
+                    # bytes are searched and checked, not all of it again.
+                    self._checked = len(buf)
                     break  # empty lines kept: they count towards their limit across reads
                 head = self._heads.parse(buf[start : end - 4])
             except FramingError as exc:
                 self._write(problem_answer(exc.status, exc.code, exc.detail, close=True), True)
                 return
-            self._buf = buf[end:]
+            # The buffer is cut: here, and by _read and _fill while this request is being read.
+            self._buf, self._checked = buf[end:], 0
             self._head, self._need, self._taken = head, head.content_length, head.content_length == 0
             self._start(head)
         if not (self._busy or self._closing or self._write_paused) and len(self._buf) <= _HOLD_BYTES:
