@@ -93,7 +93,8 @@ class Metrics:
         # The admission listener's in-flight limit (admission.max_inflight, per route).
         self.admission_busy = Counter(
             "nodegate_admission_busy",
-            "Reviews answered 503 because every slot of their route stayed busy for the queue time.",
+            "Reviews answered 503 because every slot of their route stayed busy for the queue time, "
+            "or because the listener held as many bodies' bytes as it may.",
             ["route"],
             registry=self.registry,
         )

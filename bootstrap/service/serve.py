@@ -207,7 +207,8 @@ def default_limits() -> ConnectionLimits:
 def default_admission_limits() -> ConnectionLimits:
     """The admission listener's: the API server is its only client (NetworkPolicy), from a few
     addresses; no maximum age or request count (meant for nodes' connections); the request
-    deadline covers headers, body and decision (the webhook app arms no timer of its own)."""
+    deadline covers headers, body and decision (the body also has its own, shorter one:
+    ``WebhookLimits.body_seconds``, armed by the connection only while a body is awaited)."""
     return ConnectionLimits(
         per_address=ADMISSION_CONNECTIONS,
         total=ADMISSION_CONNECTIONS,

@@ -43,7 +43,7 @@ from pydantic_core import from_json
 from bootstrap.service.http.framing import RequestHead
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.serve import default_admission_limits
-from bootstrap.service.webhook.app import Answer, ReadBody, Reviews
+from bootstrap.service.webhook.app import Answer, ReadBody, Reviews, WebhookLimits
 from bootstrap.service.webhook.site import ReviewSite
 from tests.bench.admission_data import MUTATE_PATH, PATH
 
@@ -75,9 +75,10 @@ class BareReviews:
 
     def __init__(self, parser: str = "json") -> None:
         self._loads = from_json if parser == "pydantic-core" else json.loads
+        self._body_seconds = WebhookLimits().body_seconds  # the webhook's body deadline
 
     async def answer(self, head: RequestHead, read: ReadBody) -> Answer:
-        review = self._loads(await read())
+        review = self._loads(await read(self._body_seconds))
         out = {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",

@@ -96,12 +96,14 @@ _JSON = {"Content-Type": "application/json"}
 
 
 async def test_joins_complete_while_the_webhook_listener_is_saturated(tmp_path: Path, ek_ca: EkCa) -> None:
-    """Every review slot held by stalled 3 MiB reviews and more large reviews flooding in (the
-    adversarial run's 32 connections): joins on the join listener all succeed, and a review
-    that finds no slot gets 503 ``unavailable`` with Retry-After instead of waiting without end."""
+    """Stalled 3 MiB reviews and large reviews flooding in (the adversarial run's 32
+    connections): joins on the join listener all succeed, and the flood is answered, each review
+    with its verdict or, when no slot came within its time in line, 503 ``unavailable`` with
+    Retry-After, instead of waiting without end. (The stalled reviews hold no slot: a slot is
+    taken once the whole body is in, issue 41.)"""
     settings = settings_for(tmp_path, ek_ca, admission={"max_inflight": 2})
     async with serving(settings) as s:
-        stalled = [await stalled_review(s) for _ in range(2)]  # both slots of /admission/validate
+        stalled = [await stalled_review(s) for _ in range(2)]  # as many as /admission/validate's slots
         big = review("flood", pad=3 * 1024 * 1024)
         assert 3 * 1024 * 1024 <= len(big) < MAX_REVIEW_BYTES
         answers: list[int] = []
@@ -128,8 +130,9 @@ async def test_joins_complete_while_the_webhook_listener_is_saturated(tmp_path: 
         for w in stalled:
             w.close()
     assert outcomes == [200, 200, 200]
-    assert set(answers) == {503}  # every slot stayed held: the flood was refused, not queued forever
-    assert counter(s, "nodegate_admission_busy_total", route="/admission/validate") >= len(answers)
+    assert answers
+    assert set(answers) <= {200, 503}  # judged or refused as busy, never queued forever
+    assert counter(s, "nodegate_admission_busy_total", route="/admission/validate") >= answers.count(503)
 
 
 async def test_large_reviews_are_judged_one_at_a_time_and_answered(tmp_path: Path, ek_ca: EkCa) -> None:

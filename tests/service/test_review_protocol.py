@@ -65,7 +65,7 @@ class Echo:
         if self.gate is not None:
             await self.gate.wait()
         try:
-            body = await read() if head.content_length else b""
+            body = await read(30.0) if head.content_length else b""
         except ConnectionError:
             self.seen.append("gone")
             return Answer(400, b"{}", close=True)

@@ -3,13 +3,18 @@
 Counted from the TCP accept, before any TLS byte: at most ``per_address`` open connections from
 one client address and ``total`` in all; others are closed at once (``nodegate_connections_refused_total``).
 Then every phase of a connection has a deadline, so a stalled client holds its connection for a
-bounded time and never an in-flight slot (the body is read before the handler takes one,
-``bootstrap.service.http.bodies``):
+bounded time and never an in-flight slot (the body is read before a slot is taken: on the join
+listener by ``bootstrap.service.http.bodies``, on the admission listener by
+``bootstrap.service.webhook.app``, issue 41):
 
 - the TLS handshake: ``handshake_timeout``;
 - the headers of a request: ``header_timeout`` from its first byte (a new connection's first
-  request is due within the same time);
-- the body: the time ``bodies`` gives it, plus ``body_grace`` as a backstop;
+  request is due within the same time). On the admission listener this is the deadline of the
+  whole request, from its first byte to its answer (``serve.default_admission_limits``);
+- the body: on the join listener, the time ``bodies`` gives it, plus ``body_grace`` as a backstop
+  (``reading_body``); on the admission listener, the body's own deadline is armed by its
+  connection's protocol (``WebhookLimits.body_seconds``, ``bootstrap.service.webhook.protocol``),
+  not here;
 - an idle keep-alive connection is closed after ``idle_timeout``;
 - a connection lives at most ``max_age`` and serves at most ``max_requests`` requests (then it
   is closed after its current answer, or at once when idle), so no client keeps a slot forever by
@@ -19,9 +24,11 @@ bounded time and never an in-flight slot (the body is read before the handler ta
   Holding the cap then takes a busy connection per slot, not one request per idle timeout
   (issue 21, finding 7: 33 addresses x 64 connections refreshed every 40 s kept joins out).
 
-Python's ``asyncio`` TLS is used as is (``loop.start_tls``), after the address check; aiohttp's
-request handler serves the connection once it is admitted. The middleware tells the connection
-where its request is (``connection_of(request)``): body, handler, answered.
+Python's ``asyncio`` TLS is used as is (``loop.start_tls``), after the address check. Once a
+connection is admitted, the listener's handler serves it: aiohttp's request handler on the join
+listener, whose middleware tells the connection where its request is (``connection_of(request)``:
+body, handler, answered); ``bootstrap.service.webhook.protocol.ReviewProtocol`` on the admission
+listener, which tells it when an answer is out.
 """
 
 from __future__ import annotations

@@ -7,16 +7,23 @@ the join listener's connections nor its in-flight slots (issue 21, finding 8).
 protections are the ones that matter for it, at as little cost per review as possible:
 
 - body size: at most ``MAX_REVIEW_BYTES`` (413), no ``Content-Encoding`` (415), JSON only;
-- in flight: at most ``max_inflight`` reviews per route, taken before the body is read; a review
+- the body first: a review takes nothing shared until its whole body is in. It must arrive within
+  ``body_seconds`` of the app asking for it (a timer armed by the connection only when the body
+  is not in yet), else 408 and the connection is closed (issue 41, findings 1 and 2: stalled
+  bodies held every review slot and the heavy lane);
+- in flight: at most ``max_inflight`` reviews per route, taken once the body is in; a review
   beyond it waits up to ``queue_seconds`` for a slot, then gets 503 ``unavailable``
   (``nodegate_admission_busy_total``);
-- large bodies (over ``heavy_bytes``) take the one heavy lane before their body is read: their
-  parse holds the interpreter for tens of milliseconds (pydantic-core keeps the GIL, so a thread
+- large bodies (over ``heavy_bytes``) take the one heavy lane after their slot: their parse
+  holds the interpreter for tens of milliseconds (pydantic-core keeps the GIL, so a thread
   would not free the event loop: measured, docs/benchmarks.md), so they run one at a time, give
-  the loop back between read and parse, and the lane rests as long as the last one took before
-  the next (at most half of the loop for large reviews);
-- time: the listener's deadlines (handshake, the whole request from its first byte, idle
-  keep-alive) are per connection (``bootstrap.service.http.listener``); nothing here arms a timer.
+  the loop back before the parse, and the lane rests as long as the last one took before the
+  next (at most half of the loop for large reviews);
+- memory: the bytes of the bodies held across the listener's connections, from their first
+  byte to their answer, have a cap (``bootstrap.service.webhook.protocol.BodyBytes``): past it
+  a body larger than a connection's buffer that is still being read gets 503 ``unavailable``;
+- time: besides the body's own deadline, the listener's (handshake, the whole request from its
+  first byte, idle keep-alive) are per connection (``bootstrap.service.http.listener``).
 
 The app knows nothing of HTTP framing: ``bootstrap.service.webhook.protocol`` reads requests off
 the connection and writes the :class:`Answer` (issue 35: aiohttp's request machinery cost more
@@ -56,7 +63,9 @@ from bootstrap.service.webhook.policywatch import WAITING_FOR_POLICIES
 
 JSON: Final = "application/json; charset=utf-8"
 Judge = Callable[[bytes], Awaitable[bytes]]
-ReadBody = Callable[[], Awaitable[bytes]]
+# ``read(seconds)``: the request's body, whole; BodyLate when it is not in within ``seconds``,
+# NoRoom when the listener holds too many bodies' bytes to read it.
+ReadBody = Callable[[float], Awaitable[bytes]]
 
 VALIDATE: Final = "/admission/validate"
 MUTATE: Final = "/admission/mutate"
@@ -67,14 +76,27 @@ class WebhookLimits:
     max_inflight: int = 32  # per route (config admission.max_inflight)
     queue_seconds: float = 2.0  # a review waits this long for a slot, then 503
     heavy_bytes: int = 256 * 1024  # larger bodies go one at a time (the heavy lane)
+    # A body must be in whole this long after its head, else 408 and closed: the chart's
+    # webhook timeoutSeconds (5) is as long as the API server waits for the whole answer.
+    body_seconds: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.max_inflight < 1 or self.queue_seconds <= 0 or self.heavy_bytes < 1:
-            raise ValueError("webhook limits: max_inflight >= 1, queue_seconds > 0, heavy_bytes >= 1")
+        if min(self.max_inflight, self.heavy_bytes) < 1 or min(self.queue_seconds, self.body_seconds) <= 0:
+            raise ValueError(
+                "webhook limits: max_inflight >= 1, queue_seconds > 0, heavy_bytes >= 1, body_seconds > 0"
+            )
 
 
 class _Busy(Exception):
     pass
+
+
+class BodyLate(Exception):
+    """The body was not in whole within the time ``read`` was given."""
+
+
+class NoRoom(Exception):
+    """``read`` refused a large body: the listener holds as many bodies' bytes as it may."""
 
 
 class _Lane:
@@ -214,7 +236,8 @@ class ReviewApp:
 
     async def answer(self, head: RequestHead, read: ReadBody) -> Answer:
         """The answer to ``head``; ``read`` gives its body (called at most once: a request
-        answered without it is answered with ``close``, its body unread)."""
+        answered without it is answered with ``close``, its body unread; one whose body came
+        late too)."""
         route = self._routes.get(head.path)
         if route is None or head.method != "POST":
             return await self._elsewhere(head, read)
@@ -233,28 +256,39 @@ class ReviewApp:
 
     async def _review(self, route: _Route, head: RequestHead, read: ReadBody) -> tuple[Answer, str | None]:
         """The answer to a review on ``route`` and its code (``ok`` or the problem's; None for a
-        review refused as busy or whose client went away, which other counters count)."""
+        review refused as busy, late or whose client went away, which other counters count)."""
         try:
             check_media(head.content_type, head.content_encoding)
             if head.content_length > MAX_REVIEW_BYTES:
                 raise too_large()
+            # The whole body before any slot: a client that sends it slowly, or never, holds
+            # its own connection until body_seconds, and nothing shared.
+            data = await read(self.limits.body_seconds)
             lane = route.lane
             if not lane.take():
                 await lane.wait()
             try:
                 if head.content_length <= self.limits.heavy_bytes:
-                    body = await route.judge(await read())
+                    body = await route.judge(data)
                 else:
-                    body = await self._heavily(route, read)
+                    body = await self._heavily(route, data)
             finally:
                 lane.give()
         except WebhookProblem as exc:
             return problem_answer(exc.status, exc.code, exc.detail, close=exc.status == 413), exc.code
-        except _Busy:
+        except (_Busy, NoRoom) as exc:
             if self.metrics is not None:
                 self.metrics.admission_busy.labels(route.path).inc()
-            detail = f"{route.path}: every review slot is busy; retry"
+            if isinstance(exc, NoRoom):
+                detail = f"{route.path}: the listener holds as many review bodies as it may; retry"
+            else:
+                detail = f"{route.path}: every review slot is busy; retry"
             return problem_answer(503, "unavailable", detail, close=True, retry_after=1), None
+        except BodyLate:
+            if self.metrics is not None:
+                self.metrics.client_errors.labels("admission", "body_timeout").inc()
+            detail = f"the body did not arrive within {self.limits.body_seconds:g} s"
+            return problem_answer(408, "malformed_request", detail, close=True), None
         except ConnectionError:
             if self.metrics is not None:
                 self.metrics.client_errors.labels("admission", "aborted").inc()
@@ -262,12 +296,11 @@ class ReviewApp:
             return answer, None
         return Answer(200, body), "ok"
 
-    async def _heavily(self, route: _Route, read: ReadBody) -> bytes:
+    async def _heavily(self, route: _Route, data: bytes) -> bytes:
         heavy = self._heavy
         if not heavy.take():
             await heavy.wait()
         try:
-            data = await read()
             await asyncio.sleep(0)  # joins get the loop between the read and the parse
             started = time.perf_counter()
             body = await route.judge(data)

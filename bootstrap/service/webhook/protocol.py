@@ -14,8 +14,13 @@ TLS, and the deadlines of every phase. This protocol tells it when an answer is 
 (``answered``), and closes the connection when it says so.
 
 Flow control: one request at a time. While one is answered, later bytes wait in the buffer;
-past ``_HOLD_BYTES`` reading pauses (so does it while a large body waits for its lane, and while
-the client does not read its answers).
+past ``_HOLD_BYTES`` reading pauses (so does it while the client does not read its answers).
+
+Bodies: the app reads a review's body before it takes a review slot or the heavy lane (issue 41,
+findings 1 and 2), so a body has a deadline of its own (the ``seconds`` the app gives ``read``; a
+timer is armed only when the body is not already in the buffer), and the bytes of the bodies the
+listener holds, from their first byte until their answer, count against one cap for all its
+connections (:class:`BodyBytes`).
 """
 
 from __future__ import annotations
@@ -29,11 +34,16 @@ from typing import Final
 
 from bootstrap.service.http.framing import FramingError, HeadReader, RequestHead, head_end, skip_blank_lines
 from bootstrap.service.http.listener import Connection
-from bootstrap.service.webhook.app import Answer, Reviews, problem_answer
+from bootstrap.service.webhook.app import Answer, BodyLate, NoRoom, Reviews, problem_answer
 
 log = logging.getLogger("nodegate.admission")
 
 _HOLD_BYTES: Final = 256 * 1024  # buffered beyond the request being read: reading pauses
+# The bytes of bodies held by the listener, from their first byte until their answer: reviews
+# being read, waiting for a slot (up to 2 s) or judged. Genuine load holds a few MiB (64 slots of
+# small reviews, large ones one at a time); 512 connections each holding a 4 MiB review would be
+# 2 GiB, over the chart's memory limit (512Mi).
+BODY_BYTES: Final = 64 * 1024 * 1024
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _REASONS: Final = {s.value: s.phrase.encode() for s in HTTPStatus}
 
@@ -73,14 +83,36 @@ def encode_answer(answer: Answer, date: bytes, close: bool, body: bool = True) -
     )
 
 
-class OpenSet:
-    """The listener's open connections; ``empty`` is set whenever there are none."""
+class BodyBytes:
+    """The bytes of request bodies held across a listener's connections, from their first byte
+    until their answer (``held``), and their cap. At the cap, a body larger than a connection's
+    buffer (``_HOLD_BYTES``) that is not in whole yet is refused (``NoRoom``: 503) when it is
+    asked for or when its next bytes come, and its bytes freed: never paused, for bodies that
+    wait for each other's room would all wait until their deadlines. Smaller bodies are counted
+    but never refused (a connection buffers as much anyway), so one chunk per connection beyond
+    the cap (256 KiB) is the most it is overshot by."""
 
-    def __init__(self) -> None:
+    __slots__ = ("cap", "held")
+
+    def __init__(self, cap: int = BODY_BYTES) -> None:
+        self.cap = cap
+        self.held = 0
+
+    def refuses(self, size: int) -> bool:
+        """A body of ``size`` bytes, not in whole, is refused now."""
+        return size > _HOLD_BYTES and self.held >= self.cap
+
+
+class OpenSet:
+    """The listener's open connections (``empty`` is set whenever there are none) and the bytes
+    of the bodies they hold (``bodies``)."""
+
+    def __init__(self, body_cap: int = BODY_BYTES) -> None:
         self.members: set[ReviewProtocol] = set()
         self.empty = asyncio.Event()
         self.empty.set()
         self.draining = False  # the listener stops: a connection made now closes at once
+        self.bodies = BodyBytes(body_cap)
 
     def add(self, proto: ReviewProtocol) -> None:
         self.members.add(proto)
@@ -110,6 +142,8 @@ class ReviewProtocol(asyncio.Protocol):
         self._waiter: asyncio.Future[bytes] | None = None  # a body awaited by the app
         self._parts: list[bytes] = []
         self._have = 0
+        self._late: asyncio.TimerHandle | None = None  # the deadline of the body awaited
+        self._held = 0  # bytes of the current request's body counted in protocols.bodies
         self._busy = False  # an answer is being computed in a task
         self._closing = False
         self._draining = False  # the listener stops: close after the current answer
@@ -134,8 +168,13 @@ class ReviewProtocol(asyncio.Protocol):
         if self._waiter is not None:
             self._parts.append(data)
             self._have += len(data)
+            self._held += len(data)
+            bodies = self._protocols.bodies
+            bodies.held += len(data)
             if self._have >= self._need:
                 self._fill()
+            elif bodies.refuses(self._need):
+                self._end_body(NoRoom(f"no room for a body of {self._need} bytes"))
             return
         self._buf = self._buf + data if self._buf else data
         if self._busy or self._head is not None:
@@ -159,6 +198,7 @@ class ReviewProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
         self._protocols.discard(self)
+        self._disarm_body()
         waiter, self._waiter = self._waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(ConnectionResetError("the client closed the connection mid-body"))
@@ -195,6 +235,9 @@ class ReviewProtocol(asyncio.Protocol):
 
     def _done(self, task: asyncio.Task[Answer]) -> None:
         self._busy = False
+        if self._held:  # the body is answered: its bytes are free
+            self._protocols.bodies.held -= self._held
+            self._held = 0
         if task.cancelled():
             answer = problem_answer(
                 503, "unavailable", "the listener is stopping; retry", close=True, retry_after=1
@@ -230,36 +273,73 @@ class ReviewProtocol(asyncio.Protocol):
         except FramingError:
             return True
 
-    async def _read(self) -> bytes:
-        """The current request's body (the app calls this at most once)."""
+    async def _read(self, seconds: float) -> bytes:
+        """The current request's body (the app calls this at most once); BodyLate when it is not
+        in whole within ``seconds``."""
         need, buf = self._need, self._buf
         self._taken = True
-        if self._closing:  # gone while the request waited for its slot
+        if self._closing:  # gone before its body was asked for
             raise ConnectionResetError("the client closed the connection before its body was read")
+        bodies = self._protocols.bodies
         if len(buf) >= need:
             self._buf = buf[need:]
             self._need = 0
+            self._held = need
+            bodies.held += need
             if self._buf:
                 self._hold()
             return buf[:need]
+        if bodies.refuses(need):
+            self._taken = False  # never read: the connection closes after the answer
+            raise NoRoom(f"no room for a body of {need} bytes")
         head = self._head
         if head is not None and head.expect_continue:
             self._send(_CONTINUE)  # only now: a request refused before its body never gets it
-        waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bytes] = loop.create_future()
         self._waiter = waiter
+        self._late = loop.call_later(seconds, self._body_late, seconds)
         self._parts, self._have, self._buf = [buf], len(buf), b""
+        self._held = len(buf)
+        bodies.held += len(buf)
         self._resume_reading()
         return await waiter
 
     def _fill(self) -> None:
+        self._disarm_body()
         waiter, self._waiter = self._waiter, None
         data, need = b"".join(self._parts), self._need
         self._parts, self._have, self._need = [], 0, 0
         self._buf = data[need:]
         if self._buf:
+            self._held -= len(self._buf)  # the next request's bytes: not this body's
+            self._protocols.bodies.held -= len(self._buf)
             self._hold()
         if waiter is not None and not waiter.done():
             waiter.set_result(data[:need])
+
+    def _body_late(self, seconds: float) -> None:
+        """The body's deadline: the app answers 408."""
+        self._late = None
+        self._end_body(BodyLate(f"the body did not arrive within {seconds:g} s"))
+
+    def _end_body(self, exc: Exception) -> None:
+        """The body awaited is refused with ``exc``; the rest of it is never read: the
+        connection closes after the answer, and the bytes read so far are freed now."""
+        self._disarm_body()
+        waiter, self._waiter = self._waiter, None
+        self._parts, self._have, self._need = [], 0, 0
+        self._taken = False
+        held, self._held = self._held, 0
+        self._protocols.bodies.held -= held
+        self._pause_reading()  # nothing more is read from it
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(exc)
+
+    def _disarm_body(self) -> None:
+        if self._late is not None:
+            self._late.cancel()
+            self._late = None
 
     def _hold(self) -> None:
         if len(self._buf) > _HOLD_BYTES:
