@@ -30,27 +30,14 @@ from admission.reading.review import parse_review
 from tests.admission.upstream import e2e
 from tests.admission.upstream.corpus import SOURCES, all_cases, behind_mutating_webhook
 from tests.admission.upstream.model import NODEWRIGHT, SKYHOOK, Case
+from tests.support import package_crs
 
 
 @functools.cache
 def open_policy() -> PackagePolicy:
     """Validated when a test first asks (functools.cache), not at import: a refusal by the installed
     pydantic or the policy model fails those tests, not the collection."""
-    return PackagePolicy.model_validate(
-        {
-            "apiVersion": "nodegate.io/v1alpha1",
-            "kind": "PackagePolicy",
-            "metadata": {"name": "everything"},
-            "spec": {
-                "nodeSelector": {},
-                "images": {"registries": ["*"]},
-                "interrupts": {"allowed": ["noop", "service", "restartAllServices", "reboot"]},
-                "allowRuntimeRequired": True,
-                "allowSecretEnv": True,
-                "allowAgentImageOverride": True,
-            },
-        }
-    )
+    return PackagePolicy.model_validate(package_crs.open_policy("everything"))
 
 
 FULL_RBAC: list[dict[str, Any]] = [

@@ -19,6 +19,7 @@ from admission.policies.deploymentpolicy import deployment_policy_violations
 from admission.reading.policy import PackagePolicy
 from tests.cluster import nodegate as ng
 from tests.cluster.plane import KWOK_ANNOTATION, ControlPlane
+from tests.support import package_crs
 from tests.support.shared_data import shared
 
 SAMPLES = shared("nodewright")
@@ -333,19 +334,7 @@ UPSTREAM_REFUSES = {"operator/README.md.block0.yaml"}  # as tests/admission/test
 def sampler(plane: ControlPlane, webhook_server: ng.Nodegate) -> Iterator[Path]:
     """A user who may deploy anything anywhere: a PackagePolicy with every limit open (pool {}:
     every node) and deploy + reboot on it, so each sample meets only upstream's own rules."""
-    policy = {
-        "apiVersion": "nodegate.io/v1alpha1",
-        "kind": "PackagePolicy",
-        "metadata": {"name": "samples"},
-        "spec": {
-            "nodeSelector": {},
-            "images": {"registries": ["*"]},
-            "interrupts": {"allowed": ["noop", "service", "restartAllServices", "reboot"]},
-            "allowRuntimeRequired": True,
-            "allowSecretEnv": True,
-            "allowAgentImageOverride": True,
-        },
-    }
+    policy = package_crs.open_policy("samples")
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",

@@ -139,3 +139,21 @@ MISSING_DEPENDENCY: dict[str, Any] = {
         }
     },
 }
+
+
+def open_policy(name: str) -> dict[str, Any]:
+    """A PackagePolicy with every limit open (pool ``{}``: every node; any registry, interrupt,
+    runtimeRequired, secret env and agent image): a CR meets only upstream's own rules under it."""
+    return {
+        "apiVersion": "nodegate.io/v1alpha1",
+        "kind": "PackagePolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {},
+            "images": {"registries": ["*"]},
+            "interrupts": {"allowed": ["noop", "service", "restartAllServices", "reboot"]},
+            "allowRuntimeRequired": True,
+            "allowSecretEnv": True,
+            "allowAgentImageOverride": True,
+        },
+    }
