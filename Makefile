@@ -4,6 +4,7 @@
 #   make venv   .venv with nodegate (editable) and every extra, exactly as uv.lock pins them
 #   make lock   refresh uv.lock after a change to pyproject.toml (UPGRADE=1: newest releases too)
 #   make test-latest  the tests on the newest releases instead of the lock (.venv-latest; CI does not)
+#   make test-lowest  the tests on the lowest releases pyproject.toml's bounds allow (.venv-lowest)
 #   make helm   .venv/bin/helm for the chart tests (scripts/get-helm.sh)
 #   make cluster  the real control plane's binaries (etcd, kube-apiserver, kube-controller-manager,
 #               kwok, kubectl) from their Go modules, cached in ~/.cache/nodegate (tests/cluster/)
@@ -28,7 +29,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
           python3-venv python3-dev openssl ca-certificates systemd
 
-.PHONY: deps venv helm cluster test bench demo lint clean image image-deps spire wheel lock lock-check test-latest
+.PHONY: deps venv helm cluster test bench demo lint clean image image-deps spire wheel lock lock-check test-latest test-lowest
 
 $(VENV)/.deps-done:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -93,16 +94,22 @@ lock:
 	UV_PYTHON_DOWNLOADS=never $(UV) lock $(if $(UPGRADE),--upgrade)
 
 # The newest releases pyproject.toml allows, ignoring the lock, in their own venv: what the next
-# `make lock UPGRADE=1` would break. Not part of CI.
+# `make lock UPGRADE=1` would break. `make test-lowest`: the lowest ones its bounds allow for the
+# direct dependencies (are the lower bounds honest?). Neither is part of CI.
 LATEST ?= .venv-latest
+RESOLUTION ?= highest
 test-latest: $(VENV)/.deps-done $(VENV)/bin/helm image-deps cluster spire
 	rm -rf $(LATEST)
 	$(PYTHON) -m venv --without-pip $(LATEST)
+	VIRTUAL_ENV=$(LATEST) $(UV) pip install -q --no-cache pip
 	VIRTUAL_ENV=$(LATEST) UV_PYTHON_DOWNLOADS=never $(UV) pip install -q --upgrade --no-cache \
-	  -e '.[demo,spire,test]' pip
+	  --resolution $(RESOLUTION) -e '.[demo,spire,test]'
 	VIRTUAL_ENV=$(LATEST) $(UV) pip list --format freeze > $(LATEST)/versions.txt
 	@echo "test-latest: $$(wc -l < $(LATEST)/versions.txt) packages, in $(LATEST)/versions.txt"
 	$(LATEST)/bin/python -m pytest -q
+
+test-lowest:
+	$(MAKE) test-latest LATEST=.venv-lowest RESOLUTION=lowest-direct
 
 lint: $(VENV)/.venv-done
 	$(VENV)/bin/ruff check attest admission bootstrap tests
@@ -128,4 +135,4 @@ image: $(VENV)/.venv-done image-deps
 	$(SUDO) $(PYTHON) scripts/image/build.py --python $(PY)
 
 clean:
-	rm -rf $(VENV) $(LATEST) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(LATEST) .venv-lowest build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
