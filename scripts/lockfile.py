@@ -18,6 +18,7 @@ NODEGATE_CACHE moves the cache root, as for the other cached tools.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -87,6 +88,7 @@ def build_constraints() -> str:
     return "".join(f"{pin}\n" for pin in pins)
 
 
+@functools.cache  # one uv run per selection: the image build asks for the runtime set three times
 def export(kind: str, *, hashes: bool = True) -> str:
     if kind == "build":
         return build_constraints()

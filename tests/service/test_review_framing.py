@@ -161,10 +161,7 @@ def test_a_head_that_may_still_become_valid_is_waited_for(partial: bytes) -> Non
 
 
 def _verdict(buffer: bytes, checked: int) -> Any:
-    try:
-        return head_end(buffer, skip_blank_lines(buffer, 0), checked)
-    except FramingError as exc:
-        return (exc.status, exc.detail)
+    return _outcome(lambda b: head_end(b, skip_blank_lines(b, 0), checked), buffer)
 
 
 _HEAD_PARTS = st.sampled_from(
