@@ -269,6 +269,15 @@ _AK_ATTR_NAMES = (  # plain ints: IntFlag arithmetic is slow
 _DECRYPT = int(ObjectAttr.DECRYPT)
 
 
+def ek_digest(ek_public: bytes) -> str:
+    """The hex SHA-256 of the SubjectPublicKeyInfo DER of ``ek_public`` (a TPM2B_PUBLIC): the
+    TPM's identity as allowlists and node bindings name it. No trust check: compare it with a
+    digest that ``verify_ek`` vouched for."""
+    require_bytes(ek_public, "ek_public")
+    _, key = _load(ek_public, "ek_public")
+    return hashlib.sha256(spki_der(key)).hexdigest()
+
+
 def verify_ak(ak_public: bytes) -> AkIdentity:
     """Check that ``ak_public`` is a restricted, TPM-bound SHA-256 signing key; return its name."""
     require_bytes(ak_public, "ak_public")

@@ -303,6 +303,19 @@ class EkAia(_Model):
         return v
 
 
+class DiskKeysSettings(_Model):
+    """Disk keys released to attested boots (docs/disk-keys.md). Absent: off."""
+
+    # The classes whose nodes get disk keys: names of enforced classes of pcr_policy or
+    # measured_boot, so a key is never released on a quote no policy judged.
+    classes: tuple[str, ...] = Field(min_length=1, max_length=64)
+    # The release must carry an event log that one of the measured_boot classes above accepts.
+    require_measured_boot: bool = True
+    # with store: kubernetes, the Secret (in kubernetes.namespace) that holds the server secret;
+    # with sqlite, state_dir/disk-keys.json (docs/disk-keys.md, "Where the secret lives").
+    secret_name: str = Field(default="nodegate-disk-keys", pattern=r"\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\z")
+
+
 class Settings(_Model):
     trust_domain: str = "example.org"
     listen: str = "0.0.0.0:8443"
@@ -332,6 +345,7 @@ class Settings(_Model):
     limits: Limits = Limits()
     admin: AdminSettings = AdminSettings()
     spire: SpireSettings = SpireSettings()
+    disk_keys: DiskKeysSettings | None = None  # an addition (docs/disk-keys.md): off unless present
 
     @field_validator("trust_domain")
     @classmethod
@@ -400,6 +414,26 @@ class Settings(_Model):
         bank = self.measured_boot.bank_problem(self.pcr_policy.bank)
         if bank:
             raise ValueError(f"measured_boot with pcr_policy.bank {self.pcr_policy.bank}: {bank}")
+        return self
+
+    @model_validator(mode="after")
+    def _disk_keys_need_a_quote_policy(self) -> Settings:
+        """No disk key without a policy that judged the quote: every class named must be an
+        enforced class of pcr_policy or measured_boot (docs/disk-keys.md)."""
+        if self.disk_keys is None:
+            return self
+        pcr = {c.name for c in self.pcr_policy.classes if c.mode == "enforce"}
+        boot = {c.name for c in self.measured_boot.classes if c.mode == "enforce"}
+        unknown = [c for c in self.disk_keys.classes if c not in pcr | boot]
+        if unknown:
+            raise ValueError(
+                f"disk_keys.classes {unknown} are not enforced classes of pcr_policy or measured_boot: "
+                "a disk key is released only to a boot an enforced quote policy accepted"
+            )
+        if self.disk_keys.require_measured_boot and not set(self.disk_keys.classes) & boot:
+            raise ValueError(
+                "disk_keys.require_measured_boot needs at least one measured_boot class in disk_keys.classes"
+            )
         return self
 
     @property

@@ -82,6 +82,30 @@ class SessionReused(AttestationError):
     code = "session_reused"
 
 
+# -- disk-key releases (docs/disk-keys.md) ----------------------------------------------------------
+
+
+class DiskKeysDisabled(AttestationError):
+    """No disk keys for this node: ``disk_keys`` is not configured, or the node's boot matched
+    no class that ``disk_keys.classes`` names."""
+
+    code = "disk_keys_disabled"
+
+
+class DiskKeyRevoked(AttestationError):
+    """The key asked for is gone for good: ``nodegate disk revoke`` moved the node's TPM to a later
+    epoch, or its server-secret version was retired (``nodegate disk rotate --retire``)."""
+
+    code = "disk_key_revoked"
+
+
+class NodeQuarantined(AttestationError):
+    """The node's last attestation is older than ``gate.attestation_lifetime``: the gate holds it
+    quarantined, and no disk key is released until an operator acts (docs/disk-keys.md)."""
+
+    code = "node_quarantined"
+
+
 class ServiceError(Exception):
     code: ClassVar[str] = "service_error"
     status: ClassVar[int] = 400
@@ -139,6 +163,9 @@ JOIN_FAILURES: tuple[type[AttestationError], ...] = (
     SessionUnknown,
     SessionExpired,
     SessionReused,
+    DiskKeysDisabled,
+    DiskKeyRevoked,
+    NodeQuarantined,
 )
 
 STATUS_BY_CODE: dict[str, int] = {

@@ -17,6 +17,7 @@ import base64
 import binascii
 import hashlib
 import re
+import uuid
 from collections.abc import Callable
 from typing import Annotated, TypeVar
 
@@ -46,6 +47,12 @@ FINISH_BODY_BYTES = 1536 * 1024  # a finish body with that log in base64 and the
 # The kernel's boot id (/proc/sys/kernel/random/boot_id): a UUID in lowercase hex.
 _BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 BOOT_ID_DOMAIN = b"nodegate boot_id v1\x00"
+# Disk-key releases (docs/disk-keys.md): their own start/finish pair beside join and renewal.
+DISK_START_PATH = "/v1/disk/start"
+DISK_FINISH_PATH = "/v1/disk/finish"
+DISK_DOMAIN = b"nodegate disk release v1\x00"
+_VOLUME = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+MAX_DISK_VERSION = 2**31 - 1  # attest.diskkey.MAX_VERSION and MAX_EPOCH
 
 
 def base_qualifying_data(nonce: bytes, csr_der: bytes) -> bytes:
@@ -65,6 +72,49 @@ def bind_boot_id(base: bytes, boot_id: str | None) -> bytes:
     if boot_id is None:
         return base
     return hashlib.sha256(base + BOOT_ID_DOMAIN + boot_id.encode("ascii")).digest()
+
+
+def disk_qualifying_data(
+    nonce: bytes, node_name: str, volume: str, epoch: int, key_version: int, boot_id: str | None
+) -> bytes:
+    """What a release's quote signs: SHA256("nodegate disk release v1\\0" || nonce || node name
+    || 0 || volume (16 bytes) || epoch (u32) || version (u32)), with the boot id bound as in a
+    join. The domain keeps a release's quote from ever counting as a join's or a renewal's."""
+    digest = hashlib.sha256(
+        DISK_DOMAIN
+        + nonce
+        + node_name.encode("ascii")
+        + b"\x00"
+        + uuid.UUID(volume).bytes
+        + epoch.to_bytes(4, "big")
+        + key_version.to_bytes(4, "big")
+    ).digest()
+    return bind_boot_id(digest, boot_id)
+
+
+def disk_release_aad(session: str, node_name: str, volume: str, epoch: int) -> bytes:
+    """The sealed keys' associated data: the exchange they answer (``session`` is the token the
+    start step handed out; attest.diskkey.open_keys)."""
+    return b"\x00".join(
+        (
+            DISK_DOMAIN,
+            session.encode("ascii"),
+            node_name.encode("ascii"),
+            volume.encode("ascii"),
+            str(epoch).encode(),
+        )
+    )
+
+
+def is_volume_uuid(value: object) -> bool:
+    """A LUKS UUID as ``cryptsetup luksUUID`` prints it: canonical lowercase text."""
+    return isinstance(value, str) and _VOLUME.fullmatch(value) is not None
+
+
+def _volume(value: str) -> str:
+    if not is_volume_uuid(value):
+        raise ValueError("must be a LUKS UUID in canonical lowercase form (cryptsetup luksUUID)")
+    return value
 
 
 def is_boot_id(value: object) -> bool:
@@ -158,6 +208,10 @@ B64Nonce = Annotated[bytes, BeforeValidator(_b64(NONCE_BYTES)), AfterValidator(_
 PcrSelection = Annotated[str, AfterValidator(_selection)]  # what wire.parse_selection_string reads
 SpiffeIdText = Annotated[str, Field(max_length=MAX_ID_BYTES)]
 TimeText = Annotated[str, Field(max_length=MAX_TIME_TEXT)]  # RFC 3339: bootstrap.times.parse_time
+VolumeUuid = Annotated[str, AfterValidator(_volume)]
+DiskVersion = Annotated[int, Field(ge=1, le=MAX_DISK_VERSION, strict=True)]
+DiskEpoch = Annotated[int, Field(ge=0, le=MAX_DISK_VERSION, strict=True)]
+B64Sealed = Annotated[bytes, BeforeValidator(_b64(256)), _B64]  # attest.diskkey: IV, 2 keys, tag
 
 
 class _Request(BaseModel):
@@ -232,6 +286,45 @@ class RenewStartResponse(_Response):
 
 class RenewFinishRequest(QuoteEvidence):
     pass
+
+
+class DiskStartRequest(_Request):
+    """A release's first step (docs/disk-keys.md): which node, volume and key. ``key_version`` and
+    ``epoch`` are those the volume's binding was made with; None (a new binding): the current ones."""
+
+    node_name: NodeName
+    volume: VolumeUuid
+    ek_public: B64Public  # for MakeCredential; must be the EK the node is bound to
+    key_version: DiskVersion | None = None
+    epoch: DiskEpoch | None = None
+
+
+class DiskStartResponse(_Response):
+    session: Token
+    nonce: B64Nonce
+    pcr_selection: PcrSelection
+    expires_at: str
+    key_version: DiskVersion  # what the quote binds (disk_qualifying_data)
+    epoch: DiskEpoch
+
+
+class DiskFinishRequest(QuoteEvidence):
+    pass
+
+
+class DiskFinishResponse(_Response):
+    """The keys sealed under a secret only the node's TPM recovers (MakeCredential to its EK and
+    the AK that quoted): ``key_version``'s key, and ``current_version``'s when they differ (the
+    node re-keys its binding)."""
+
+    node_name: NodeName
+    volume: VolumeUuid
+    epoch: DiskEpoch
+    key_version: DiskVersion
+    current_version: DiskVersion
+    credential_blob: B64Public
+    encrypted_secret: B64Public
+    sealed_keys: B64Sealed
 
 
 class Problem(_Response):

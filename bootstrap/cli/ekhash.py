@@ -17,9 +17,10 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from attest import certparse, wire
+from attest import certparse
 from attest.errors import AttestationError
-from attest.keys import public_key, spki_der
+from attest.identity import ek_digest
+from attest.keys import spki_der
 from bootstrap.node.errors import JoinUsageError
 from bootstrap.node.tcti import check as tcti_check
 
@@ -74,10 +75,9 @@ def digest_of_file(data: bytes) -> tuple[str, str]:
         cert = certparse.read_certificate(data, "EK certificate", trailing=certparse.FILE_WHITESPACE)
     except AttestationError as cert_exc:
         try:
-            key = public_key(wire.parse_public(data, "ek_public"))
+            return ek_digest(data), "tpm2b_public"
         except AttestationError:
             raise _Usage(f"neither an EK certificate nor a TPM2B_PUBLIC ({cert_exc.detail})") from None
-        return hashlib.sha256(spki_der(key)).hexdigest(), "tpm2b_public"
     if not isinstance(cert.key, rsa.RSAPublicKey | ec.EllipticCurvePublicKey):
         raise _Usage("the certificate holds neither an RSA nor an ECC key")
     return hashlib.sha256(spki_der(cert.key)).hexdigest(), "ca-certificate" if _is_ca(cert) else "certificate"
@@ -111,9 +111,8 @@ def _from_tpm(tcti: str, kind: str) -> dict[str, Any]:
             ek = agent.create_ek("ecc" if kind == "ecc" else "rsa")
     except TpmError as exc:
         raise _Usage(str(exc)) from None
-    key = public_key(wire.parse_public(ek.public, "ek_public"))
     return {
-        "ek_sha256": hashlib.sha256(spki_der(key)).hexdigest(),
+        "ek_sha256": ek_digest(ek.public),
         "source": "tpm",
         "tcti": tcti,
         "template": ek.template,

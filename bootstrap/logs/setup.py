@@ -37,6 +37,10 @@ FIELDS = (
     "user",  # admission: who sent the review, what it was about
     "object",
     "operation",
+    "volume",  # a disk-key release (docs/disk-keys.md): the volume, the class, the verdict, the version
+    "disk_class",
+    "verdict",
+    "key_version",
 )
 
 

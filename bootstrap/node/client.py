@@ -244,11 +244,17 @@ class ServiceClient:
         raise JoinFailed(problem.code, problem.detail or problem.title or problem.code, status)
 
 
-async def post_finish(client: ServiceClient, path: str, body: dict[str, Any]) -> FinishResponse:
-    """The second request of a join or renewal; a session the server no longer knows (it restarted
-    with a new session key, or the session outlived its 60 s) means starting over at once."""
+async def post_finish(
+    client: ServiceClient,
+    path: str,
+    body: dict[str, Any],
+    model: type[M] = FinishResponse,  # type: ignore[assignment]
+) -> M:
+    """The second request of a join, renewal or disk-key release; a session the server no longer
+    knows (it restarted with a new session key, or the session outlived its 60 s) means starting
+    over at once."""
     try:
-        return await client.post(path, body, FinishResponse)
+        return await client.post(path, body, model)
     except JoinFailed as exc:
         if exc.code in _RESTART_CODES:
             raise _Transient(exc.code, f"{path}: {exc.detail}", exc.status, restart_now=True) from None

@@ -26,7 +26,7 @@ from bootstrap.node.defaults import BOOT_ID, EVENT_LOG
 from bootstrap.node.errors import JoinFailed, JoinUsageError
 from bootstrap.protocol import EVENT_LOG_BYTES, is_boot_id, qualifying_data
 
-__all__ = ["AsyncTpm", "credential_proof", "quote_evidence"]
+__all__ = ["AsyncTpm", "credential_proof", "quote_body", "quote_evidence"]
 
 T = TypeVar("T")
 
@@ -185,7 +185,15 @@ async def quote_evidence(
     """The finish body's quote part: the AK quotes ``selection`` over the protocol's qualifying
     data (nonce, CSR and, when known, this boot's id), plus the firmware's event log."""
     boot = boot if boot is not None else BootEvidence()
-    quote, signature, pcrs = await device.quote(selection, qualifying_data(nonce, csr_der, boot.boot_id))
+    return await quote_body(device, session, selection, qualifying_data(nonce, csr_der, boot.boot_id), boot)
+
+
+async def quote_body(
+    device: AsyncTpm, session: str, selection: str, qualifying: bytes, boot: BootEvidence
+) -> dict[str, Any]:
+    """A finish body's quote part over ``qualifying`` (a join's, a renewal's or a disk-key
+    release's, bootstrap.protocol), with the boot id and event log of ``boot``."""
+    quote, signature, pcrs = await device.quote(selection, qualifying)
     return {
         "session": session,
         "quote": _b64e(quote),

@@ -21,9 +21,12 @@ from bootstrap.config import Settings
 from bootstrap.gate import Gate
 from bootstrap.kube import Kube
 from bootstrap.logs.audit import AuditLog
+from bootstrap.protocol import DISK_FINISH_PATH, DISK_START_PATH
 from bootstrap.service import background, fleetmetrics
 from bootstrap.service.admin.auth import AdminAuth
 from bootstrap.service.admin.bearer import TokenChecks
+from bootstrap.service.disk import secret as disksecret
+from bootstrap.service.disk.flow import DiskService
 from bootstrap.service.http.middleware import problems
 from bootstrap.service.http.plumbing import PLUMBING
 from bootstrap.service.http.ratelimit import RateLimiter
@@ -32,6 +35,7 @@ from bootstrap.service.join.flow import JoinService, load_ek_trust
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.pki import authority, startup, tls
 from bootstrap.service.routes import admin as adminroutes
+from bootstrap.service.routes import disk as diskroutes
 from bootstrap.service.routes import join as joinroutes
 from bootstrap.service.routes import public as publicroutes
 from bootstrap.service.state import SERVICE, Service
@@ -87,6 +91,7 @@ async def build_service(
             startup.mark_sqlite_store(state, now)
         cas = await startup.load_ca(cas_store, store, new_ca=new_ca, now=now)
         sealer = sessions.Sealer(sessions.load_keys(state))
+        vault = await disksecret.open_vault(settings, kube, now)
     except BaseException:
         await store.close()
         raise
@@ -137,6 +142,14 @@ async def build_service(
             )
         service.gate = Gate.for_settings(kube, settings)
         service.gate.on_release = metrics.release_seconds.observe
+    service.disk = DiskService(
+        settings,
+        store=store,
+        sealer=sealer,
+        vault=vault,
+        count=lambda cls, code: metrics.disk_releases.labels(cls, code).inc(),
+        on_refusal=refused,
+    )
     service.spire = spirelink.build(settings)
     if service.spire is not None:
         service.spire.sync_bundle(cas, now)
@@ -185,6 +198,8 @@ def make_app(service: Service) -> web.Application:
     r.add_post("/v1/join/start", joinroutes.join_start, name="join_start")
     r.add_post("/v1/join/finish", joinroutes.join_finish, name="join_finish")
     r.add_post("/v1/nodes/self/renew", joinroutes.renew, name="renew")
+    r.add_post(DISK_START_PATH, diskroutes.disk_start, name="disk_start")
+    r.add_post(DISK_FINISH_PATH, diskroutes.disk_finish, name="disk_finish")
     r.add_get("/v1/bundle", publicroutes.bundle, name="bundle")
     r.add_get("/v1/admin/nodes", adminroutes.admin_list, name="admin_list")
     r.add_post("/v1/admin/nodes/{name}/revoke", adminroutes.admin_revoke, name="admin_revoke")

@@ -99,5 +99,13 @@ class Metrics:
             registry=self.registry,
         )
 
+        # Disk-key releases (docs/disk-keys.md): class "none" until a boot matched one.
+        self.disk_releases = Counter(
+            "nodegate_disk_releases",
+            "Disk-key releases (code ok) and refusals (the machine code), by disk_keys class.",
+            ["class", "code"],
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

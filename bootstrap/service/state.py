@@ -21,6 +21,7 @@ from bootstrap.gate import Gate
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.problems import RateLimited, Unavailable
 from bootstrap.service.admin.auth import AdminAuth
+from bootstrap.service.disk.flow import DiskService
 from bootstrap.service.http.ratelimit import RateLimiter
 from bootstrap.service.join.flow import JoinService
 from bootstrap.service.join.spirelink import SpireLink
@@ -53,6 +54,7 @@ class Service:
     tls: ssl.SSLContext | None = None
     gate: Gate | None = None  # the hold gate, when a cluster is configured and gate.enabled
     spire: SpireLink | None = None  # bans and the x509pop bundle for SPIRE (docs/spire.md)
+    disk: DiskService | None = None  # disk-key releases (docs/disk-keys.md); refuses all without disk_keys
     tls_stamp: tuple[int, ...] = ()  # of tls.cert_file + tls.key_file as last loaded
     server_refresh_at: datetime | None = None
     _events: set[asyncio.Task[None]] = field(default_factory=set)

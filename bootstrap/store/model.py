@@ -45,8 +45,21 @@ MAX_ANCHORS: Final = 32  # CA certificates remembered per store (a rotation adds
 MAX_BOOT_ID: Final = 64  # /proc/sys/kernel/random/boot_id is a 36-character UUID
 MAX_MEASURED_BOOT_CLASS: Final = 128
 MAX_NODE_UID: Final = 128  # the API server writes a 36-character UUID
-ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget"})
+ACTIONS: Final = frozenset(
+    {
+        "join",
+        "renew",
+        "refused",
+        "revoke",
+        "unrevoke",
+        "forget",
+        "disk-release",
+        "disk-revoke",
+        "disk-recover",
+    }
+)
 COMMIT_ACTIONS: Final = frozenset({"join", "renew"})
+DISK_ACTIONS: Final = frozenset({"disk-release", "disk-revoke", "disk-recover"})
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SERIAL = re.compile(r"[0-9a-f]{1,64}")
@@ -155,6 +168,22 @@ class Store(Protocol):
         ...
 
     async def record_refusal(self, node_name: str, code: str, detail: str) -> None: ...
+
+    async def record_disk(
+        self,
+        node_name: str,
+        *,
+        action: str,
+        actor: str,
+        detail: str,
+        session_id: str | None = None,
+        session_expires_at: datetime | None = None,
+    ) -> bool:
+        """A disk-key event in the node's audit trail (docs/disk-keys.md): ``disk-release`` (by the
+        node; its ``session_id`` is marked used in the same step, SessionReused when it already
+        was), ``disk-revoke`` and ``disk-recover`` (by an operator). False when this store keeps no
+        trail for ``node_name`` (the kubernetes store keeps it on the node's object)."""
+        ...
 
     async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
         """Set (or with ``revoked=False`` clear) the revoked flag; KeyError for an unknown node."""

@@ -4,10 +4,10 @@ body slowly, or never, holds nothing but its own connection, and not for long.
 
 The rules (docs/protocol.md, docs/troubleshooting.md):
 
-- size per route: the finish bodies (``/v1/join/finish``, ``/v1/nodes/self/renew``) may carry a
-  measured-boot event log, so at most 1.5 MiB; every other body ``limits.max_body_bytes``
-  (64 KiB). Over it: 413 ``payload_too_large``. (The webhooks have their own listener and
-  limits: ``bootstrap.service.webhook.app``.)
+- size per route: the finish bodies (``/v1/join/finish``, ``/v1/nodes/self/renew``,
+  ``/v1/disk/finish``) may carry a measured-boot event log, so at most 1.5 MiB; every other
+  body ``limits.max_body_bytes`` (64 KiB). Over it: 413 ``payload_too_large``. (The webhooks
+  have their own listener and limits: ``bootstrap.service.webhook.app``.)
 - no ``Content-Encoding`` (other than ``identity``): no client of this protocol compresses, and
   nothing is decompressed on the server (no decompression bombs): 415.
 - time: ``BASE_SECONDS`` plus the body's size at ``MIN_RATE``; later: 408, the connection closed,
@@ -30,7 +30,7 @@ from bootstrap.service.http.listener import Connection
 # /v1/join/finish and the renewal's finish step: base64 of a raw event log of at most 1 MiB plus
 # the quote and the PCR values.
 EVIDENCE_BODY_BYTES: Final = 1536 * 1024
-EVIDENCE_ENDPOINTS: Final = frozenset({"join_finish", "renew"})
+EVIDENCE_ENDPOINTS: Final = frozenset({"join_finish", "renew", "disk_finish"})
 BASE_SECONDS: Final = 10.0
 MIN_RATE: Final = 32 * 1024  # bytes per second a client must sustain beyond BASE_SECONDS
 

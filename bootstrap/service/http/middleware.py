@@ -22,7 +22,7 @@ from bootstrap.service.http.problemjson import problem
 
 log = logging.getLogger("nodegate.server")
 
-JOIN_ENDPOINTS = frozenset({"join_start", "join_finish", "renew"})
+JOIN_ENDPOINTS = frozenset({"join_start", "join_finish", "renew", "disk_start", "disk_finish"})
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -27,6 +27,9 @@ class Evidence:
     pcr_class: str | None  # the PCR policy class that matched
     measured_boot_class: str | None  # the measured_boot class that matched
     boot_id: str | None
+    # The facts the measured_boot policy judged (None: no log, or a policy that enforces nothing);
+    # a disk-key release checks its own classes on them (bootstrap.service.disk.eligibility).
+    facts: bootfacts.BootFacts | None = None
 
 
 def judge(
@@ -44,8 +47,8 @@ def judge(
     )
     verdict = pcr.enforce(settings.pcr_policy, quote.pcrs)
     _warn_pcrs(session.node_name, verdict)
-    mb_class = judge_event_log(settings.measured_boot, req.event_log, quote.pcrs, session.node_name)
-    return Evidence(quote, verdict.matched_class, mb_class, req.boot_id)
+    mb_class, facts = judge_log(settings.measured_boot, req.event_log, quote.pcrs, session.node_name)
+    return Evidence(quote, verdict.matched_class, mb_class, req.boot_id, facts)
 
 
 def judge_event_log(
@@ -56,24 +59,34 @@ def judge_event_log(
 ) -> str | None:
     """Replay ``raw`` against the verified (signed) PCR values and judge it; returns the class
     that matched. Without a log: refused when the policy enforces anything, else nothing to do."""
+    return judge_log(policy, raw, quoted, node_name)[0]
+
+
+def judge_log(
+    policy: measuredboot.MeasuredBootPolicy,
+    raw: bytes | None,
+    quoted: dict[str, dict[int, bytes]],
+    node_name: str,
+) -> tuple[str | None, bootfacts.BootFacts | None]:
+    """``judge_event_log``, and the facts it judged."""
     if raw is None:
         if policy.enforces_anything:
             raise MeasuredBootViolation(
                 "the node sent no event log; the measured_boot policy needs the firmware's "
                 "(binary_bios_measurements)"
             )
-        return None
+        return None, None
     parsed = eventlog.parse(raw)
     eventlog.verify_replay(parsed, quoted)
     if not policy.enforces_anything:
-        return None
+        return None, None
     bank = measuredboot.judged_bank(policy, quoted)  # 403 naming the banks, never StopIteration
     facts = bootfacts.facts(parsed.events, bank=bank, pcrs=frozenset(quoted[bank]))
     result = measuredboot.enforce(policy, facts)
     if result.warnings:
         text = "; ".join(str(w) for w in result.warnings[:5])
         log.warning("the event log breaks a warn-mode class", extra={"node": node_name, "error": text[:500]})
-    return result.matched_class
+    return result.matched_class, facts
 
 
 def check_boot(

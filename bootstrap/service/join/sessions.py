@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from bootstrap.files import create_exclusive, read_limited
 from bootstrap.problems import SessionExpired, SessionUnknown
-from bootstrap.protocol import qualifying_data
+from bootstrap.protocol import disk_qualifying_data, qualifying_data
 
 PREFIX = "ngs1."
 MAX_TOKEN_CHARS = 8192
@@ -35,7 +35,7 @@ _AAD = b"nodegate-session-v1"
 _TOKEN = re.compile(r"ngs1\.[A-Za-z0-9_-]{40,8192}")
 _KEY_LINE = re.compile(r"[0-9a-f]{64}")
 
-Kind = Literal["join", "renew"]
+Kind = Literal["join", "renew", "disk"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +51,25 @@ class Session:
     selection: str
     expires_at: float  # unix seconds
     spiffe_id: str = ""  # renewals: the SVID that asked
+    # Disk-key releases (docs/disk-keys.md): the volume, the epoch and key version the quote binds,
+    # and the EK to seal the keys to (its digest checked against the node's binding at start).
+    volume: str = ""
+    epoch: int = 0
+    key_version: int = 0
+    ek_public: bytes = b""
 
     @property
     def qualifying_data(self) -> bytes:
         """What the quote must sign when the node sends no boot id: SHA256(nonce || SHA256(csr_der))."""
-        return qualifying_data(self.nonce, self.csr_der, None)
+        return self.qualifying_data_for(None)
 
     def qualifying_data_for(self, boot_id: str | None) -> bytes:
-        """What the quote must sign for ``boot_id`` (bootstrap.protocol.qualifying_data)."""
+        """What the quote must sign for ``boot_id`` (bootstrap.protocol.qualifying_data, and
+        disk_qualifying_data for a release)."""
+        if self.kind == "disk":
+            return disk_qualifying_data(
+                self.nonce, self.node_name, self.volume, self.epoch, self.key_version, boot_id
+            )
         return qualifying_data(self.nonce, self.csr_der, boot_id)
 
 
@@ -94,6 +105,10 @@ class Sealer:
         ttl: float,
         secret: bytes = b"",
         spiffe_id: str = "",
+        volume: str = "",
+        epoch: int = 0,
+        key_version: int = 0,
+        ek_public: bytes = b"",
     ) -> tuple[Session, str]:
         session = Session(
             id=secrets.token_hex(16),
@@ -107,6 +122,10 @@ class Sealer:
             selection=selection,
             expires_at=self._clock() + ttl,
             spiffe_id=spiffe_id,
+            volume=volume,
+            epoch=epoch,
+            key_version=key_version,
+            ek_public=ek_public,
         )
         return session, self.seal(session)
 
@@ -124,6 +143,8 @@ class Sealer:
             "exp": s.expires_at,
             "sp": s.spiffe_id,
         }
+        if s.kind == "disk":
+            doc.update({"vol": s.volume, "ep": s.epoch, "kv": s.key_version, "ekp": _b64(s.ek_public)})
         iv = os.urandom(12)
         plain = json.dumps(doc, separators=(",", ":")).encode()
         sealed = self._keys[self._current].encrypt(iv, plain, _AAD)
@@ -157,7 +178,7 @@ class Sealer:
         if session.kind != kind:
             raise SessionUnknown(f"this is a {session.kind} session, not a {kind} session")
         if self._clock() >= session.expires_at:
-            raise SessionExpired("the session expired; start the join again")
+            raise SessionExpired("the session expired; start again")
         return session
 
 
@@ -165,9 +186,11 @@ def _decode(plain: bytes) -> Session:
     # Only we seal tokens, so a decode failure means a key was shared with something else.
     try:
         d: dict[str, Any] = json.loads(plain)
+        kind: Kind = "disk" if d["k"] == "disk" else ("renew" if d["k"] == "renew" else "join")
+        disk = kind == "disk"
         return Session(
             id=str(d["id"]),
-            kind="renew" if d["k"] == "renew" else "join",
+            kind=kind,
             node_name=str(d["n"]),
             ek_sha256=str(d["ek"]),
             ak_public=_unb64(d["ak"]),
@@ -177,6 +200,10 @@ def _decode(plain: bytes) -> Session:
             selection=str(d["sel"]),
             expires_at=float(d["exp"]),
             spiffe_id=str(d.get("sp", "")),
+            volume=str(d["vol"]) if disk else "",
+            epoch=int(d["ep"]) if disk else 0,
+            key_version=int(d["kv"]) if disk else 0,
+            ek_public=_unb64(d["ekp"]) if disk else b"",
         )
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise SessionUnknown("the session token's content is not understood") from None

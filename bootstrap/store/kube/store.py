@@ -50,6 +50,7 @@ from bootstrap.store.kube.objects import (
     written_annotations,
 )
 from bootstrap.store.model import (
+    DISK_ACTIONS,
     Attestation,
     AuditEntry,
     Check,
@@ -321,6 +322,41 @@ class KubeStore:
         if done is None:
             # No object: unauthenticated callers must not be able to create objects in etcd.
             log.info("refused %s: %s", node_name, code)
+
+    async def record_disk(
+        self,
+        node_name: str,
+        *,
+        action: str,
+        actor: str,
+        detail: str,
+        session_id: str | None = None,
+        session_expires_at: datetime | None = None,
+    ) -> bool:
+        check_node_name(node_name)
+        check_action(action, DISK_ACTIONS)
+        check_actor(actor)
+        text = clip(detail)
+        session = None
+        if session_id is not None or session_expires_at is not None:
+            session = Session(
+                check_session_id(session_id), check_time(session_expires_at, "session_expires_at")
+            )
+
+        def build(obj: NodeObject) -> dict[str, Any]:
+            refuse_damaged(obj)
+            ann = {ANN_AUDIT: self._audit_value(obj, action, actor, "", text)}
+            if session is not None:
+                if any(s.id == session.id for s in obj.sessions):
+                    raise SessionReused("this session already finished")
+                ann[ANN_SESSIONS] = self._sessions_value(obj, session)
+            return {"metadata": {"annotations": ann}}
+
+        done = await self._unavailable(self._update(node_name, build))
+        if done is None:
+            log.info("%s %s: no NodeAttestation to record it on", action, node_name)
+            return False
+        return True
 
     async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
         check_node_name(node_name)

@@ -29,6 +29,7 @@ from typing import Any, Final, TypeVar
 from bootstrap.files import ensure_dir
 from bootstrap.problems import NodeNameConflict, NodeRecordDamaged, SessionReused
 from bootstrap.store.model import (
+    DISK_ACTIONS,
     Attestation,
     AuditEntry,
     Check,
@@ -356,6 +357,38 @@ class SqliteStore:
         check_code(code)
         text = clip(detail)
         await self._run(self._write, lambda db: self._audit(db, node_name, "refused", "node", code, text))
+
+    async def record_disk(
+        self,
+        node_name: str,
+        *,
+        action: str,
+        actor: str,
+        detail: str,
+        session_id: str | None = None,
+        session_expires_at: datetime | None = None,
+    ) -> bool:
+        check_node_name(node_name)
+        check_action(action, DISK_ACTIONS)
+        check_actor(actor)
+        text = clip(detail)
+        session = None
+        if session_id is not None or session_expires_at is not None:
+            session = (
+                check_session_id(session_id),
+                to_us(check_time(session_expires_at, "session_expires_at")),
+            )
+
+        def run(db: sqlite3.Connection) -> bool:
+            if session is not None:
+                try:
+                    db.execute("INSERT INTO used_sessions (id, expires_at) VALUES (?, ?)", session)
+                except sqlite3.IntegrityError:
+                    raise SessionReused("this session already finished") from None
+            self._audit(db, node_name, action, actor, "", text)
+            return True
+
+        return await self._run(self._write, run)
 
     async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
         check_node_name(node_name)
