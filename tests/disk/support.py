@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import serialization
 
 from attest import svid
 from bootstrap.config import Settings, settings_from_obj
-from bootstrap.node.disk.release import ReleaseOptions, Released, release
+from bootstrap.node.disk.release import Released, ReleaseOptions, release
 from bootstrap.node.join import JoinOptions, join
 from tests.support.service import Running
 from tests.support.swtpms import TpmInfo

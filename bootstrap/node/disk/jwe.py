@@ -26,7 +26,7 @@ from attest.diskkey import KEY_BYTES, MAX_EPOCH, MAX_VERSION
 from bootstrap.names import is_node_name
 from bootstrap.protocol import is_volume_uuid
 
-__all__ = ["MAX_JWE", "Binding", "JweError", "binding_of", "seal", "unseal"]
+__all__ = ["MAX_JWE", "Binding", "JweError", "binding_of", "compact_of", "flattened_of", "seal", "unseal"]
 
 PIN = "nodegate"
 MAX_JWE = 64 * 1024  # a LUKS2 header's JSON area is smaller still
@@ -115,6 +115,25 @@ def _parts(jwe: str) -> tuple[str, dict[str, Any], bytes, bytes, bytes]:
     if encrypted_key:
         raise JweError("a nodegate JWE has no encrypted key (alg dir)")
     return protected, header, _unb64u(iv, "IV"), _unb64u(ciphertext, "ciphertext"), _unb64u(tag, "tag")
+
+
+def compact_of(flattened: object) -> str:
+    """The compact form of the flattened JSON a LUKS2 ``clevis`` token holds (``jwe``), as
+    ``jose jwe fmt -c`` makes it."""
+    if not isinstance(flattened, dict):
+        raise JweError("the token's jwe is not a JSON object")
+    parts = [flattened.get(k, "") for k in ("protected", "encrypted_key", "iv", "ciphertext", "tag")]
+    if not all(isinstance(p, str) for p in parts) or "header" in flattened or "aad" in flattened:
+        raise JweError("the token's jwe is not a flattened JWE this pin wrote")
+    return ".".join(parts)
+
+
+def flattened_of(compact: str) -> dict[str, str]:
+    """The flattened JSON form of a compact JWE (what ``clevis luks bind`` stores in the token)."""
+    parts = compact.strip().split(".")
+    if len(parts) != 5:
+        raise JweError(f"a compact JWE has 5 parts, this has {len(parts)}")
+    return dict(zip(("protected", "encrypted_key", "iv", "ciphertext", "tag"), parts, strict=True))
 
 
 def binding_of(jwe: str) -> Binding:
