@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from bootstrap.cli import opsargs
+from bootstrap.cli import diskargs, opsargs
 from bootstrap.config import parse_duration
 from bootstrap.logs.setup import LEVEL_ENV, LEVELS
 from bootstrap.node.defaults import ATTEMPTS, BOOT_ID, DEFAULT_TCTI, EVENT_LOG, NODE_DIR
@@ -387,4 +387,5 @@ def parser() -> argparse.ArgumentParser:
     _ek(sub)
     opsargs.add_config(sub)
     opsargs.add_nodes(sub)
+    diskargs.add_disk(sub, _passphrase)
     return p

@@ -34,6 +34,7 @@ COMMANDS = {
     "ek": "ek",
     "config": "config",
     "nodes": "nodes",
+    "disk": "disk",
 }
 
 

@@ -35,6 +35,7 @@ from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound
 
 __all__ = [
     "FILE_NAME",
+    "MARKER",
     "MAX_DOCUMENT",
     "DATA_KEY",
     "DiskVault",
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 FILE_NAME: Final = "disk-keys.json"
+MARKER: Final = "disk-keys.id"  # next to it: one was made here (a missing document is then lost)
 DATA_KEY: Final = "disk-keys.json"  # the key inside the Kubernetes Secret
 MAX_DOCUMENT: Final = 768 * 1024  # under a Secret's 1 MiB, base64 included
 MAX_VERSIONS: Final = 16  # retire old versions once every node re-keyed (docs/disk-keys.md)

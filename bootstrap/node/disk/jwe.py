@@ -2,7 +2,7 @@
 ``enc: A256GCM``, the key being the disk key nodegate releases. The protected header's
 ``clevis.nodegate`` is everything an unlock needs, with no file from the (still locked) root
 file system: the server URL, its CA bundle (PEM), the node name, the volume's LUKS UUID, the EK
-kind, and the epoch and key version the key was released at.
+kind and digest, and the epoch and key version the key was released at.
 
     jwe = seal(binding, key, passphrase)       # clevis-encrypt-nodegate
     binding = binding_of(jwe)                   # what to ask the server for
@@ -49,6 +49,8 @@ class Binding(BaseModel):
     node: str
     volume: str
     ek: Literal["rsa", "ecc"] = "rsa"
+    # The EK's digest, a key's input: with the backup's secret, all that recovery needs (public).
+    ek_sha256: Annotated[str, Field(pattern=r"\A[0-9a-f]{64}\z")]
     epoch: int = Field(ge=0, le=MAX_EPOCH, strict=True)
     version: int = Field(ge=1, le=MAX_VERSION, strict=True)
     tcti: Annotated[str, Field(max_length=256)] | None = None

@@ -186,6 +186,7 @@ async def encrypt(config: str, plaintext: bytes) -> str:
         node=node,
         volume=volume,
         ek=cfg.ek,
+        ek_sha256=out.ek_sha256,
         epoch=out.epoch,
         version=out.key_version,
         tcti=cfg.tcti,

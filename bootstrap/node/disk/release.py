@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attest import diskkey
+from attest.identity import ek_digest
 from bootstrap.names import is_node_name
 from bootstrap.node.client import (
     ServiceClient,
@@ -88,6 +89,7 @@ class Released:
     epoch: int
     key_version: int
     current_version: int
+    ek_sha256: str
     keys: dict[int, bytes] = field(repr=False)
 
     @property
@@ -148,7 +150,15 @@ async def _attempt(
         del transport
     if set(keys) != {fin.key_version, fin.current_version}:
         raise _bad("the sealed keys are not the versions the answer names")
-    return Released(opts.node_name, opts.volume, fin.epoch, fin.key_version, fin.current_version, keys)
+    return Released(
+        opts.node_name,
+        opts.volume,
+        fin.epoch,
+        fin.key_version,
+        fin.current_version,
+        ek_digest(ek.public),
+        keys,
+    )
 
 
 async def release(

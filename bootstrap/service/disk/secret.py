@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Final
 
 from bootstrap.config import Settings
 from bootstrap.files import create_exclusive
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.service.pki.startup import StartupError
-from bootstrap.store.diskkeys import DiskVault, FileVault, KubeVault, VaultDamaged, VaultDoc, VaultUnavailable
+from bootstrap.store.diskkeys import (
+    MARKER,
+    DiskVault,
+    FileVault,
+    KubeVault,
+    VaultDamaged,
+    VaultDoc,
+    VaultUnavailable,
+)
 from bootstrap.times import rfc3339
 
 log = logging.getLogger("nodegate.disk")
 
-MARKER: Final = "disk-keys.id"
 _RESTORE = "restore it from a backup (nodegate restore, docs/disk-keys.md): every volume bound to it needs it"
 
 

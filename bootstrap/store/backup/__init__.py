@@ -28,7 +28,7 @@ from bootstrap.store.backup.errors import (
     UnsupportedVersion,
     WrongPassphrase,
 )
-from bootstrap.store.backup.restoring import restore
+from bootstrap.store.backup.restoring import open_archive, restore
 from bootstrap.store.backup.snapshot import backup
 
 __all__ = [
@@ -50,5 +50,6 @@ __all__ = [
     "UnsupportedVersion",
     "WrongPassphrase",
     "backup",
+    "open_archive",
     "restore",
 ]

@@ -1,5 +1,5 @@
 """What a usable state looks like, checked the same way when a backup reads it and when a restore
-is about to write it: the CA set, the session key file and the sqlite file."""
+is about to write it: the CA set, the session key file, the sqlite file and the disk-key secret."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import sqlite3
 
 from attest import ca
 from bootstrap.store.backup.errors import BackupError, StateMissing
+from bootstrap.store.diskkeys import VaultDamaged, VaultDoc, parse_document
 
-__all__ = ["check_ca", "check_integrity", "count_session_keys"]
+__all__ = ["check_ca", "check_disk_keys", "check_integrity", "count_session_keys"]
 
 _KEY_LINE = re.compile(r"[0-9a-f]{64}")
 
@@ -52,3 +53,11 @@ def check_integrity(db: sqlite3.Connection, what: str, error: type[BackupError])
     rows = db.execute("PRAGMA quick_check").fetchall()
     if rows != [("ok",)]:
         raise error(f"{what} fails sqlite's integrity check: {str(rows[0][0])[:200]}")
+
+
+def check_disk_keys(data: bytes, what: str, error: type[BackupError]) -> VaultDoc:
+    """The disk-key document in ``data`` (docs/disk-keys.md); ``error`` when it is not one."""
+    try:
+        return parse_document(data, what)
+    except VaultDamaged as exc:
+        raise error(str(exc)) from None

@@ -3,8 +3,9 @@
 The plaintext is a 4-byte manifest length, the manifest (JSON: created_at, trust_domain, store,
 store_schema, files as [name, size] pairs) and the files' bytes in manifest order.
 
-File names come from a fixed set (``session.key``, ``nodegate.db``, ``ca/index.json`` and
-``ca/ca-<16 hex>.key|pem``), so a crafted archive cannot write anywhere else.
+File names come from a fixed set (``session.key``, ``nodegate.db``, ``ca/index.json``,
+``ca/ca-<16 hex>.key|pem`` and, with disk keys, ``disk-keys.json``), so a crafted archive cannot
+write anywhere else.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from typing import Any, Final
 
 from attest import ca
 from bootstrap.store.backup.errors import ArchiveCorrupt
+from bootstrap.store.diskkeys import FILE_NAME as DISK_KEYS_FILE
+from bootstrap.store.diskkeys import MAX_DOCUMENT as MAX_DISK_KEYS
 
 __all__ = [
     "CA_INDEX",
     "CA_LIMITS",
+    "DISK_KEYS",
+    "MAX_DISK_KEYS",
     "FORMAT_VERSION",
     "MAX_MANIFEST",
     "MAX_PLAINTEXT",
@@ -44,6 +49,7 @@ MAX_PLAINTEXT: Final = MAX_STORE_BYTES + 8 * 1024 * 1024
 
 SESSION_KEY: Final = "session.key"
 STORE_DB: Final = "nodegate.db"
+DISK_KEYS: Final = DISK_KEYS_FILE  # the disk-key secret (docs/disk-keys.md), when there is one
 CA_INDEX: Final = f"ca/{ca.INDEX_FILE}"
 CA_LIMITS: Final = {"key": ca.MAX_KEY_FILE, "pem": ca.MAX_CERT_FILE}
 _CA_FILE = re.compile(r"ca/(ca-[0-9a-f]{16})\.(key|pem)")
@@ -61,12 +67,15 @@ class BackupInfo:
     authorities: int
     session_keys: int
     size: int  # bytes of the archive file
+    disk_keys: bool = False  # the disk-key secret is in it
 
     @property
     def note(self) -> str:
         """One line for people about what the archive covers."""
         ca_part = f"CA ({self.authorities} {'authority' if self.authorities == 1 else 'authorities'})"
         keys = f"session key{'s' if self.session_keys != 1 else ''} ({self.session_keys})"
+        if self.disk_keys:
+            keys += ", the disk-key secret"
         if self.store_included:
             return f"{ca_part}, {keys}, sqlite store (schema version {self.store_schema})"
         return (
@@ -138,6 +147,8 @@ def _limit(name: str) -> int:
         return MAX_SESSION_KEY_FILE
     if name == STORE_DB:
         return MAX_STORE_BYTES
+    if name == DISK_KEYS:
+        return MAX_DISK_KEYS
     if name == CA_INDEX:
         return ca.MAX_INDEX_FILE
     m = _CA_FILE.fullmatch(name)

@@ -11,10 +11,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bootstrap.config import Settings
-from bootstrap.files import ensure_dir, write_atomic
-from bootstrap.store.backup.checks import check_ca, check_integrity, count_session_keys
+from bootstrap.files import create_exclusive, ensure_dir, write_atomic
+from bootstrap.store.backup.checks import check_ca, check_disk_keys, check_integrity, count_session_keys
 from bootstrap.store.backup.container import MAX_ARCHIVE, check_passphrase, open_sealed
-from bootstrap.store.backup.contents import CA_INDEX, SESSION_KEY, STORE_DB, BackupInfo, Content, unpack
+from bootstrap.store.backup.contents import (
+    CA_INDEX,
+    DISK_KEYS,
+    SESSION_KEY,
+    STORE_DB,
+    BackupInfo,
+    Content,
+    unpack,
+)
 from bootstrap.store.backup.errors import (
     ArchiveCorrupt,
     ArchiveTooLarge,
@@ -24,24 +32,18 @@ from bootstrap.store.backup.errors import (
     StateMissing,
     StoreInUse,
 )
+from bootstrap.store.diskkeys import MARKER as DISK_MARKER
 from bootstrap.store.model import StoreSchemaError
 from bootstrap.store.sqlite import SCHEMA_VERSION, read_schema_version
 
-__all__ = ["restore"]
+__all__ = ["open_archive", "restore"]
 
 
 def restore(settings: Settings, archive: Path, *, passphrase: bytes, force: bool = False) -> BackupInfo:
     """Restore ``archive`` into ``settings.state_dir``: a missing or empty folder, or with
     ``force`` an existing one whose CA, session keys and store are replaced. Stop the service
     first. Everything is checked before anything is written."""
-    check_passphrase(passphrase, creating=False)
-    try:
-        size = archive.stat().st_size
-    except OSError as exc:
-        raise BackupIoError(f"cannot read {archive}: {exc.strerror or exc}") from None
-    if size > MAX_ARCHIVE:
-        raise ArchiveTooLarge(f"{archive} is {size} bytes; an archive is at most {MAX_ARCHIVE}")
-    content = unpack(open_sealed(archive, passphrase))
+    content, size = open_archive(archive, passphrase)
     files = content.files
     info = _verify(settings, archive, size, content)
 
@@ -64,6 +66,10 @@ def restore(settings: Settings, archive: Path, *, passphrase: bytes, force: bool
         _private_dir(state)
         _private_dir(state / "ca")
         write_atomic(state / SESSION_KEY, files[SESSION_KEY])
+        if DISK_KEYS in files:
+            write_atomic(state / DISK_KEYS, files[DISK_KEYS])
+            if not (state / DISK_MARKER).exists():
+                create_exclusive(state / DISK_MARKER, b"disk-key secret restored from a backup\n")
         if STORE_DB in files:
             # The old database's journal must not be replayed onto the restored file.
             for suffix in ("-wal", "-shm", "-journal"):
@@ -85,6 +91,19 @@ def restore(settings: Settings, archive: Path, *, passphrase: bytes, force: bool
     return info
 
 
+def open_archive(archive: Path, passphrase: bytes) -> tuple[Content, int]:
+    """The archive's content (decrypted, authenticated, its names and sizes checked) and its size;
+    nothing is written (``restore``, and ``nodegate disk recover``, which reads one file of it)."""
+    check_passphrase(passphrase, creating=False)
+    try:
+        size = archive.stat().st_size
+    except OSError as exc:
+        raise BackupIoError(f"cannot read {archive}: {exc.strerror or exc}") from None
+    if size > MAX_ARCHIVE:
+        raise ArchiveTooLarge(f"{archive} is {size} bytes; an archive is at most {MAX_ARCHIVE}")
+    return unpack(open_sealed(archive, passphrase)), size
+
+
 def _verify(settings: Settings, archive: Path, size: int, content: Content) -> BackupInfo:
     m, files = content.manifest, content.files
     if m["trust_domain"] != settings.trust_domain:
@@ -101,6 +120,8 @@ def _verify(settings: Settings, archive: Path, size: int, content: Content) -> B
         keys = count_session_keys(files[SESSION_KEY], "the archive's session.key")
     except StateMissing as exc:
         raise ArchiveCorrupt(exc.detail) from None
+    if DISK_KEYS in files:
+        check_disk_keys(files[DISK_KEYS], "the archive's disk-key secret", ArchiveCorrupt)
     schema: int | None = None
     if STORE_DB in files:
         schema = _check_store(files[STORE_DB])
@@ -117,6 +138,7 @@ def _verify(settings: Settings, archive: Path, size: int, content: Content) -> B
         authorities=len(cas.authorities),
         session_keys=keys,
         size=size,
+        disk_keys=DISK_KEYS in files,
     )
 
 

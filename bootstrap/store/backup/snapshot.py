@@ -13,12 +13,14 @@ from pathlib import Path
 from attest import ca
 from bootstrap.config import Settings
 from bootstrap.files import create_exclusive, read_limited
-from bootstrap.store.backup.checks import check_ca, check_integrity, count_session_keys
+from bootstrap.store.backup.checks import check_ca, check_disk_keys, check_integrity, count_session_keys
 from bootstrap.store.backup.container import check_passphrase, seal
 from bootstrap.store.backup.contents import (
     CA_INDEX,
     CA_LIMITS,
+    DISK_KEYS,
     FORMAT_VERSION,
+    MAX_DISK_KEYS,
     MAX_SESSION_KEY_FILE,
     MAX_STORE_BYTES,
     SESSION_KEY,
@@ -35,10 +37,14 @@ __all__ = ["backup"]
 _STEM = re.compile(r"ca-[0-9a-f]{16}")
 
 
-def backup(settings: Settings, out: Path, *, passphrase: bytes, now: datetime) -> BackupInfo:
+def backup(
+    settings: Settings, out: Path, *, passphrase: bytes, now: datetime, disk_keys: bytes | None = None
+) -> BackupInfo:
     """Write an encrypted archive of ``settings.state_dir`` to ``out`` (mode 0600, never over an
     existing file). Safe while the service runs: the sqlite store is copied with sqlite's online
-    backup API, the CA files are read until the index is stable."""
+    backup API, the CA files are read until the index is stable. The disk-key secret is
+    ``disk_keys`` (read from the Secret with store: kubernetes), else state_dir's when there is
+    one; with ``disk_keys`` configured it must be there."""
     check_passphrase(passphrase, creating=True)
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
@@ -50,7 +56,12 @@ def backup(settings: Settings, out: Path, *, passphrase: bytes, now: datetime) -
     schema: int | None = None
     if settings.store == "sqlite":
         files[STORE_DB], schema = _copy_sqlite(state / STORE_DB)
+    document = disk_keys if disk_keys is not None else _disk_keys(state, settings)
+    if document is not None:
+        files[DISK_KEYS] = document
     names = [SESSION_KEY, *sorted(n for n in files if n.startswith("ca/") and n != CA_INDEX), CA_INDEX]
+    if DISK_KEYS in files:
+        names.insert(1, DISK_KEYS)
     if STORE_DB in files:
         names.insert(1, STORE_DB)
     manifest = {
@@ -78,7 +89,20 @@ def backup(settings: Settings, out: Path, *, passphrase: bytes, now: datetime) -
         authorities=sum(1 for n in names if n.endswith(".key") and n.startswith("ca/")),
         session_keys=keys,
         size=len(blob),
+        disk_keys=DISK_KEYS in files,
     )
+
+
+def _disk_keys(state: Path, settings: Settings) -> bytes | None:
+    """state_dir's disk-key secret, checked; None when there is none and none is configured."""
+    path = state / DISK_KEYS
+    if not path.exists():
+        if settings.disk_keys is not None and settings.store == "sqlite":
+            raise StateMissing(f"disk_keys is configured but {path} does not exist: has the service started?")
+        return None
+    data = _read_file(path, MAX_DISK_KEYS, "the disk-key secret")
+    check_disk_keys(data, str(path), StateMissing)
+    return data
 
 
 def _read_file(path: Path, limit: int, what: str) -> bytes:
