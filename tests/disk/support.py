@@ -3,17 +3,21 @@ and the release client pointed at them."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from cryptography.hazmat.primitives import serialization
 
 from attest import svid
 from bootstrap.config import Settings, settings_from_obj
 from bootstrap.node.disk.release import Released, ReleaseOptions, release
 from bootstrap.node.join import JoinOptions, join
+from bootstrap.node.tpm import Agent
+from bootstrap.protocol import DISK_FINISH_PATH, DISK_START_PATH, disk_qualifying_data
 from tests.support.service import Running
 from tests.support.swtpms import TpmInfo
 
@@ -93,3 +97,54 @@ async def released(r: Running, tpm: TpmInfo, tmp: Path, **kw: Any) -> Released:
 
 def new_volume() -> str:
     return str(uuid.uuid4())
+
+
+# -- one exchange by hand: what an attacker (or a test) can send ---------------------------------
+
+
+async def post(
+    http: aiohttp.ClientSession, r: Running, path: str, body: dict[str, Any]
+) -> tuple[int, dict[str, Any]]:
+    async with http.post(r.base + path, json=body) as resp:
+        return resp.status, await resp.json(content_type=None)
+
+
+def tpm_keys(tcti: str) -> tuple[bytes, bytes]:
+    """(EK public, AK public) of the TPM behind ``tcti``: the primaries the node client recreates."""
+    with Agent(tcti) as agent:
+        return agent.create_ek("rsa").public, agent.create_ak().public
+
+
+def start_body(name: str, ek_public: bytes, volume: str = VOLUME, **extra: Any) -> dict[str, Any]:
+    return {"node_name": name, "volume": volume, "ek_public": base64.b64encode(ek_public).decode(), **extra}
+
+
+def quote_body(
+    tcti: str, start: dict[str, Any], name: str, volume: str = VOLUME, boot: str | None = BOOT_A
+) -> dict[str, Any]:
+    """The finish body a node whose TPM is ``tcti`` sends for the answer ``start``."""
+    nonce = base64.b64decode(start["nonce"])
+    qualifying = disk_qualifying_data(nonce, name, volume, start["epoch"], start["key_version"], boot)
+    with Agent(tcti) as agent:
+        ak = agent.create_ak()
+        quote, signature, pcrs = agent.quote_with_pcrs(ak, start["pcr_selection"], qualifying)
+    return {
+        "session": start["session"],
+        "quote": base64.b64encode(quote).decode(),
+        "signature": base64.b64encode(signature).decode(),
+        "pcrs": {bank: {str(i): v.hex() for i, v in sorted(values.items())} for bank, values in pcrs.items()},
+        "event_log": None,
+        "boot_id": boot,
+    }
+
+
+async def exchange(
+    http: aiohttp.ClientSession, r: Running, tcti: str, name: str = "disk-node", **start_extra: Any
+) -> tuple[int, dict[str, Any]]:
+    """start + finish with the TPM behind ``tcti`` playing the node ``name``."""
+    ek, _ak = tpm_keys(tcti)
+    volume = start_extra.pop("volume", VOLUME)
+    status, start = await post(http, r, DISK_START_PATH, start_body(name, ek, volume, **start_extra))
+    if status != 200:
+        return status, start
+    return await post(http, r, DISK_FINISH_PATH, quote_body(tcti, start, name, volume))

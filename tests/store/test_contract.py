@@ -736,3 +736,50 @@ async def _on_kube(steps: list[tuple[object, ...]]) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_store_matches_a_model(kind: str, steps: list[tuple[object, ...]]) -> None:
     asyncio.run(_on_sqlite(steps) if kind == "sqlite" else _on_kube(steps))
+
+
+# -- disk-key events (docs/disk-keys.md) -------------------------------------------------------------
+
+
+async def test_a_disk_release_marks_its_session_used_once_and_is_audited(backend: Backend) -> None:
+    store = await backend.open()
+    other = await backend.open()  # a second replica on the same state
+    await commit(store, make_att("gpu-1"), "s1")
+    exp = T0 + timedelta(minutes=1)
+    detail = "volume=6f1d2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b version=1"
+    assert await store.record_disk(
+        "gpu-1", action="disk-release", actor="node", detail=detail, session_id="d1", session_expires_at=exp
+    )
+    with pytest.raises(SessionReused):
+        await other.record_disk(
+            "gpu-1",
+            action="disk-release",
+            actor="node",
+            detail=detail,
+            session_id="d1",
+            session_expires_at=exp,
+        )
+    assert await other.session_used("d1", node_name="gpu-1")
+    with pytest.raises(SessionReused):  # a join may not finish on a release's session either
+        await commit(other, make_att("gpu-1", serial="02"), "d1", "renew")
+    await store.record_disk("gpu-1", action="disk-revoke", actor="alice", detail="stolen")
+    assert [(e.action, e.actor, e.detail) for e in await other.audit("gpu-1", limit=3)] == [
+        ("disk-revoke", "alice", "stolen"),
+        ("disk-release", "node", detail),
+        ("join", "node", "spiffe_id=spiffe://example.org/node/gpu-1 serial=01"),
+    ]
+
+
+async def test_disk_events_for_a_node_without_a_record(backend: Backend, store: Store) -> None:
+    # sqlite keeps a trail for any name (a recovery of a forgotten node is audited); the kubernetes
+    # store keeps it on the node's object and says it could not.
+    recorded = await store.record_disk("gone-1", action="disk-recover", actor="alice", detail="lost node")
+    assert recorded is backend.sqlite
+    assert [e.action for e in await store.audit("gone-1")] == (["disk-recover"] if backend.sqlite else [])
+
+
+async def test_disk_events_refuse_other_actions_and_half_a_session(store: Store) -> None:
+    with pytest.raises(ValueError, match="action"):
+        await store.record_disk("gpu-1", action="join", actor="node", detail="")
+    with pytest.raises(ValueError, match="session"):
+        await store.record_disk("gpu-1", action="disk-release", actor="node", detail="", session_id="x")
