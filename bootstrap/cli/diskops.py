@@ -24,7 +24,7 @@ from bootstrap.store.backup import BackupError, open_archive
 from bootstrap.store.backup.contents import DISK_KEYS
 from bootstrap.store.diskkeys import VaultDamaged, VaultUnavailable, parse_document
 
-_FAILURES = (VaultDamaged, VaultUnavailable, StoreUnavailable, KubeUnavailable, StartupError, BackupError)
+_FAILURES = (VaultDamaged, VaultUnavailable, StoreUnavailable, KubeUnavailable, StartupError)
 
 
 def actor() -> str:
@@ -38,9 +38,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         return asyncio.run(_run(args, prog, settings))
+    except BackupError as exc:
+        print(f"{prog}: {exc.detail} [{exc.code}]", file=sys.stderr)
+        return 1
     except _FAILURES as exc:
-        detail = getattr(exc, "detail", None) or str(exc)
-        print(f"{prog}: {' '.join(detail.split())}", file=sys.stderr)
+        print(f"{prog}: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
     except ValueError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)

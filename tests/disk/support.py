@@ -4,16 +4,18 @@ and the release client pointed at them."""
 from __future__ import annotations
 
 import base64
+import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 from cryptography.hazmat.primitives import serialization
 
 from attest import svid
-from bootstrap.config import Settings, settings_from_obj
+from bootstrap.config import Settings, load_settings
 from bootstrap.node.disk.release import Released, ReleaseOptions, release
 from bootstrap.node.join import JoinOptions, join
 from bootstrap.node.tpm import Agent
@@ -23,6 +25,7 @@ from tests.support.swtpms import TpmInfo
 
 ZERO = "00" * 32
 BOOT_A = "8c1f0b7e-2f6d-4b4f-9c1a-0e5d2a9b7c31"
+BOOT_B = "1a2b3c4d-5e6f-4a0b-8c1d-2e3f4a5b6c7d"
 VOLUME = "6f1d2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b"
 
 
@@ -32,6 +35,11 @@ def zero_pcr_class(name: str = "fleet") -> dict[str, Any]:
 
 
 def settings(tmp: Path, tpm: TpmInfo, **extra: Any) -> Settings:
+    return load_settings(config_file(tmp, tpm, **extra))
+
+
+def config_file(tmp: Path, tpm: TpmInfo, **extra: Any) -> Path:
+    """The config as ``nodegate serve --config`` and ``nodegate disk`` read it."""
     roots = tmp / "ek-roots.pem"
     roots.write_bytes(
         b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (tpm.root, tpm.intermediate))
@@ -46,8 +54,12 @@ def settings(tmp: Path, tpm: TpmInfo, **extra: Any) -> Settings:
         "pcr_policy": {"bank": "sha256", "pcrs": list(range(8)), "classes": [zero_pcr_class()]},
         "disk_keys": {"classes": ["fleet"], "require_measured_boot": False},
     }
-    doc.update(extra)
-    return settings_from_obj(doc)
+    doc.update({k: v for k, v in extra.items() if v is not None})
+    for key in [k for k, v in extra.items() if v is None]:
+        doc.pop(key, None)
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
 
 
 def bundle(r: Running, tmp: Path) -> Path:
@@ -148,3 +160,8 @@ async def exchange(
     if status != 200:
         return status, start
     return await post(http, r, DISK_FINISH_PATH, quote_body(tcti, start, name, volume))
+
+
+def cli(*args: str) -> list[str]:
+    """A ``nodegate`` command line for a subprocess (the service keeps serving in this one)."""
+    return [sys.executable, "-m", "bootstrap.cli", *args]

@@ -16,6 +16,7 @@ __all__ = [
     "Header",
     "LuksError",
     "Token",
+    "add_key",
     "add_token",
     "header",
     "opens",
@@ -134,18 +135,35 @@ def replace_token(device: Path, token_id: int, body: dict[str, Any]) -> None:
     )
 
 
+def add_key(device: Path, existing_key_file: Path, passphrase: bytes) -> str:
+    """A new keyslot for ``passphrase`` (from stdin), authorised by the key in ``existing_key_file``;
+    returns its number."""
+    _run(
+        ["luksAddKey", "--batch-mode", "--key-file", str(existing_key_file), str(device), "-"],
+        stdin=passphrase,
+    )
+    slot = opens(device, passphrase)
+    if not slot:
+        raise LuksError(f"{device}: the new keyslot does not open with its passphrase")
+    return slot
+
+
 def remove_key(device: Path, passphrase: bytes) -> None:
     """Remove the keyslot ``passphrase`` opens."""
     _run(["luksRemoveKey", "--batch-mode", "--key-file", "-", str(device)], stdin=passphrase)
 
 
-def reencrypt(device: Path, passphrase: bytes, keyslot: str, *, offline: bool, resume: bool) -> None:
+def reencrypt(device: Path, passphrase: bytes, keyslot: str | None, *, offline: bool, resume: bool) -> None:
     """A new volume key for the whole volume (LUKS2 reencryption, resumable: an interrupted run
     leaves a header that ``resume`` finishes). Only ``keyslot`` is kept: the others would open the
-    old key only."""
-    args = ["reencrypt", "--batch-mode", "--key-file", "-", "--key-slot", keyslot]
-    if resume:
+    old key only. ``resume`` (or no keyslot): finish an interrupted one."""
+    args = ["reencrypt", "--batch-mode", "--key-file", "-"]
+    # Resuming, the passphrase opens the new key's keyslot: cryptsetup finds it (naming the old
+    # slot fails then).
+    if resume or keyslot is None:
         args.append("--resume-only")
+    else:
+        args += ["--key-slot", keyslot]
     if offline:
         args.append("--force-offline-reencrypt")
     _run([*args, str(device)], stdin=passphrase, timeout=_REENCRYPT_TIMEOUT)

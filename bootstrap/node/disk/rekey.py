@@ -5,7 +5,8 @@ rekey   brings a volume to where it should be, each step only when it is still n
         1. a new volume key (LUKS2 reencryption: every copy of an image shares the image's key,
            and changing a passphrase does not change it). Resumed when cryptsetup left one
            half done; marked done by a ``nodegate-rekey`` token.
-        2. a keyslot bound to nodegate (``clevis luks bind``, the pin of this wheel).
+        2. a keyslot bound to nodegate, as ``clevis luks bind`` binds one (a clevis token whose
+           JWE is the nodegate pin's).
         3. the image's bootstrap passphrase removed.
         4. every nodegate binding sealed under an older server-secret version re-sealed under
            the current one (the passphrase and its keyslot do not change: no moment without a
@@ -20,8 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sysconfig
+import secrets
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +33,6 @@ from bootstrap.node.errors import JoinFailed, JoinUsageError
 
 __all__ = ["Binding", "RekeyOptions", "bindings", "rekey", "status", "unlock"]
 
-_CLEVIS_TIMEOUT = 300.0
 _MAX_KEY_FILE = 8 * 1024
 
 
@@ -119,7 +118,7 @@ async def _first_boot(opts: RekeyOptions, head: luks.Header, key: bytes, result:
     if not bindings(head):
         if opts.pin_config is None:
             raise JoinUsageError("no nodegate binding yet: give --server and --ca-bundle to make one")
-        await _clevis_bind(device, opts.bootstrap_key_file, opts.pin_config)
+        await _bind(device, opts.bootstrap_key_file, opts.pin_config)
         result.steps.append("bound a keyslot to nodegate")
     if slot is not None and await asyncio.to_thread(luks.opens, device, key) is not None:
         await _step(luks.remove_key, "removing the bootstrap passphrase", device, key)
@@ -137,32 +136,16 @@ async def _step(fn: Any, what: str, *args: Any, **kw: Any) -> Any:
         raise _luks(what, exc) from None
 
 
-def _clevis_env() -> dict[str, str]:
-    """PATH with the folder this wheel's console scripts are in, so clevis finds the pin."""
-    env = dict(os.environ)
-    scripts = sysconfig.get_path("scripts")
-    env["PATH"] = f"{scripts}:{env.get('PATH', '/usr/bin:/bin')}:/usr/sbin:/sbin"
-    return env
-
-
-async def _clevis_bind(device: Path, key_file: Path | None, config: str) -> None:
+async def _bind(device: Path, key_file: Path | None, config: str) -> None:
+    """What ``clevis luks bind -d DEV nodegate CONFIG`` does, in this process (so a refusal keeps
+    its machine code): a random passphrase in a new keyslot, sealed by the pin into a clevis token."""
     if key_file is None:
         raise JoinUsageError("binding needs --bootstrap-key-file (an existing passphrase)")
-    proc = await asyncio.create_subprocess_exec(
-        "clevis", "luks", "bind", "-y", "-k", str(key_file), "-d", str(device), "nodegate", config,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=_clevis_env(),
-    )  # fmt: skip
-    try:
-        _out, err = await asyncio.wait_for(proc.communicate(), _CLEVIS_TIMEOUT)
-    except TimeoutError:
-        proc.kill()
-        raise JoinFailed("luks_error", "clevis luks bind did not finish") from None
-    if proc.returncode != 0:
-        said = " ".join(err.decode("utf-8", "replace").split())[-400:]
-        raise JoinFailed("luks_error", f"clevis luks bind failed: {said}")
+    passphrase = secrets.token_urlsafe(32).encode()
+    sealed = await pin.encrypt(config, passphrase)  # first: a refused release changes nothing
+    slot = await _step(luks.add_key, "adding the keyslot", device, key_file, passphrase)
+    body = {"type": "clevis", "keyslots": [slot], "jwe": jwe.flattened_of(sealed)}
+    await _step(luks.add_token, "saving the binding", device, body)
 
 
 async def _rotate(device: Path, result: RekeyResult) -> None:
