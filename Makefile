@@ -1,6 +1,7 @@
 # nodegate: one Makefile for a fresh Debian machine (root, or a user with sudo).
 #   make deps   Debian packages: swtpm, swtpm-tools, tpm2-tools (tpm2_eventlog), libtss2-dev, build tools,
-#               systemd (systemd-analyze verify checks the units docs/node-join.md ships)
+#               systemd (systemd-analyze verify checks the units docs/node-join.md ships), clevis,
+#               clevis-luks, clevis-tpm2, cryptsetup-bin, jose (the disk-key pin's tests, docs/disk-keys.md)
 #   make venv   .venv with nodegate (editable) and every extra, exactly as uv.lock pins them
 #   make lock   refresh uv.lock after a change to pyproject.toml (UPGRADE=1: newest releases too)
 #   make test-latest  the tests on the newest releases instead of the lock (.venv-latest; CI does not)
@@ -27,7 +28,8 @@ UV      = $(shell $(PYTHON) scripts/lockfile.py uv)
 UV_SYNC = UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --all-extras --all-groups
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEBS   := swtpm swtpm-tools tpm2-tools libtss2-dev libtss2-tcti-swtpm0 pkg-config build-essential \
-          python3-venv python3-dev openssl ca-certificates systemd
+          python3-venv python3-dev openssl ca-certificates systemd \
+          clevis clevis-luks clevis-tpm2 cryptsetup-bin jose
 
 .PHONY: deps venv helm cluster test bench demo lint clean image image-deps spire wheel lock lock-check test-latest test-lowest
 

@@ -30,6 +30,7 @@ from attest.measuredboot.policy import MeasuredBootPolicy
 from attest.pcr import PcrPolicy
 from attest.spiffeid import SpiffeIdError, render_spiffe_id, validate_trust_domain
 from attest.x509pop import is_fact_value
+from bootstrap.diskconfig import DiskKeysSettings, check_disk_keys
 from bootstrap.names import is_node_name
 
 MAX_CONFIG_BYTES = 1024 * 1024
@@ -303,19 +304,6 @@ class EkAia(_Model):
         return v
 
 
-class DiskKeysSettings(_Model):
-    """Disk keys released to attested boots (docs/disk-keys.md). Absent: off."""
-
-    # The classes whose nodes get disk keys: names of enforced classes of pcr_policy or
-    # measured_boot, so a key is never released on a quote no policy judged.
-    classes: tuple[str, ...] = Field(min_length=1, max_length=64)
-    # The release must carry an event log that one of the measured_boot classes above accepts.
-    require_measured_boot: bool = True
-    # with store: kubernetes, the Secret (in kubernetes.namespace) that holds the server secret;
-    # with sqlite, state_dir/disk-keys.json (docs/disk-keys.md, "Where the secret lives").
-    secret_name: str = Field(default="nodegate-disk-keys", pattern=r"\A[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\z")
-
-
 class Settings(_Model):
     trust_domain: str = "example.org"
     listen: str = "0.0.0.0:8443"
@@ -418,22 +406,8 @@ class Settings(_Model):
 
     @model_validator(mode="after")
     def _disk_keys_need_a_quote_policy(self) -> Settings:
-        """No disk key without a policy that judged the quote: every class named must be an
-        enforced class of pcr_policy or measured_boot (docs/disk-keys.md)."""
-        if self.disk_keys is None:
-            return self
-        pcr = {c.name for c in self.pcr_policy.classes if c.mode == "enforce"}
-        boot = {c.name for c in self.measured_boot.classes if c.mode == "enforce"}
-        unknown = [c for c in self.disk_keys.classes if c not in pcr | boot]
-        if unknown:
-            raise ValueError(
-                f"disk_keys.classes {unknown} are not enforced classes of pcr_policy or measured_boot: "
-                "a disk key is released only to a boot an enforced quote policy accepted"
-            )
-        if self.disk_keys.require_measured_boot and not set(self.disk_keys.classes) & boot:
-            raise ValueError(
-                "disk_keys.require_measured_boot needs at least one measured_boot class in disk_keys.classes"
-            )
+        if self.disk_keys is not None:
+            check_disk_keys(self.disk_keys, self.pcr_policy, self.measured_boot)
         return self
 
     @property

@@ -81,4 +81,6 @@ COMMENTS: Final[dict[str, str]] = {
     "spire.plugin_data_file": "SPIRE's x509pop plugin_data_file, rewritten with bundle_file",
     "spire.server_pid_file": "the SPIRE server's pid: sent SIGUSR1 (reload plugin data) after a change",
     "admin.spiffe_ids": "SPIFFE ID -> permissions (list, revoke, forget, rotate, metrics)",
+    "disk_keys": "LUKS keys released only to attested boots, {classes, require_measured_boot, "
+    "secret_name}; null: off (docs/disk-keys.md)",
 }

@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 
 BOOTSTRAP = b"the image's bootstrap passphrase"  # what every copy of an image shares
-TOOLS = ("cryptsetup", "clevis", "jose", "clevis-luks-bind")
+TOOLS = ("cryptsetup", "clevis", "jose", "clevis-luks-bind", "clevis-encrypt-tpm2")
 
 
 def require_tools() -> None:
     missing = [t for t in TOOLS if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()]
     if missing:
-        pytest.fail(f"{missing} missing: make deps installs clevis, clevis-luks, cryptsetup-bin and jose")
+        debs = "clevis, clevis-luks, clevis-tpm2, cryptsetup-bin, jose"
+        pytest.fail(f"{missing} missing: make deps installs {debs}")
 
 
 def cryptsetup(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:

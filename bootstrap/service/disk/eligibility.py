@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from attest import pcr
 from attest.measuredboot import policy as measuredboot
 from attest.measuredboot.facts import BootFacts
-from bootstrap.config import DiskKeysSettings
+from bootstrap.diskconfig import DiskKeysSettings
 
 
 def disk_class(

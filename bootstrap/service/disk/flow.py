@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 from attest import diskkey, tpm
 from attest.errors import AttestationError, EkMismatch, MalformedInput
 from attest.identity import ek_digest
-from bootstrap.config import DiskKeysSettings, Settings
+from bootstrap.config import Settings
+from bootstrap.diskconfig import DiskKeysSettings
 from bootstrap.names import is_node_name
 from bootstrap.problems import (
     DiskKeyRevoked,
