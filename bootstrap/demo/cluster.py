@@ -19,6 +19,7 @@ def register_resources(emu: ShimEmulator) -> None:
         ("v1/nodes", "Node", False),
         ("v1/events", "Event", True),
         ("coordination.k8s.io/v1/leases", "Lease", True),
+        ("v1/secrets", "Secret", True),  # the disk-key secret (docs/disk-keys.md)
         ("certificates.k8s.io/v1/certificatesigningrequests", "CertificateSigningRequest", False),
         ("nodegate.io/v1alpha1/nodeattestations", "NodeAttestation", False),
         ("nodewright.nvidia.com/v1alpha1/nodewrights", "NodeWright", False),

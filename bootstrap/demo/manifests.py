@@ -62,6 +62,8 @@ def service_config(golden: dict[int, str], authority: str, applications: list[st
         },
         # The mutating webhook gives package CRs the hold tolerations (the default, said here).
         "nodewright": {"inject_tolerations": True},
+        # Disk keys for the boots the measured-boot class accepts (docs/disk-keys.md).
+        "disk_keys": {"classes": [MB_CLASS]},
     }
 
 

@@ -25,6 +25,7 @@ from bootstrap.config import load_settings
 from bootstrap.demo import firmware, swtpm
 from bootstrap.demo.admit import admit
 from bootstrap.demo.cluster import start_api
+from bootstrap.demo.disk import disk_line, empty_secret
 from bootstrap.demo.emulator import ShimEmulator
 from bootstrap.demo.manifests import (
     CR_GROUP,
@@ -169,6 +170,7 @@ class Demo:
         # authorities by certificate digest: a subject alone admits any key under it (issue 33)
         config = service_config(golden, "sha256:" + hashlib.sha256(self.db_der).hexdigest(), apps)
         self.config.write_text(yaml.safe_dump(config, sort_keys=False))
+        await empty_secret(self.root / "kubeconfig")
         self.url, self.admission_url = await start_serve(self.stack, self.config, self.root)
         # What an operator distributes to nodes: the CA certificates from state_dir.
         cas = sorted((self.root / "state" / "ca").glob("ca-*.pem"))
@@ -230,6 +232,11 @@ class Demo:
         if has_node or (self.root / "out" / TAMPERED / "svid.pem").exists():
             raise DemoFailed(f"{TAMPERED} was refused but got an SVID or a Node")
         detail("no SVID, no kubelet certificate, no Node object")
+        detail(
+            await disk_line(
+                self.machines[NODES[0]], self.machines[TAMPERED], self.url, self.bundle, self.root
+            )
+        )
         return code
 
     def _kube(self) -> Kube:
