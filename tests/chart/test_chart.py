@@ -201,6 +201,16 @@ SCENARIOS: dict[str, tuple[Doc, str, str]] = {
     "sqlite": ({"store": "sqlite", "replicaCount": 1, "persistence": {"enabled": True}}, "nodegate", "ng"),
     "sqlite-emptydir": ({"store": "sqlite", "replicaCount": 1}, "nodegate", "ng"),
     "custom-namespace": ({"config": {"trust_domain": "fleet.example.com"}}, "gpu-trust", "edge"),
+    "disk-keys": (
+        {
+            "config": {
+                "pcr_policy": {"classes": [{"name": "fleet", "golden": {"sha256": {0: ["00" * 32]}}}]},
+                "disk_keys": {"classes": ["fleet"], "require_measured_boot": False},
+            }
+        },
+        "nodegate",
+        "ng",
+    ),
     "own-ca-secret": (
         {"ca": {"create": False, "generate": False, "secretName": "corp-nodegate-ca"}},
         "nodegate",
@@ -267,6 +277,11 @@ def test_kinds_per_scenario(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
     if name == "cert-manager-cluster-issuer":  # the user's issuer: no chart-made CA
         assert kinds([d for d in docs if d["apiVersion"].startswith("cert-manager.io/")]) == ["Certificate"]
     assert not any(d["kind"] == "CustomResourceDefinition" for d in docs), "CRDs live in crds/, not templates"
+    disk = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "nodegate-disk-keys"]
+    assert len(disk) == (1 if values.get("config", {}).get("disk_keys") else 0)
+    assert all(
+        "data" not in d and d["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for d in disk
+    )
 
 
 # -- schemas ----------------------------------------------------------------------------------------
@@ -843,7 +858,7 @@ def test_rbac_least_privilege(scenario: tuple[str, Doc, str, list[Doc]]) -> None
     generate = values.get("ca", {}).get("generate", True)
     ca_secret = next(v for v in pod_spec(docs)["volumes"] if v["name"] == "ca")["secret"]["secretName"]
     if generate:
-        assert secret_rules == [
+        assert [r for r in secret_rules if r.get("resourceNames") != ["nodegate-disk-keys"]] == [
             {
                 "apiGroups": [""],
                 "resources": ["secrets"],
@@ -853,6 +868,10 @@ def test_rbac_least_privilege(scenario: tuple[str, Doc, str, list[Doc]]) -> None
         ]
     else:
         assert secret_rules == [], "without ca.generate the pods need no Secret access at all"
+    disk = values.get("config", {}).get("disk_keys")
+    disk_rules = [r for r in secret_rules if r.get("resourceNames") == ["nodegate-disk-keys"]]
+    grant = {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["nodegate-disk-keys"]}
+    assert disk_rules == ([{**grant, "verbs": ["get", "update"]}] if disk else [])
 
 
 def test_rbac_decisions(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
