@@ -4,6 +4,7 @@ the environment, never the command line), messages and exit codes. Arguments: cl
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import stat
@@ -15,8 +16,10 @@ from pathlib import Path
 from bootstrap.cli.arguments import PASSPHRASE_ENV
 from bootstrap.config import ConfigError, Settings, load_settings
 from bootstrap.files import read_limited
+from bootstrap.kube import Kube, KubeConfigError, KubeUnavailable
 from bootstrap.store.backup import BackupError, backup, restore
 from bootstrap.store.backup.container import MAX_PASSPHRASE
+from bootstrap.store.diskkeys import KubeVault, VaultDamaged, VaultUnavailable
 
 __all__ = ["PASSPHRASE_ENV", "cli_backup", "cli_restore", "read_passphrase", "run"]
 
@@ -67,7 +70,12 @@ def cli_backup(args: argparse.Namespace) -> int:
         return 2
     settings, passphrase = inputs
     try:
-        info = backup(settings, args.out, passphrase=passphrase, now=datetime.now(UTC))
+        in_cluster = settings.disk_keys is not None and settings.store == "kubernetes"
+        disk_keys = asyncio.run(_disk_keys_from_cluster(settings)) if in_cluster else None
+        info = backup(settings, args.out, passphrase=passphrase, now=datetime.now(UTC), disk_keys=disk_keys)
+    except (VaultDamaged, VaultUnavailable, KubeUnavailable, KubeConfigError) as exc:
+        print(f"nodegate backup: the disk-key secret: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     except BackupError as exc:
         print(f"nodegate backup: {exc.detail} [{exc.code}]", file=sys.stderr)
         return 1
@@ -88,7 +96,32 @@ def cli_restore(args: argparse.Namespace) -> int:
         return 1
     made = info.created_at.isoformat(timespec="seconds")
     print(f"nodegate restore: restored the backup of {made} into {settings.state_dir}: {info.note}")
+    if info.disk_keys and settings.store == "kubernetes" and settings.disk_keys is not None:
+        name, ns = settings.disk_keys.secret_name, settings.kubernetes.namespace
+        path = settings.state_dir / "disk-keys.json"
+        print(
+            f"nodegate restore: the disk-key secret is in {path}; put it back into the Secret {ns}/{name} "
+            f"(kubectl -n {ns} create secret generic {name} --from-file={path} --dry-run=client -o yaml "
+            "| kubectl apply -f -)"
+        )
     return 0
+
+
+async def _disk_keys_from_cluster(settings: Settings) -> bytes | None:
+    """With store: kubernetes the disk-key secret is a Secret (docs/disk-keys.md): read it for the
+    archive. None otherwise (a sqlite state_dir holds it as a file)."""
+    if settings.disk_keys is None or settings.store != "kubernetes":
+        return None
+    kube = await Kube.from_settings(settings.kubernetes)
+    if kube is None:
+        raise KubeUnavailable("no cluster: set kubernetes.kubeconfig to back up the disk-key Secret")
+    try:
+        doc = await KubeVault(kube, settings.kubernetes.namespace, settings.disk_keys.secret_name).read()
+    finally:
+        await kube.close()
+    if doc is None:
+        raise VaultDamaged("the disk-key Secret holds no document (has nodegate serve started?)")
+    return doc.dump()
 
 
 def run(args: argparse.Namespace) -> int:
