@@ -8,9 +8,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeAlias
 
-from bootstrap.node.defaults import DEFAULT_TCTI, NODE_DIR
+from bootstrap.node.defaults import DEFAULT_TCTI, EVENT_LOG, NODE_DIR
 
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # generic only to mypy
+
+
+def _machine(p: argparse.ArgumentParser) -> None:
+    """What the pin takes from the environment (NODEGATE_TCTI, NODEGATE_EVENT_LOG), as options."""
+    p.add_argument("--tcti", default=None, help=f"the TPM (default {DEFAULT_TCTI}, or the binding's)")
+    p.add_argument(
+        "--event-log",
+        type=Path,
+        metavar="FILE",
+        help=f"the measured-boot event log to send (default: {EVENT_LOG} when the TPM is the platform's)",
+    )
 
 
 def add_disk(sub: Sub, passphrase: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -21,6 +32,7 @@ def add_disk(sub: Sub, passphrase: Callable[[argparse.ArgumentParser], None]) ->
     unlock.add_argument("device", type=Path, metavar="DEV")
     unlock.add_argument("name", nargs="?", metavar="NAME", help="the mapping to create (/dev/mapper/NAME)")
     unlock.add_argument("--test", action="store_true", help="only check that the released key opens it")
+    _machine(unlock)
 
     rekey = dsub.add_parser(
         "rekey",
@@ -40,7 +52,7 @@ def add_disk(sub: Sub, passphrase: Callable[[argparse.ArgumentParser], None]) ->
     )
     rekey.add_argument("--node-name", help=f"for a new binding (default: join.json in {NODE_DIR})")
     rekey.add_argument("--ek", choices=("ecc", "rsa"), default="rsa", help="the EK the node joined with")
-    rekey.add_argument("--tcti", default=None, help=f"the TPM (default {DEFAULT_TCTI})")
+    _machine(rekey)
     rekey.add_argument(
         "--offline",
         action="store_true",

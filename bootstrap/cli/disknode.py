@@ -7,19 +7,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 
 from bootstrap.cli.common import node_log
 from bootstrap.node.defaults import NODE_DIR
-from bootstrap.node.disk import jwe, luks, rekey
+from bootstrap.node.disk import jwe, luks, pin, rekey
 from bootstrap.node.errors import EXIT_OK, EXIT_REFUSED, JoinFailed, JoinUsageError, report_failure
+from bootstrap.node.eventlogfile import require_event_log
 from bootstrap.node.renew import read_index
 
 
 def run(args: argparse.Namespace) -> int:
     node_log("disk")
     prog = f"nodegate disk {args.disk_command}"
+    # The pin's code reads the machine from the environment (bootstrap/node/disk/pin.py): the
+    # options set it for this process.
     try:
+        if getattr(args, "tcti", None):
+            os.environ[pin.TCTI_ENV] = args.tcti
+        if getattr(args, "event_log", None) is not None:
+            require_event_log(args.event_log)
+            os.environ[pin.EVENT_LOG_ENV] = str(args.event_log)
         if args.disk_command == "status":
             return _status(args)
         if args.disk_command == "unlock":

@@ -41,7 +41,7 @@ def server_codes() -> set[str]:
 
 def node_codes() -> set[str]:
     found: set[str] = set()
-    for path in (ROOT / "bootstrap" / "node").glob("*.py"):
+    for path in (ROOT / "bootstrap" / "node").rglob("*.py"):
         found |= set(_NODE_CODE.findall(path.read_text()))
     return found | set(client._STATUS_CODES.values()) | {"server_error"}  # 5xx without a problem
 
