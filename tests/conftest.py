@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -78,6 +79,20 @@ def swtpm(_swtpm_a: harness.Swtpm) -> Iterator[TpmInfo]:
 def other_swtpm(_swtpm_b: harness.Swtpm) -> Iterator[TpmInfo]:
     """A second, independent software TPM (same CA)."""
     yield from _info(_swtpm_b)
+
+
+@pytest.fixture
+def fresh_tpm(local_ca: harness.LocalCa, tmp_path: Path) -> Iterator[TpmInfo]:
+    """A TPM of the test's own: for a test that changes what the shared swtpm must keep as it is
+    (extends PCRs, defines NV indices)."""
+    state = tmp_path / "tpm"
+    state.mkdir()
+    harness.manufacture(local_ca, state)
+    tpm = harness.start(local_ca, state)
+    try:
+        yield TpmInfo(tpm.tcti, tpm.ca.root, tpm.ca.intermediate, tpm)
+    finally:
+        tpm.stop()
 
 
 @pytest.fixture(autouse=True)

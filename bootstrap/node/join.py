@@ -138,13 +138,18 @@ class JoinOptions:
 
     def __post_init__(self) -> None:
         base_url(self.server)
-        if not is_node_name(self.node_name):
-            raise JoinUsageError(
-                f"node name {one_line(repr(self.node_name), 80)} is not a lowercase RFC 1123 DNS name"
-            )
-        if self.ek_kind not in ("rsa", "ecc"):
-            raise JoinUsageError(f"EK kind must be 'rsa' or 'ecc', not {one_line(repr(self.ek_kind), 40)}")
+        check_identity(self.node_name, self.ek_kind)
         check_retry_options(self.attempts, self.backoff, self.timeout)
+
+
+def check_identity(node_name: str, ek_kind: str) -> None:
+    """The node name and EK kind of a join (and of a disk-key release): usage errors, named."""
+    if not is_node_name(node_name):
+        raise JoinUsageError(
+            f"node name {one_line(repr(node_name), 80)} is not a lowercase RFC 1123 DNS name"
+        )
+    if ek_kind not in ("rsa", "ecc"):
+        raise JoinUsageError(f"EK kind must be 'rsa' or 'ecc', not {one_line(repr(ek_kind), 40)}")
 
 
 @dataclass(frozen=True)

@@ -254,6 +254,24 @@ def check_counters(value: object) -> Counters:
     return Counters(*value)
 
 
+def check_disk_event(
+    node_name: object,
+    action: object,
+    actor: object,
+    detail: object,
+    session_id: object,
+    session_expires_at: object,
+) -> tuple[str, tuple[str, datetime] | None]:
+    """``record_disk``'s arguments, as both backends check them: (the clipped detail, the
+    session and its expiry, or None)."""
+    check_node_name(node_name)
+    check_action(action, DISK_ACTIONS)
+    check_actor(actor)
+    if session_id is None and session_expires_at is None:
+        return clip(detail), None
+    return clip(detail), (check_session_id(session_id), check_time(session_expires_at, "session_expires_at"))
+
+
 def check_attestation(att: object) -> Attestation:
     if not isinstance(att, Attestation):
         raise ValueError("commit takes an Attestation")  # noqa: TRY004  (ValueError is the contract)

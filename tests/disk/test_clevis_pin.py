@@ -16,12 +16,7 @@ from tests.disk import support as ds
 from tests.support.service import Running, running
 from tests.support.swtpms import TpmInfo
 
-pytestmark = pytest.mark.swtpm
-
-
-@pytest.fixture(autouse=True)
-def _tools() -> None:
-    luksimg.require_tools()
+pytestmark = [pytest.mark.swtpm, pytest.mark.usefixtures("luks_tools")]
 
 
 @pytest.fixture

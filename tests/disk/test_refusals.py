@@ -28,7 +28,7 @@ from tests.disk import support as ds
 from tests.support import eventlogs as el
 from tests.support.certs import ca_der
 from tests.support.service import Running, running
-from tests.support.swtpms import TpmInfo
+from tests.support.swtpms import TpmInfo, measure
 
 pytestmark = pytest.mark.swtpm
 
@@ -306,15 +306,6 @@ async def test_the_node_client_reports_the_servers_code(svc: Running, swtpm: Tpm
 # -- measured boot: a fresh TPM, firmware played by the test -------------------------------------
 
 
-def _firmware(tpm: TpmInfo, events: list[el.Ev], path: Path) -> Path:
-    with Agent(tpm.tcti) as agent:
-        for ev in events:
-            if ev.type != el.EV_NO_ACTION:
-                agent.extend_pcr(ev.pcr, ev.digest("sha256"), "sha256")
-    path.write_bytes(el.build(events, banks=("sha256",)))
-    return path
-
-
 def _mb(authority: bytes) -> dict[str, Any]:
     return {
         "secure_boot": "required",
@@ -325,7 +316,7 @@ def _mb(authority: bytes) -> dict[str, Any]:
 async def test_measured_boot_decides_and_a_boot_its_class_refuses_gets_nothing(
     tmp_path: Path, fresh_tpm: TpmInfo
 ) -> None:
-    log = _firmware(fresh_tpm, el.boot(cert_der=ca_der()), tmp_path / "bios_measurements")
+    log = measure(fresh_tpm, el.boot(cert_der=ca_der()), tmp_path / "bios_measurements")
     good = ds.settings(
         tmp_path, fresh_tpm, pcr_policy={}, measured_boot=_mb(ca_der()),
         disk_keys={"classes": ["fleet-mb"]},

@@ -5,7 +5,7 @@ test (extend the TPM's PCRs with each event's digest, write the log), the real `
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,14 +16,12 @@ from cryptography.hazmat.primitives import serialization
 
 from attest import svid
 from bootstrap.config import settings_from_obj
-from bootstrap.demo import swtpm as harness
 from bootstrap.node.attest import AttestOptions, attest
 from bootstrap.node.join import JoinFailed, JoinOptions, join
-from bootstrap.node.tpm import Agent
 from tests.support import eventlogs as el
 from tests.support.certs import ca_der, self_signed
 from tests.support.service import Running, running
-from tests.support.swtpms import TpmInfo
+from tests.support.swtpms import TpmInfo, measure
 
 pytestmark = pytest.mark.swtpm
 
@@ -35,19 +33,6 @@ def mb_policy() -> dict[str, Any]:
         "secure_boot": "required",
         "classes": [{"name": "fleet", "authorities": ["sha256:" + hashlib.sha256(ca_der()).hexdigest()]}],
     }
-
-
-@pytest.fixture
-def fresh_tpm(local_ca: harness.LocalCa, tmp_path: Path) -> Iterator[TpmInfo]:
-    """A TPM of its own: this test extends PCRs 0-9, which the shared swtpm must keep at zero."""
-    state = tmp_path / "tpm"
-    state.mkdir()
-    harness.manufacture(local_ca, state)
-    tpm = harness.start(local_ca, state)
-    try:
-        yield TpmInfo(tpm.tcti, tpm.ca.root, tpm.ca.intermediate, tpm)
-    finally:
-        tpm.stop()
 
 
 def _settings(tmp: Path, tpm: TpmInfo, **extra: Any) -> Any:
@@ -90,19 +75,9 @@ def _boot_id(tmp: Path, value: str = BOOT_A) -> Path:
     return path
 
 
-def _firmware(tpm: TpmInfo, events: list[el.Ev], path: Path) -> Path:
-    """What firmware does: extend each event's digest into the TPM, and log the events."""
-    with Agent(tpm.tcti) as agent:
-        for ev in events:
-            if ev.type != el.EV_NO_ACTION:
-                agent.extend_pcr(ev.pcr, ev.digest("sha256"), "sha256")
-    path.write_bytes(el.build(events, banks=("sha256",)))
-    return path
-
-
 async def test_measured_boot_on_a_tpm_end_to_end(mb_svc: Running, fresh_tpm: TpmInfo, tmp_path: Path) -> None:
     events = el.boot(cert_der=ca_der())
-    log = _firmware(fresh_tpm, events, tmp_path / "bios_measurements")
+    log = measure(fresh_tpm, events, tmp_path / "bios_measurements")
     opts = JoinOptions(
         server=mb_svc.base,
         ca_bundle=_bundle(mb_svc, tmp_path),
@@ -129,7 +104,7 @@ async def test_a_boot_under_an_unknown_authority_is_refused_and_cannot_be_disgui
 ) -> None:
     _, unknown = self_signed("Unknown CA")
     events = el.boot(cert_der=unknown.public_bytes(serialization.Encoding.DER))
-    honest = _firmware(fresh_tpm, events, tmp_path / "honest")
+    honest = measure(fresh_tpm, events, tmp_path / "honest")
     opts = JoinOptions(
         server=mb_svc.base,
         ca_bundle=_bundle(mb_svc, tmp_path),

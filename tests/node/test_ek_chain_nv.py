@@ -4,7 +4,6 @@ complete a path to a root it trusts, and add no trust of their own (docs/ek-root
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ from tpm2_pytss import ESYS_TR, TPM2_ALG, TPM2B_AUTH, TPM2B_NV_PUBLIC, TPMA_NV, 
 
 from attest import svid
 from bootstrap.config import settings_from_obj
-from bootstrap.demo import swtpm as harness
 from bootstrap.node.join import JoinFailed, JoinOptions, join
 from bootstrap.node.tpm import EK_CHAIN_FIRST, Agent, split_ders
 from tests.support.certs import self_signed
@@ -23,19 +21,6 @@ from tests.support.service import Running, running
 from tests.support.swtpms import TpmInfo
 
 pytestmark = pytest.mark.swtpm
-
-
-@pytest.fixture
-def fresh_tpm(local_ca: harness.LocalCa, tmp_path: Path) -> Iterator[TpmInfo]:
-    """A TPM of its own: this test defines NV indices the shared swtpm must not keep."""
-    state = tmp_path / "tpm"
-    state.mkdir()
-    harness.manufacture(local_ca, state)
-    tpm = harness.start(local_ca, state)
-    try:
-        yield TpmInfo(tpm.tcti, tpm.ca.root, tpm.ca.intermediate, tpm)
-    finally:
-        tpm.stop()
 
 
 def store_chain(tpm: TpmInfo, index: int, data: bytes) -> None:

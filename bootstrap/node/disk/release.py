@@ -24,7 +24,6 @@ from pathlib import Path
 
 from attest import diskkey
 from attest.identity import ek_digest
-from bootstrap.names import is_node_name
 from bootstrap.node.client import (
     ServiceClient,
     base_url,
@@ -37,6 +36,7 @@ from bootstrap.node.client import (
 from bootstrap.node.defaults import ATTEMPTS, BOOT_ID, DEFAULT_TCTI
 from bootstrap.node.errors import JoinFailed, JoinUsageError, one_line
 from bootstrap.node.evidence import AsyncTpm, BootEvidence, quote_body, read_boot_evidence
+from bootstrap.node.join import check_identity
 from bootstrap.node.tpm import EkKind
 from bootstrap.protocol import (
     DISK_FINISH_PATH,
@@ -71,14 +71,9 @@ class ReleaseOptions:
 
     def __post_init__(self) -> None:
         base_url(self.server)
-        if not is_node_name(self.node_name):
-            raise JoinUsageError(
-                f"node name {one_line(repr(self.node_name), 80)} is not a Kubernetes node name"
-            )
+        check_identity(self.node_name, self.ek_kind)
         if not is_volume_uuid(self.volume):
             raise JoinUsageError(f"volume {one_line(repr(self.volume), 80)} is not a LUKS UUID")
-        if self.ek_kind not in ("rsa", "ecc"):
-            raise JoinUsageError(f"EK kind must be 'rsa' or 'ecc', not {one_line(repr(self.ek_kind), 40)}")
         check_retry_options(self.attempts, self.backoff, self.timeout)
 
 

@@ -50,7 +50,6 @@ from bootstrap.store.kube.objects import (
     written_annotations,
 )
 from bootstrap.store.model import (
-    DISK_ACTIONS,
     Attestation,
     AuditEntry,
     Check,
@@ -62,6 +61,7 @@ from bootstrap.store.model import (
     check_anchors,
     check_attestation,
     check_code,
+    check_disk_event,
     check_limit,
     check_node_name,
     check_session_id,
@@ -333,15 +333,8 @@ class KubeStore:
         session_id: str | None = None,
         session_expires_at: datetime | None = None,
     ) -> bool:
-        check_node_name(node_name)
-        check_action(action, DISK_ACTIONS)
-        check_actor(actor)
-        text = clip(detail)
-        session = None
-        if session_id is not None or session_expires_at is not None:
-            session = Session(
-                check_session_id(session_id), check_time(session_expires_at, "session_expires_at")
-            )
+        text, checked = check_disk_event(node_name, action, actor, detail, session_id, session_expires_at)
+        session = None if checked is None else Session(*checked)
 
         def build(obj: NodeObject) -> dict[str, Any]:
             refuse_damaged(obj)

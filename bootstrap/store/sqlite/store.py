@@ -29,7 +29,6 @@ from typing import Any, Final, TypeVar
 from bootstrap.files import ensure_dir
 from bootstrap.problems import NodeNameConflict, NodeRecordDamaged, SessionReused
 from bootstrap.store.model import (
-    DISK_ACTIONS,
     Attestation,
     AuditEntry,
     Check,
@@ -41,6 +40,7 @@ from bootstrap.store.model import (
     check_anchors,
     check_attestation,
     check_code,
+    check_disk_event,
     check_limit,
     check_node_name,
     check_session_id,
@@ -368,16 +368,8 @@ class SqliteStore:
         session_id: str | None = None,
         session_expires_at: datetime | None = None,
     ) -> bool:
-        check_node_name(node_name)
-        check_action(action, DISK_ACTIONS)
-        check_actor(actor)
-        text = clip(detail)
-        session = None
-        if session_id is not None or session_expires_at is not None:
-            session = (
-                check_session_id(session_id),
-                to_us(check_time(session_expires_at, "session_expires_at")),
-            )
+        text, checked = check_disk_event(node_name, action, actor, detail, session_id, session_expires_at)
+        session = None if checked is None else (checked[0], to_us(checked[1]))
 
         def run(db: sqlite3.Connection) -> bool:
             if session is not None:
