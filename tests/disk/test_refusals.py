@@ -345,3 +345,18 @@ async def test_a_boot_whose_pcrs_changed_is_refused(tmp_path: Path, fresh_tpm: T
         with pytest.raises(JoinFailed) as exc:
             await release(ds.options(r, fresh_tpm, tmp_path))
     assert exc.value.code == "pcr_policy_violation"
+
+
+async def test_a_request_with_only_a_stolen_svid_gets_nothing(
+    svc: Running, swtpm: TpmInfo, other_swtpm: TpmInfo, tmp_path: Path
+) -> None:
+    """The thief has the node's SVID and key (its files) and sends them as the TLS client
+    certificate; the release does not take it for the node: only a quote by the node's AK does."""
+    await ds.joined(svc, swtpm, tmp_path)
+    files = tmp_path / "node-disk-node"
+    ek, _ = ds.tpm_keys(swtpm.tcti)  # public: the thief may have it too
+    async with svc.http(cert=(files / "svid.pem", files / "node.key")) as http:
+        status, start = await ds.post(http, svc, DISK_START_PATH, ds.start_body("disk-node", ek))
+        assert status == 200  # a start gives a nonce to anyone; nothing else
+        body = ds.quote_body(other_swtpm.tcti, start, "disk-node")  # the thief's TPM quotes
+        refused(*await ds.post(http, svc, DISK_FINISH_PATH, body), "quote_signature_invalid")

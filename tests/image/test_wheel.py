@@ -59,6 +59,9 @@ def test_make_wheel_builds_the_node_install(node_wheel: Path) -> None:
     assert "Requires-Python: >=3.11" in meta  # the floor docs/node-join.md states
     assert re.search(r"^nodegate = bootstrap\.cli", entry, re.M)
     assert re.search(r"^kubectl-nodegate = bootstrap\.cli", entry, re.M)
+    # the Clevis pin (docs/disk-keys.md): Clevis runs clevis-{encrypt,decrypt}-<pin> from PATH
+    assert re.search(r"^clevis-encrypt-nodegate = bootstrap\.cli\.clevispin:encrypt_main$", entry, re.M)
+    assert re.search(r"^clevis-decrypt-nodegate = bootstrap\.cli\.clevispin:decrypt_main$", entry, re.M)
     # ... and beside it what a node installs it with: the wheel by hash, then the locked runtime set
     requirements = tmp_path / f"nodegate-{version}-requirements.txt"
     lines = [line for line in requirements.read_text().splitlines() if not line.startswith("#")]
