@@ -123,3 +123,29 @@ def test_decrypt_reads_the_machine_from_the_environment(monkeypatch: pytest.Monk
         "device:/dev/tpmrm0"
     )
     assert os.environ.get(pin.BOOT_ID_ENV) is None
+
+
+@pytest.mark.usefixtures("luks_tools")
+def test_status_of_a_volume_that_is_still_the_images(
+    tmp_path: pin.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from bootstrap.cli.main import main as cli_main
+    from tests.disk import luksimg
+
+    disk = luksimg.make_volume(tmp_path / "image.img")
+    assert cli_main(["disk", "status", str(disk)]) == 0
+    text = capsys.readouterr().out
+    assert "NOT re-keyed" in text
+    assert "no nodegate binding" in text
+    assert cli_main(["disk", "status", str(disk), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["uuid"], doc["rekeyed"], doc["bindings"], doc["keyslots"]) == (
+        luksimg.uuid_of(disk),
+        False,
+        [],
+        ["0"],
+    )
+    assert cli_main(["disk", "unlock", str(disk), "--test"]) == 2  # a local problem
+    assert "not_bound" in capsys.readouterr().err
+    assert cli_main(["disk", "status", str(tmp_path / "missing.img")]) == 2
+    assert "luks_error" in capsys.readouterr().err
