@@ -24,22 +24,30 @@ from tests.support.service import Running
 from tests.support.swtpms import TpmInfo
 
 ZERO = "00" * 32
+SELECTION = "sha256:0,1,2,3,4,5,6,7"
 BOOT_A = "8c1f0b7e-2f6d-4b4f-9c1a-0e5d2a9b7c31"
 BOOT_B = "1a2b3c4d-5e6f-4a0b-8c1d-2e3f4a5b6c7d"
 VOLUME = "6f1d2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b"
 
 
-def zero_pcr_class(name: str = "fleet") -> dict[str, Any]:
-    """A PCR class a fresh swtpm matches: PCRs 0-7 never extended."""
-    return {"name": name, "golden": {"sha256": {i: [ZERO] for i in range(8)}}}
+def pcr_class(*tpms: TpmInfo, name: str = "fleet") -> dict[str, Any]:
+    """A PCR class the machines ``tpms`` match as they are now, and a fresh swtpm too (PCRs 0-7
+    never extended): other tests extend PCRs of the session's shared swtpms."""
+    golden: dict[int, set[str]] = {i: {ZERO} for i in range(8)}
+    for tpm in tpms:
+        with Agent(tpm.tcti) as agent:
+            for i, value in agent.read_pcrs(SELECTION)["sha256"].items():
+                golden[i].add(value.hex())
+    return {"name": name, "golden": {"sha256": {i: sorted(v) for i, v in golden.items()}}}
 
 
-def settings(tmp: Path, tpm: TpmInfo, **extra: Any) -> Settings:
-    return load_settings(config_file(tmp, tpm, **extra))
+def settings(tmp: Path, tpm: TpmInfo, *also: TpmInfo, **extra: Any) -> Settings:
+    return load_settings(config_file(tmp, tpm, *also, **extra))
 
 
-def config_file(tmp: Path, tpm: TpmInfo, **extra: Any) -> Path:
-    """The config as ``nodegate serve --config`` and ``nodegate disk`` read it."""
+def config_file(tmp: Path, tpm: TpmInfo, *also: TpmInfo, **extra: Any) -> Path:
+    """The config as ``nodegate serve --config`` and ``nodegate disk`` read it: disk keys for the
+    class the machines ``tpm`` and ``also`` boot now."""
     roots = tmp / "ek-roots.pem"
     roots.write_bytes(
         b"".join(c.public_bytes(serialization.Encoding.PEM) for c in (tpm.root, tpm.intermediate))
@@ -51,7 +59,7 @@ def config_file(tmp: Path, tpm: TpmInfo, **extra: Any) -> Path:
         "ek_roots": [str(roots)],
         "server_names": ["localhost", "127.0.0.1"],
         "admission": {"listen": "127.0.0.1:0"},
-        "pcr_policy": {"bank": "sha256", "pcrs": list(range(8)), "classes": [zero_pcr_class()]},
+        "pcr_policy": {"bank": "sha256", "pcrs": list(range(8)), "classes": [pcr_class(tpm, *also)]},
         "disk_keys": {"classes": ["fleet"], "require_measured_boot": False},
     }
     doc.update({k: v for k, v in extra.items() if v is not None})

@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.swtpm, pytest.mark.usefixtures("luks_tools")]
 
 
 @pytest.fixture
-async def svc(tmp_path: Path, swtpm: TpmInfo) -> AsyncIterator[Running]:
-    async with running(ds.settings(tmp_path, swtpm)) as r:
+async def svc(tmp_path: Path, swtpm: TpmInfo, other_swtpm: TpmInfo) -> AsyncIterator[Running]:
+    async with running(ds.settings(tmp_path, swtpm, other_swtpm)) as r:
         yield r
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -16,22 +17,26 @@ from bootstrap.cli import clevispin
 from bootstrap.node.disk import jwe, pin
 
 KEY = bytes(range(32))
-BINDING = jwe.Binding(
-    url="https://nodegate.example.org:8443",
-    ca="-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
-    node="gpu-1",
-    volume="6f1d2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b",
-    ek_sha256="ab" * 32,
-    epoch=0,
-    version=1,
-)
+
+
+@functools.cache
+def binding() -> jwe.Binding:
+    return jwe.Binding(
+        url="https://nodegate.example.org:8443",
+        ca="-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        node="gpu-1",
+        volume="6f1d2a3b-4c5d-4e6f-8a9b-0c1d2e3f4a5b",
+        ek_sha256="ab" * 32,
+        epoch=0,
+        version=1,
+    )
 
 
 @given(st.binary(max_size=512))
 def test_seal_unseal_round_trip_and_the_header_is_authenticated(plain: bytes) -> None:
-    sealed = jwe.seal(BINDING, KEY, plain)
+    sealed = jwe.seal(binding(), KEY, plain)
     assert jwe.unseal(sealed, KEY) == plain
-    assert jwe.binding_of(sealed) == BINDING
+    assert jwe.binding_of(sealed) == binding()
     assert jwe.compact_of(jwe.flattened_of(sealed)) == sealed  # the LUKS token's form and back
     head, *rest = sealed.split(".")
     header = json.loads(jwe._unb64u(head, "h"))
@@ -43,7 +48,7 @@ def test_seal_unseal_round_trip_and_the_header_is_authenticated(plain: bytes) ->
 
 def test_another_key_does_not_open_it() -> None:
     with pytest.raises(jwe.JweError, match="does not open"):
-        jwe.unseal(jwe.seal(BINDING, KEY, b"x"), bytes(32))
+        jwe.unseal(jwe.seal(binding(), KEY, b"x"), bytes(32))
 
 
 @pytest.mark.parametrize(
@@ -111,7 +116,9 @@ def test_the_calling_convention(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
 def test_decrypt_reads_the_machine_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(pin.TCTI_ENV, "swtpm:port=1")
     monkeypatch.setenv(pin.EVENT_LOG_ENV, "/tmp/log.bin")
-    opts = pin._options(BINDING.url, pin.Path("/x"), "gpu-1", BINDING.volume, "rsa", "device:/dev/tpm0", 1, 0)
+    opts = pin._options(
+        binding().url, pin.Path("/x"), "gpu-1", binding().volume, "rsa", "device:/dev/tpm0", 1, 0
+    )
     assert (opts.tcti, str(opts.event_log), opts.key_version, opts.epoch) == (
         "swtpm:port=1",
         "/tmp/log.bin",
@@ -119,7 +126,7 @@ def test_decrypt_reads_the_machine_from_the_environment(monkeypatch: pytest.Monk
         0,
     )
     monkeypatch.delenv(pin.TCTI_ENV)
-    assert pin._options(BINDING.url, pin.Path("/x"), "gpu-1", BINDING.volume, "rsa", None, 1, 0).tcti == (
+    assert pin._options(binding().url, pin.Path("/x"), "gpu-1", binding().volume, "rsa", None, 1, 0).tcti == (
         "device:/dev/tpmrm0"
     )
     assert os.environ.get(pin.BOOT_ID_ENV) is None

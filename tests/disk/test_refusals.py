@@ -200,7 +200,7 @@ async def test_a_class_without_keys_gets_nothing(tmp_path: Path, swtpm: TpmInfo)
     settings = ds.settings(
         tmp_path,
         swtpm,
-        pcr_policy={"bank": "sha256", "pcrs": list(range(8)), "classes": [ds.zero_pcr_class(), gold]},
+        pcr_policy={"bank": "sha256", "pcrs": list(range(8)), "classes": [ds.pcr_class(swtpm), gold]},
         disk_keys={"classes": ["gold"], "require_measured_boot": False},
     )
     async with running(settings) as r, r.http() as http:
