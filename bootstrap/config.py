@@ -8,6 +8,7 @@ resolved against the config file's folder.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    IPvAnyNetwork,
     ValidationError,
     field_validator,
     model_validator,
@@ -169,6 +171,20 @@ class GateSettings(_Model):
     lease_duration: Duration = timedelta(seconds=15)
 
 
+def _network_loose(value: object) -> object:
+    """A CIDR with host bits set means its network, as NetworkPolicy's ipBlock takes it (the chart
+    passes the same list to both)."""
+    if isinstance(value, str):
+        try:
+            return ipaddress.ip_network(value.strip(), strict=False)
+        except ValueError:
+            return value  # pydantic names it invalid
+    return value
+
+
+SourceNetwork = Annotated[IPvAnyNetwork, BeforeValidator(_network_loose)]
+
+
 class AdmissionSettings(_Model):
     policy_files: tuple[Path, ...] | None = None
     rbac_files: tuple[Path, ...] | None = None
@@ -186,6 +202,10 @@ class AdmissionSettings(_Model):
     # The audit line of each allowed review (who was allowed what) at info, or at debug to keep it
     # out of an info log; denials are always logged at info (an addition, docs/admission.md).
     log_allowed: Literal["info", "debug"] = "info"
+    # The API server's source addresses (the chart sets them from its NetworkPolicy's
+    # webhookSourceCidrs): on the webhooks' listener they have no per-address connection cap and
+    # room kept for them, so other clients cannot crowd them out (an addition, docs/config.md).
+    api_server_sources: tuple[SourceNetwork, ...] = ()
 
     @field_validator("listen")
     @classmethod

@@ -22,7 +22,22 @@ listener by ``bootstrap.service.http.bodies``, on the admission listener by
 - at the ``total`` cap a new connection is still admitted when some connection is idle: the one
   idle the longest is closed for it (``nodegate_connections_recycled_total{reason="evicted"}``).
   Holding the cap then takes a busy connection per slot, not one request per idle timeout
-  (issue 21, finding 7: 33 addresses x 64 connections refreshed every 40 s kept joins out).
+  (issue 21, finding 7: 33 addresses x 64 connections refreshed every 40 s kept joins out);
+- with ``evict_busy`` (the admission listener), when nothing is idle either, a busy connection of
+  the address that holds the most is closed for the newcomer, provided that address holds more
+  than the newcomer's (``reason="evicted_busy"``); one that waits on its client (its handshake, a
+  request's head or body, or answers it does not read) before one being answered. An address then
+  keeps at most a fair share of a full listener, whatever it sends (issue 41, finding 3: 512
+  connections from one address, each with one pipelined byte, kept every other client out);
+- ``sources`` (the admission listener: the API server's addresses, ``admission.api_server_sources``)
+  have no per-address cap, ``reserved`` connections that only they may take, and their newcomers
+  close other addresses' idle or stalled connections first.
+
+Memory per connection is bounded too (issue 41, findings 4 and 4b): one read brings at most
+``READ_BYTES``; ``socket_buffer`` sets the kernel's send and receive buffers of the accepted sockets
+(no autotuning: a client that does not read its answers stops the writes there, and one that
+sends without end fills that much), and a TLS connection's own buffers are capped at
+``tls_buffer`` each way instead of asyncio's 256 KiB in and 512 KiB out.
 
 Python's ``asyncio`` TLS is used as is (``loop.start_tls``), after the address check. Once a
 connection is admitted, the listener's handler serves it: aiohttp's request handler on the join
@@ -35,11 +50,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
+import socket
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,6 +67,10 @@ from bootstrap.service.metrics import Metrics
 log = logging.getLogger("nodegate.server")
 
 Phase = Literal["accepting", "idle", "headers", "body", "working", "closed"]
+READ_BYTES = 64 * 1024  # the most one read off a connection brings
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# Phases in which a connection waits on its client (under pressure, closed before those answered).
+_STALLED: frozenset[Phase] = frozenset({"accepting", "headers", "body"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +87,25 @@ class ConnectionLimits:
     # sweep per listener every ``sweep`` seconds enforces them, so a request arms no timer (the
     # admission listener: the deadlines are tens of seconds, the reviews hundreds of µs).
     sweep: float | None = None
+    # At the cap with nothing idle: close a busy connection of the address that holds the most
+    # (the module's docstring).
+    evict_busy: bool = False
+    # The addresses the listener is for (the API server's): no per-address cap, and ``reserved``
+    # of the ``total`` connections only they may take.
+    sources: tuple[Network, ...] = ()
+    reserved: int = 0
+    # SO_SNDBUF and SO_RCVBUF of each accepted socket (None: the kernel's, autotuned).
+    socket_buffer: int | None = None
+    # A TLS connection's buffers, each way (None: asyncio's, 256 KiB in and 512 KiB out).
+    tls_buffer: int | None = None
 
     def __post_init__(self) -> None:
         if self.per_address < 1 or self.total < self.per_address:
             raise ValueError("connection limits: per_address >= 1 and total >= per_address")
+        if self.reserved < 0 or self.reserved >= self.total or (self.reserved and not self.sources):
+            raise ValueError("connection limits: 0 <= reserved < total, and reserved only with sources")
+        if min(self.socket_buffer or 1, self.tls_buffer or 1) < 1:
+            raise ValueError("connection limits: buffer sizes are positive")
         times = (self.handshake_timeout, self.header_timeout, self.idle_timeout, self.body_grace)
         if min(times) <= 0 or (self.max_age is not None and self.max_age <= 0):
             raise ValueError("connection limits: every timeout is positive")
@@ -93,8 +129,10 @@ class Connections:
         self.metrics = metrics
         self.tls = tls
         self._handler_factory = handler_factory
+        self.read_buffer = memoryview(bytearray(READ_BYTES))  # every connection's reads (Connection)
         self._open: set[Connection] = set()
         self._by_address: Counter[str] = Counter()
+        self._others = 0  # open connections not from ``limits.sources``
         # Idle connections, the one idle the longest first (dicts keep insertion order).
         self._idle: dict[Connection, None] = {}
 
@@ -106,26 +144,46 @@ class Connections:
         return self._handler_factory()
 
     def admit(self, conn: Connection) -> bool:
-        if self._by_address[conn.address] >= self.limits.per_address:
+        limits = self.limits
+        conn.source = is_source(conn.address, limits.sources)
+        if not conn.source and self._by_address[conn.address] >= limits.per_address:
             self.metrics.connections_refused.labels("address_limit").inc()
             return False
-        if len(self._open) >= self.limits.total and not self._evict_idle():
+        # Another address's connection is room only when it is not a source's, if the newcomer is
+        # not one either and the connections others may hold (total - reserved) are all taken.
+        others_full = not conn.source and self._others >= limits.total - limits.reserved
+        if (len(self._open) >= limits.total or others_full) and not self._make_room(conn):
             self.metrics.connections_refused.labels("total_limit").inc()
             return False
         self._open.add(conn)
         self._by_address[conn.address] += 1
+        self._others += not conn.source
         self.metrics.connections.inc()
         return True
 
-    def _evict_idle(self) -> bool:
-        """Close the connection idle the longest to make room; False when none is idle."""
-        if not self._idle:
+    def _make_room(self, newcomer: Connection) -> bool:
+        """Close a connection for ``newcomer``: the one idle the longest, else (``evict_busy``)
+        a busy one (``busy_victim``); False when there is none to close."""
+        # A source's newcomer (never others_only) closes other addresses' connections first;
+        # another's never closes a source's (nor do others_only's: the same newcomers).
+        idle = next((c for c in self._idle if not c.source), None)
+        if idle is None and newcomer.source:
+            idle = next(iter(self._idle), None)
+        if idle is not None:
+            self._close_for(idle, "evicted")
+            return True
+        if not self.limits.evict_busy:
             return False
-        victim = next(iter(self._idle))
-        self.recycled("evicted")
+        victim = busy_victim(self._open, self._by_address, newcomer)
+        if victim is None:
+            return False
+        self._close_for(victim, "evicted_busy")
+        return True
+
+    def _close_for(self, victim: Connection, reason: str) -> None:
+        self.recycled(reason)
         victim.abort()
         self.release(victim)  # now: the new connection takes its place before connection_lost runs
-        return True
 
     def idle(self, conn: Connection) -> None:
         self._idle.pop(conn, None)
@@ -142,6 +200,7 @@ class Connections:
         if conn not in self._open:
             return
         self._open.discard(conn)
+        self._others -= not conn.source
         self._by_address[conn.address] -= 1
         if self._by_address[conn.address] <= 0:
             del self._by_address[conn.address]
@@ -155,6 +214,9 @@ class Connections:
         for conn in [c for c in self._open if c.deadline <= now]:
             conn.expire()
 
+    def members(self) -> frozenset[Connection]:
+        return frozenset(self._open)
+
     def idle_count(self) -> int:
         return len(self._idle)
 
@@ -167,9 +229,51 @@ class Connections:
             conn.abort_if_unserved()
 
 
-class Connection(asyncio.Protocol):
+def is_source(address: str, sources: tuple[Network, ...]) -> bool:
+    """``address`` (an IPv4-mapped IPv6 address as its IPv4 one) is in one of ``sources``."""
+    if not sources:
+        return False
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in sources)
+
+
+def busy_victim(
+    open_: Iterable[Connection], by_address: Counter[str], newcomer: Connection
+) -> Connection | None:
+    """The busy connection to close for ``newcomer`` when nothing is idle: one from the address
+    that holds the most connections (other addresses' before the sources', and a source's only for
+    a source's newcomer), preferably one that waits on its client, the longest. None when that
+    address holds no more than the newcomer's does: an address never grows past another by taking
+    its connections, so a full listener ends shared fairly between addresses, whatever they send
+    (a stalled request, pipelined requests it does not read answers to, or a flood of genuine
+    ones), and the API server's sources keep theirs."""
+    best: Connection | None = None
+    best_key: tuple[bool, int, bool, float] | None = None
+    for conn in open_:
+        if conn.phase == "closed" or (conn.source and not newcomer.source):
+            continue
+        key = (not conn.source, by_address[conn.address], conn.stalled(), -conn.since)
+        if best_key is None or key > best_key:
+            best, best_key = conn, key
+    if best is None:
+        return None
+    if newcomer.source and not best.source:
+        return best
+    return best if by_address[best.address] > by_address[newcomer.address] else None
+
+
+class Connection(asyncio.BufferedProtocol):
     """One client connection: the raw TCP protocol until TLS is up, then the TLS transport's
-    protocol in front of aiohttp's request handler, with the deadline of its current phase."""
+    protocol in front of aiohttp's request handler, with the deadline of its current phase.
+
+    Its reads land in the listener's one buffer of ``READ_BYTES`` and are copied out at once (the
+    loop runs one read at a time), so one read brings at most that much, whatever the kernel has
+    queued or TLS has decrypted (issue 41, finding 4b)."""
 
     def __init__(self, owner: Connections) -> None:
         self._owner = owner
@@ -187,6 +291,13 @@ class Connection(asyncio.Protocol):
         self.requests = 0
         self._old = False  # max_age or max_requests reached: closed after the current answer
         self._age_timer: asyncio.TimerHandle | None = None
+        self.source = False  # from one of limits.sources
+        self.since = time.monotonic()  # when its current phase began (evict_busy: the oldest first)
+        self._unread = False  # the client does not read its answers (the transport paused writing)
+
+    def stalled(self) -> bool:
+        """It waits on its client: its handshake, a request's head or body, or answers unread."""
+        return self._unread or self.phase in _STALLED
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -206,6 +317,12 @@ class Connection(asyncio.Protocol):
         raw.pause_reading()  # no byte reaches this protocol before start_tls takes the transport
         self._upgrade = asyncio.get_running_loop().create_task(self._handshake(raw, self._owner.tls))
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._owner.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(self._owner.read_buffer[:nbytes]))
+
     def data_received(self, data: bytes) -> None:
         if self._handler is None:  # TLS data that arrived with the handshake's last flight
             self._early.append(data)
@@ -220,10 +337,13 @@ class Connection(asyncio.Protocol):
         return self._handler.eof_received()
 
     def pause_writing(self) -> None:
+        if not self._unread:
+            self._unread, self.since = True, time.monotonic()
         if self._handler is not None:
             self._handler.pause_writing()
 
     def resume_writing(self) -> None:
+        self._unread = False
         if self._handler is not None:
             self._handler.resume_writing()
 
@@ -243,6 +363,7 @@ class Connection(asyncio.Protocol):
         (pipelined). Either way it is under the request deadline, and the connection is busy."""
         if self.phase == "idle":
             self.phase = "headers"
+            self.since = time.monotonic()
             self._owner.busy(self)
             if self._timer_reason != "header_timeout":  # a fresh connection's clock keeps running
                 self._arm(self._owner.limits.header_timeout, "header_timeout")
@@ -250,6 +371,12 @@ class Connection(asyncio.Protocol):
     def reading_body(self, seconds: float) -> None:
         self.phase = "body"
         self._arm(seconds + self._owner.limits.body_grace, "body_timeout")
+
+    def judging(self) -> None:
+        """The request is in whole and being answered (the admission listener): not stalled, and
+        its deadline, which covers the answer too, keeps running."""
+        if self.phase != "closed":
+            self.phase, self.since = "working", time.monotonic()
 
     def working(self) -> None:
         self.phase = "working"
@@ -308,6 +435,13 @@ class Connection(asyncio.Protocol):
             if tls is not None:
                 tls.abort()
             return
+        size = self._owner.limits.tls_buffer
+        if size is not None:
+            tls.set_write_buffer_limits(high=size)
+            # asyncio's TLS transport has it (not the abstract Transport): what it decrypts ahead.
+            set_read = getattr(tls, "set_read_buffer_limits", None)
+            if callable(set_read):
+                set_read(high=size)
         self._serve(tls)
 
     def _serve(self, transport: asyncio.Transport) -> None:
@@ -381,6 +515,13 @@ async def listen(
     their deadlines when ``limits.sweep`` is set (None: a timer per phase instead)."""
     loop = asyncio.get_running_loop()
     server = await loop.create_server(connections.protocol, host, port, backlog=backlog, reuse_address=True)
+    size = connections.limits.socket_buffer
+    if size is not None:
+        # On the listening socket: accepted ones inherit the sizes from their first segment, so
+        # the window a client is offered is bounded too (set later, it is already advertised).
+        for sock in server.sockets:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
     interval = connections.limits.sweep
     return server, None if interval is None else loop.create_task(_sweep(connections, interval))
 

@@ -14,7 +14,10 @@ TLS, and the deadlines of every phase. This protocol tells it when an answer is 
 (``answered``), and closes the connection when it says so.
 
 Flow control: one request at a time. While one is answered, later bytes wait in the buffer;
-past ``_HOLD_BYTES`` reading pauses (so does it while the client does not read its answers).
+past ``_HOLD_BYTES`` reading pauses (so does it while the client does not read its answers). With
+the listener's socket and TLS buffers (``ConnectionLimits.socket_buffer``, ``tls_buffer``), one
+read brings at most about that much, so a connection that pipelines without reading its answers
+holds a bounded amount (issue 41, findings 4 and 4b).
 
 Bodies: the app reads a review's body before it takes a review slot or the heavy lane (issue 41,
 findings 1 and 2), so a body has a deadline of its own (the ``seconds`` the app gives ``read``; a
@@ -38,7 +41,7 @@ from bootstrap.service.webhook.app import Answer, BodyLate, NoRoom, Reviews, pro
 
 log = logging.getLogger("nodegate.admission")
 
-_HOLD_BYTES: Final = 256 * 1024  # buffered beyond the request being read: reading pauses
+_HOLD_BYTES: Final = 64 * 1024  # buffered beyond the request being read: reading pauses
 # The bytes of bodies held by the listener, from their first byte until their answer: reviews
 # being read, waiting for a slot (up to 2 s) or judged. Genuine load holds a few MiB (64 slots of
 # small reviews, large ones one at a time); 512 connections each holding a 4 MiB review would be
@@ -89,8 +92,8 @@ class BodyBytes:
     buffer (``_HOLD_BYTES``) that is not in whole yet is refused (``NoRoom``: 503) when it is
     asked for or when its next bytes come, and its bytes freed: never paused, for bodies that
     wait for each other's room would all wait until their deadlines. Smaller bodies are counted
-    but never refused (a connection buffers as much anyway), so one chunk per connection beyond
-    the cap (256 KiB) is the most it is overshot by."""
+    but never refused (a connection buffers as much anyway), so one read per connection beyond
+    the cap is the most it is overshot by."""
 
     __slots__ = ("cap", "held")
 
@@ -149,6 +152,20 @@ class ReviewProtocol(asyncio.Protocol):
         self._draining = False  # the listener stops: close after the current answer
         self._read_paused = False
         self._write_paused = False
+
+    def buffered(self) -> int:
+        """Bytes read off the connection and not yet handed to the app: the buffer, and the part
+        of a body being awaited (the most a connection holds: docs/admission.md, "Connections")."""
+        return len(self._buf) + self._have
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._transport
+
+    @property
+    def reading(self) -> bool:
+        """False while reading is paused (a request is answered, or answers are not read)."""
+        return not self._read_paused
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -232,6 +249,14 @@ class ReviewProtocol(asyncio.Protocol):
         task = asyncio.get_running_loop().create_task(self._app.answer(head, self._read))
         self._busy = True
         task.add_done_callback(self._done)
+        if self._taken:  # no body: the request is in whole
+            self._judging()
+
+    def _judging(self) -> None:
+        """The request is in whole: the listener no longer counts its connection as waiting on
+        the client (``Connection.stalled``)."""
+        if self._conn is not None:
+            self._conn.judging()
 
     def _done(self, task: asyncio.Task[Answer]) -> None:
         self._busy = False
@@ -288,6 +313,7 @@ class ReviewProtocol(asyncio.Protocol):
             bodies.held += need
             if self._buf:
                 self._hold()
+            self._judging()
             return buf[:need]
         if bodies.refuses(need):
             self._taken = False  # never read: the connection closes after the answer
@@ -315,6 +341,7 @@ class ReviewProtocol(asyncio.Protocol):
             self._held -= len(self._buf)  # the next request's bytes: not this body's
             self._protocols.bodies.held -= len(self._buf)
             self._hold()
+        self._judging()
         if waiter is not None and not waiter.done():
             waiter.set_result(data[:need])
 

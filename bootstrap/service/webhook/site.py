@@ -54,6 +54,11 @@ class ReviewSite:
         return bound_port(self._server, self._port)
 
     @property
+    def protocols(self) -> frozenset[ReviewProtocol]:
+        """The connections being served (what each holds: ``ReviewProtocol.buffered``)."""
+        return frozenset(self._protocols.members)
+
+    @property
     def name(self) -> str:
         return f"{'https' if self._tls is not None else 'http'}://{self._host}:{self.port}"
 
