@@ -12,11 +12,25 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import admission, attest, ekcert, eventlog, gate, gate_cluster, join, joinload, soak, spiffe
+from tests.bench import (
+    admission,
+    admission_attacks,
+    attest,
+    ekcert,
+    eventlog,
+    gate,
+    gate_cluster,
+    join,
+    joinload,
+    soak,
+    spiffe,
+)
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
     "admission": admission.main,
+    # Genuine reviews while issue 41's attacks run (nodegate serve, the attacker in its own process).
+    "admission_attacks": admission_attacks.main,
     "join": join.main,
     "gate": gate.main,
     "eventlog": eventlog.main,

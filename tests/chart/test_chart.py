@@ -524,6 +524,13 @@ def test_config_is_accepted_by_nodegate(scenario: tuple[str, Doc, str, list[Doc]
     assert settings.gate.lease_namespace == namespace
     assert settings.admission.owner == service_account(docs, namespace)
     assert settings.trust_domain == with_required(values)["config"]["trust_domain"]
+    # The webhooks' listener keeps room for the sources its NetworkPolicy admits (issue 41).
+    policy = with_required(values)["networkPolicy"]
+    if policy.get("enabled", True):
+        admitted = policy["apiServer"].get("webhookSourceCidrs") or policy["apiServer"].get("cidrs")
+        assert [str(n) for n in settings.admission.api_server_sources] == admitted
+    else:
+        assert settings.admission.api_server_sources == ()
     # TLS files are where the TLS Secret is mounted; the CA Secret is mounted at state_dir/ca.
     mounts = {m["mountPath"]: m for m in container(docs)["volumeMounts"]}
     assert settings.tls.cert_file is not None
@@ -719,6 +726,12 @@ def test_service_pdb_networkpolicy(scenario: tuple[str, Doc, str, list[Doc]]) ->
     assert {("UDP", 53), ("TCP", 53)} <= egress_ports
     api_ports = values.get("networkPolicy", {}).get("apiServer", {}).get("ports", [443, 6443])
     assert {("TCP", p) for p in api_ports} <= egress_ports
+
+
+def test_the_api_server_sources_a_user_sets_win(helm: str, tmp_path: Path) -> None:
+    values = {"config": {"admission": {"api_server_sources": ["198.51.100.7/32"]}}}
+    settings = settings_from_obj(rendered_config(render(helm, tmp_path, values)))
+    assert [str(n) for n in settings.admission.api_server_sources] == ["198.51.100.7/32"]
 
 
 def test_service_monitor(helm: str, tmp_path: Path) -> None:

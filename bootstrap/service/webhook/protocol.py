@@ -42,6 +42,8 @@ from bootstrap.service.webhook.app import Answer, BodyLate, NoRoom, Reviews, pro
 log = logging.getLogger("nodegate.admission")
 
 _HOLD_BYTES: Final = 64 * 1024  # buffered beyond the request being read: reading pauses
+# A body at most this large is counted in BodyBytes but never refused for its cap.
+_SMALL_BODY: Final = 256 * 1024
 # The bytes of bodies held by the listener, from their first byte until their answer: reviews
 # being read, waiting for a slot (up to 2 s) or judged. Genuine load holds a few MiB (64 slots of
 # small reviews, large ones one at a time); 512 connections each holding a 4 MiB review would be
@@ -88,12 +90,11 @@ def encode_answer(answer: Answer, date: bytes, close: bool, body: bool = True) -
 
 class BodyBytes:
     """The bytes of request bodies held across a listener's connections, from their first byte
-    until their answer (``held``), and their cap. At the cap, a body larger than a connection's
-    buffer (``_HOLD_BYTES``) that is not in whole yet is refused (``NoRoom``: 503) when it is
-    asked for or when its next bytes come, and its bytes freed: never paused, for bodies that
-    wait for each other's room would all wait until their deadlines. Smaller bodies are counted
-    but never refused (a connection buffers as much anyway), so one read per connection beyond
-    the cap is the most it is overshot by."""
+    until their answer (``held``), and their cap. At the cap, a body larger than ``_SMALL_BODY``
+    that is not in whole yet is refused (``NoRoom``: 503) when it is asked for or when its next
+    bytes come, and its bytes freed: never paused, for bodies that wait for each other's room
+    would all wait until their deadlines. Smaller bodies are counted but never refused, so
+    ``_SMALL_BODY`` per connection beyond the cap is the most it is overshot by."""
 
     __slots__ = ("cap", "held")
 
@@ -103,7 +104,7 @@ class BodyBytes:
 
     def refuses(self, size: int) -> bool:
         """A body of ``size`` bytes, not in whole, is refused now."""
-        return size > _HOLD_BYTES and self.held >= self.cap
+        return size > _SMALL_BODY and self.held >= self.cap
 
 
 class OpenSet:
