@@ -18,6 +18,7 @@ from tests.bench import (
     attest,
     ekcert,
     eventlog,
+    framing,
     gate,
     gate_cluster,
     join,
@@ -31,6 +32,8 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "admission": admission.main,
     # Genuine reviews while issue 41's attacks run (nodegate serve, the attacker in its own process).
     "admission_attacks": admission_attacks.main,
+    # The admission listener's framing against httptools (llhttp) and h11 (issue 41).
+    "framing": framing.main,
     "join": join.main,
     "gate": gate.main,
     "eventlog": eventlog.main,
