@@ -14,7 +14,7 @@ keep-alive, and the body's bounds):
                acts on collected from ``on_header`` and the body from ``on_body``;
 ``httptools+checks``  the same, with the checks the listener makes that llhttp does not (one
                Host, no repeated Content-Type, Content-Encoding or Expect, origin-form), per
-               field in Python;
+               field in Python, and the ``RequestHead`` the listener works from;
 ``h11``        h11's server connection, one event per request part and an answer sent between
                requests (h11 reads the next request only after one).
 
@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import h11
 import httptools
 
-from bootstrap.service.http.framing import HeadReader, head_end, skip_blank_lines
+from bootstrap.service.http.framing import HeadReader, RequestHead, head_end, skip_blank_lines
 from tests.bench import admission_data
 from tests.bench.admission_client import loadavg
 
@@ -84,6 +84,8 @@ class _Collect:
         self.hosts = 0
         self.body: list[bytes] = []
         self.done = 0
+        self.parser: httptools.HttpRequestParser | None = None
+        self.head: RequestHead | None = None
 
     def on_url(self, url: bytes) -> None:
         self.url = url
@@ -100,8 +102,23 @@ class _Collect:
         self.fields[lower] = value
 
     def on_headers_complete(self) -> None:
-        if self.strict and (self.hosts != 1 or not self.url.startswith(b"/")):
+        if not self.strict:
+            return
+        if self.hosts != 1 or not self.url.startswith(b"/"):
             raise ValueError("not one Host, or not origin-form")
+        # what ReviewProtocol needs of a head, as parse_head gives it
+        fields, parser = self.fields, self.parser
+        assert parser is not None
+        media = fields.get(b"content-type", b"").partition(b";")[0].strip().lower().decode()
+        self.head = RequestHead(
+            parser.get_method().decode(),
+            self.url.partition(b"?")[0].decode(),
+            int(fields.get(b"content-length", b"0")),
+            media,
+            fields.get(b"content-encoding", b"").strip().decode(),
+            fields.get(b"expect", b"").strip().lower() == b"100-continue",
+            parser.should_keep_alive(),
+        )
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
@@ -114,6 +131,7 @@ class _Collect:
 def _httptools(reads: list[bytes], strict: bool) -> int:
     sink = _Collect(strict)
     parser = httptools.HttpRequestParser(sink)
+    sink.parser = parser
     for data in reads:
         parser.feed_data(data)
     return sink.done
