@@ -24,8 +24,8 @@ listener by ``bootstrap.service.http.bodies``, on the admission listener by
   Holding the cap then takes a busy connection per slot, not one request per idle timeout
   (issue 21, finding 7: 33 addresses x 64 connections refreshed every 40 s kept joins out);
 - with ``evict_busy`` (the admission listener), when nothing is idle either, a busy connection of
-  the address that holds the most is closed for the newcomer, provided that address holds more
-  than the newcomer's (``reason="evicted_busy"``); one that waits on its client (its handshake, a
+  the address that holds the most is closed for the newcomer, provided that address holds at
+  least two more than the newcomer's (``reason="evicted_busy"``); one that waits on its client (its handshake, a
   request's head or body, or answers it does not read) before one being answered. An address then
   keeps at most a fair share of a full listener, whatever it sends (issue 41, finding 3: 512
   connections from one address, each with one pipelined byte, kept every other client out);
@@ -247,9 +247,10 @@ def busy_victim(
 ) -> Connection | None:
     """The busy connection to close for ``newcomer`` when nothing is idle: one from the address
     that holds the most connections (other addresses' before the sources', and a source's only for
-    a source's newcomer), preferably one that waits on its client, the longest. None when that
-    address holds no more than the newcomer's does: an address never grows past another by taking
-    its connections, so a full listener ends shared fairly between addresses, whatever they send
+    a source's newcomer), preferably one that waits on its client, the longest. None unless that
+    address holds at least two more than the newcomer's: an address never grows past another by
+    taking its connections, so a full listener ends shared fairly between addresses (within one
+    connection of each other), whatever they send
     (a stalled request, pipelined requests it does not read answers to, or a flood of genuine
     ones), and the API server's sources keep theirs."""
     best: Connection | None = None
@@ -264,7 +265,9 @@ def busy_victim(
         return None
     if newcomer.source and not best.source:
         return best
-    return best if by_address[best.address] > by_address[newcomer.address] else None
+    # Two more than the newcomer's, not one: addresses within one of each other would close each
+    # other's connections in turn, each new one a TLS handshake for the listener.
+    return best if by_address[best.address] > by_address[newcomer.address] + 1 else None
 
 
 class Connection(asyncio.BufferedProtocol):
