@@ -25,10 +25,11 @@ listener by ``bootstrap.service.http.bodies``, on the admission listener by
   (issue 21, finding 7: 33 addresses x 64 connections refreshed every 40 s kept joins out);
 - with ``evict_busy`` (the admission listener), when nothing is idle either, a busy connection of
   the address that holds the most is closed for the newcomer, provided that address holds at
-  least two more than the newcomer's (``reason="evicted_busy"``); one that waits on its client (its handshake, a
-  request's head or body, or answers it does not read) before one being answered. An address then
-  keeps at most a fair share of a full listener, whatever it sends (issue 41, finding 3: 512
-  connections from one address, each with one pipelined byte, kept every other client out);
+  least two more than the newcomer's (``reason="evicted_busy"``); one that waits on its client
+  (its handshake, a request's head or body, or answers it does not read) before one being
+  answered. An address then keeps at most a fair share of a full listener, whatever it sends
+  (issue 41, finding 3: 512 connections from one address, each with one pipelined byte, kept
+  every other client out);
 - ``sources`` (the admission listener: the API server's addresses, ``admission.api_server_sources``)
   have no per-address cap, ``reserved`` connections that only they may take, and their newcomers
   close other addresses' idle or stalled connections first.
