@@ -48,9 +48,11 @@ READY_SECONDS = 90.0  # for the attacker to have tried every connection once
 # attacking address and several.
 SCENARIOS: list[tuple[str, int, int]] = [
     ("stalled_bodies", 32, 1),
+    ("stalled_bodies", 512, 8),
     ("heavy_lane", 1, 1),
     ("pipelined_byte", 512, 1),
     ("pipelined_byte", 512, 8),
+    ("bare_connect", 32, 1),
     ("bare_connect", 512, 8),
     ("flood", 32, 1),
     ("flood", 512, 1),

@@ -32,7 +32,7 @@ listener by ``bootstrap.service.http.bodies``, on the admission listener by
   every other client out);
 - ``sources`` (the admission listener: the API server's addresses, ``admission.api_server_sources``)
   have no per-address cap, ``reserved`` connections that only they may take, and their newcomers
-  close other addresses' idle or stalled connections first.
+  close other addresses' connections first; no other newcomer closes theirs.
 
 Memory per connection is bounded too (issue 41, findings 4 and 4b): one read brings at most
 ``READ_BYTES``; ``socket_buffer`` sets the kernel's send and receive buffers of the accepted sockets
@@ -165,8 +165,8 @@ class Connections:
     def _make_room(self, newcomer: Connection) -> bool:
         """Close a connection for ``newcomer``: the one idle the longest, else (``evict_busy``)
         a busy one (``busy_victim``); False when there is none to close."""
-        # A source's newcomer (never others_only) closes other addresses' connections first;
-        # another's never closes a source's (nor do others_only's: the same newcomers).
+        # Any newcomer closes another address's connection first; only a source's newcomer may
+        # close a source's.
         idle = next((c for c in self._idle if not c.source), None)
         if idle is None and newcomer.source:
             idle = next(iter(self._idle), None)
