@@ -24,7 +24,8 @@ from bootstrap.files import write_atomic
 from bootstrap.names import is_loopback
 from bootstrap.service import preflight
 from bootstrap.service.compose import build_service, make_admission_app, make_app, tls_context
-from bootstrap.service.http.listener import ConnectionLimits, GuardedSite, Network
+from bootstrap.service.http.guarded import GuardedSite
+from bootstrap.service.http.limits import ConnectionLimits, Network
 from bootstrap.service.pki.startup import StartupError, one_line
 from bootstrap.service.state import Service
 from bootstrap.service.webhook.site import ReviewSite

@@ -13,7 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bootstrap.service.http.listener import ConnectionLimits, Connections, is_source
+from bootstrap.service.http.crowding import is_source
+from bootstrap.service.http.limits import ConnectionLimits
+from bootstrap.service.http.listener import Connections
 from bootstrap.service.metrics import Metrics
 
 SOURCE = "10.0.0.1"

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from bootstrap.service.http.framing import RequestHead
-from bootstrap.service.http.listener import ConnectionLimits
+from bootstrap.service.http.limits import ConnectionLimits
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.serve import (
     ADMISSION_CONNECTIONS,

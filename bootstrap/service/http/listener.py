@@ -50,70 +50,23 @@ listener, which tells it when an answer is out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ipaddress
 import logging
-import socket
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Literal
 
-from aiohttp import web
-
+from bootstrap.service.http.crowding import busy_victim, is_source
+from bootstrap.service.http.limits import ConnectionLimits
 from bootstrap.service.metrics import Metrics
 
 log = logging.getLogger("nodegate.server")
 
 Phase = Literal["accepting", "idle", "headers", "body", "working", "closed"]
 READ_BYTES = 64 * 1024  # the most one read off a connection brings
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # Phases in which a connection waits on its client (under pressure, closed before those answered).
 _STALLED: frozenset[Phase] = frozenset({"accepting", "headers", "body"})
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    per_address: int = 64
-    total: int = 2048
-    handshake_timeout: float = 10.0
-    header_timeout: float = 10.0
-    idle_timeout: float = 60.0
-    body_grace: float = 5.0
-    max_age: float | None = 600.0  # None: no limit (the admission listener: the API server only)
-    max_requests: int | None = 1000
-    # None: a timer per phase (exact deadlines). A number: deadlines are recorded per phase and one
-    # sweep per listener every ``sweep`` seconds enforces them, so a request arms no timer (the
-    # admission listener: the deadlines are tens of seconds, the reviews hundreds of µs).
-    sweep: float | None = None
-    # At the cap with nothing idle: close a busy connection of the address that holds the most
-    # (the module's docstring).
-    evict_busy: bool = False
-    # The addresses the listener is for (the API server's): no per-address cap, and ``reserved``
-    # of the ``total`` connections only they may take.
-    sources: tuple[Network, ...] = ()
-    reserved: int = 0
-    # SO_SNDBUF and SO_RCVBUF of each accepted socket (None: the kernel's, autotuned).
-    socket_buffer: int | None = None
-    # A TLS connection's buffers, each way (None: asyncio's, 256 KiB in and 512 KiB out).
-    tls_buffer: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.per_address < 1 or self.total < self.per_address:
-            raise ValueError("connection limits: per_address >= 1 and total >= per_address")
-        if self.reserved < 0 or self.reserved >= self.total or (self.reserved and not self.sources):
-            raise ValueError("connection limits: 0 <= reserved < total, and reserved only with sources")
-        if min(self.socket_buffer or 1, self.tls_buffer or 1) < 1:
-            raise ValueError("connection limits: buffer sizes are positive")
-        times = (self.handshake_timeout, self.header_timeout, self.idle_timeout, self.body_grace)
-        if min(times) <= 0 or (self.max_age is not None and self.max_age <= 0):
-            raise ValueError("connection limits: every timeout is positive")
-        if self.max_requests is not None and self.max_requests < 1:
-            raise ValueError("connection limits: max_requests >= 1")
-        if self.sweep is not None and self.sweep <= 0:
-            raise ValueError("connection limits: sweep is positive")
 
 
 class Connections:
@@ -228,47 +181,6 @@ class Connections:
         """At shutdown: connections aiohttp does not know yet (handshakes in flight)."""
         for conn in list(self._open):
             conn.abort_if_unserved()
-
-
-def is_source(address: str, sources: tuple[Network, ...]) -> bool:
-    """``address`` (an IPv4-mapped IPv6 address as its IPv4 one) is in one of ``sources``."""
-    if not sources:
-        return False
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
-        return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip in net for net in sources)
-
-
-def busy_victim(
-    open_: Iterable[Connection], by_address: Counter[str], newcomer: Connection
-) -> Connection | None:
-    """The busy connection to close for ``newcomer`` when nothing is idle: one from the address
-    that holds the most connections (other addresses' before the sources', and a source's only for
-    a source's newcomer), preferably one that waits on its client, the longest. None unless that
-    address holds at least two more than the newcomer's: an address never grows past another by
-    taking its connections, so a full listener ends shared fairly between addresses (within one
-    connection of each other), whatever they send
-    (a stalled request, pipelined requests it does not read answers to, or a flood of genuine
-    ones), and the API server's sources keep theirs."""
-    best: Connection | None = None
-    best_key: tuple[bool, int, bool, float] | None = None
-    for conn in open_:
-        if conn.phase == "closed" or (conn.source and not newcomer.source):
-            continue
-        key = (not conn.source, by_address[conn.address], conn.stalled(), -conn.since)
-        if best_key is None or key > best_key:
-            best, best_key = conn, key
-    if best is None:
-        return None
-    if newcomer.source and not best.source:
-        return best
-    # Two more than the newcomer's, not one: addresses within one of each other would close each
-    # other's connections in turn, each new one a TLS handshake for the listener.
-    return best if by_address[best.address] > by_address[newcomer.address] + 1 else None
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -510,101 +422,3 @@ class Connection(asyncio.BufferedProtocol):
         transport = self._transport or self._raw
         if transport is not None:
             transport.abort()  # not close(): a client that stopped reading never drains it
-
-
-async def listen(
-    connections: Connections, host: str, port: int, backlog: int
-) -> tuple[asyncio.Server, asyncio.Task[None] | None]:
-    """The bound socket whose connections go through ``connections``, and the task that enforces
-    their deadlines when ``limits.sweep`` is set (None: a timer per phase instead)."""
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(connections.protocol, host, port, backlog=backlog, reuse_address=True)
-    size = connections.limits.socket_buffer
-    if size is not None:
-        # On the listening socket: accepted ones inherit the sizes from their first segment, so
-        # the window a client is offered is bounded too (set later, it is already advertised).
-        for sock in server.sockets:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
-    interval = connections.limits.sweep
-    return server, None if interval is None else loop.create_task(_sweep(connections, interval))
-
-
-async def _sweep(connections: Connections, interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        connections.sweep(time.monotonic())
-
-
-async def stop_sweeping(sweeper: asyncio.Task[None] | None) -> None:
-    if sweeper is not None:
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
-
-
-def bound_port(server: asyncio.AbstractServer | None, configured: int) -> int:
-    """The port ``server`` is bound to (``configured`` until it is)."""
-    for sock in getattr(server, "sockets", None) or []:
-        return int(sock.getsockname()[1])
-    return configured
-
-
-def connection_of(request: web.BaseRequest) -> Connection | None:
-    """The guarded connection a request came on (None under a plain aiohttp site, in tests)."""
-    transport = request.transport
-    if transport is None:
-        return None
-    with contextlib.suppress(AttributeError, NotImplementedError):
-        proto = transport.get_protocol()
-        if isinstance(proto, Connection):
-            return proto
-    return None
-
-
-class GuardedSite(web.BaseSite):
-    """An aiohttp site whose connections go through ``Connections`` (TLS done there)."""
-
-    def __init__(
-        self,
-        runner: web.BaseRunner,
-        host: str,
-        port: int,
-        *,
-        tls: ssl.SSLContext | None,
-        limits: ConnectionLimits,
-        metrics: Metrics,
-        backlog: int = 1024,
-    ) -> None:
-        super().__init__(runner, backlog=backlog)
-        self._host = host
-        self._port = port
-        self._tls = tls
-        self._limits = limits
-        self._metrics = metrics
-        self.connections: Connections | None = None
-        self._sweeper: asyncio.Task[None] | None = None
-
-    @property
-    def name(self) -> str:
-        scheme = "https" if self._tls is not None else "http"
-        return f"{scheme}://{self._host}:{self.port}"
-
-    @property
-    def port(self) -> int:
-        """The bound port (the configured one until started)."""
-        return bound_port(self._server, self._port)
-
-    async def start(self) -> None:
-        await super().start()
-        server = self._runner.server
-        if server is None:
-            raise RuntimeError("call runner.setup() first")
-        self.connections = Connections(self._limits, self._metrics, server, self._tls)
-        self._server, self._sweeper = await listen(self.connections, self._host, self._port, self._backlog)
-
-    async def stop(self) -> None:
-        await stop_sweeping(self._sweeper)
-        await super().stop()
-        if self.connections is not None:
-            self.connections.abort_unserved()
