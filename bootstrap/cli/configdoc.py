@@ -57,7 +57,7 @@ COMMENTS: Final[dict[str, str]] = {
     "admission.max_inflight": "reviews worked on at once per webhook route; then 503 after 2 s",
     "admission.operator_users": "the NodeWright operator's accounts: they remove package CRs unchecked",
     "admission.log_allowed": "level of the audit line of each allowed review (info or debug); denials: info",
-    "admission.api_server_sources": "the API server's source CIDRs: room kept for them on the webhooks' listener",
+    "admission.api_server_sources": "the API server's source CIDRs: connections kept for them (webhooks)",
     "admission.policy_files": "PackagePolicy YAML files; null: PackagePolicies from the cluster",
     "admission.rbac_files": "RBAC manifests for deploy/reboot checks; null: SubjectAccessReview",
     "admission.owner": "nodegate's own username, the only one that may lift the hold taint",
