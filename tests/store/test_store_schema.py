@@ -261,4 +261,31 @@ async def test_a_schema_3_file_gains_the_node_uid_column(tmp_path: Path) -> None
     finally:
         await store.close()
     assert "node_uid" in columns(path, "nodes")
-    assert version(path) == SCHEMA_VERSION == 4
+    assert version(path) == SCHEMA_VERSION
+
+
+async def test_a_schema_4_file_gains_the_spire_columns(tmp_path: Path) -> None:
+    """Schema 4 -> 5: the x509pop attestation and refused-at columns arrive empty (NULL: no x509pop
+    certificate recorded, no refusal), the data stays, and a node of such a file is not refused."""
+    path = tmp_path / "nodegate.db"
+    await (await SqliteStore.open(path, _migrations=SCHEMA[:4])).close()
+    assert "refused_at" not in columns(path, "nodes")
+    db = sqlite3.connect(path)
+    db.execute(
+        "INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, "
+        "revoked, svid_serials, boot_id, node_uid) VALUES ('gpu-1', ?, x'0010', "
+        "'spiffe://example.org/node/gpu-1', '[1, 0, 100]', 0, 3600000000, 0, '[\"01\"]', 'ab-1', 'u-1')",
+        ("c" * 64,),
+    )
+    db.commit()
+    db.close()
+    store = await SqliteStore.open(path)
+    try:
+        rec = await store.get("gpu-1")
+        assert rec is not None
+        assert (rec.x509pop_attestation, rec.refused_at) == (None, None)
+        assert (rec.boot_id, rec.node_uid, rec.svid_serials) == ("ab-1", "u-1", ("01",))
+    finally:
+        await store.close()
+    assert {"x509pop_attestation", "refused_at"} <= set(columns(path, "nodes"))
+    assert version(path) == SCHEMA_VERSION == 5
