@@ -184,6 +184,18 @@ plugins {{
         doc: dict[str, Any] = json.loads(proc.stdout)
         return doc
 
+    def agents_of(self, node: str) -> list[dict[str, Any]]:
+        """Every agent SPIRE knows for the node (its x509pop ``san:node`` selector), banned ones
+        too, each with its ``spiffe_id`` added."""
+        proc = self.cli(
+            "agent", "list", "-selector", f"x509pop:san:node:{node}", "-output", "json", check=False
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found: list[dict[str, Any]] = json.loads(proc.stdout or "{}").get("agents") or []
+        for agent in found:
+            agent["spiffe_id"] = f"spiffe://{agent['id']['trust_domain']}{agent['id']['path']}"
+        return found
+
     def reconfigured(self) -> int:
         """How often the server has reconfigured a plugin from changed plugin data."""
         assert self.process is not None
