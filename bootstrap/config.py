@@ -209,7 +209,8 @@ class SpireSettings(_Model):
     # SPIRE's trust domain (the x509pop SANs name it); None: nodegate's own.
     trust_domain: str | None = None
     # The SPIRE server's admin API socket (its server.socket_path, "local" callers are admins):
-    # nodegate bans the agents of revoked nodes there. None: no bans (docs/spire.md, "Revocation").
+    # nodegate bans there the agents of nodes it does not accept now. None: no bans (docs/spire.md,
+    # "Which agents may run").
     server_socket: Path | None = None
     # The agent's SPIFFE ID as SPIRE's agent_path_template makes it (placeholders trust_domain
     # = SPIRE's, node_name, ek_sha256, and attestation, which it must have: one ID per attestation,
