@@ -102,6 +102,15 @@ async def joined(svc: Running, node: SoftNode, **evidence: Any) -> dict[str, Any
     return out
 
 
+async def with_agent(
+    svc: Running, ek_ca: EkCa, spire: FakeSpire, name: str
+) -> tuple[SoftNode, dict[str, Any], str]:
+    """A node joined, and its agent attested in SPIRE with the join's x509pop certificate."""
+    node = ek_ca.node(name)
+    out = await joined(svc, node)
+    return node, out, spire.attest(SPIRE_TD, out["x509pop_certificate"])
+
+
 async def renewed(
     svc: Running, node: SoftNode, creds: tuple[Path, Path], **evidence: Any
 ) -> tuple[int, dict[str, Any], SoftNode]:
@@ -153,9 +162,7 @@ async def test_without_x509pop_the_answer_is_the_contracts(tmp_path: Path, ek_ca
 async def test_a_renewal_keeps_the_agent_and_a_revocation_bans_it(
     svc: Running, ek_ca: EkCa, spire: FakeSpire, tmp_path: Path
 ) -> None:
-    node = ek_ca.node("s-2")
-    out = await joined(svc, node)
-    agent = spire.attest(SPIRE_TD, out["x509pop_certificate"])
+    node, out, agent = await with_agent(svc, ek_ca, spire, "s-2")
     assert agent.endswith(
         "/spire/agent/x509pop/s-2/" + x509pop.selectors(_cert(out), SPIRE_TD)["attestation"]
     )
@@ -210,9 +217,7 @@ async def test_revoked_before_its_agent_attested_is_banned_by_the_periodic_pass(
 async def test_spire_down_does_not_fail_the_revocation(
     svc: Running, ek_ca: EkCa, spire: FakeSpire, tmp_path: Path
 ) -> None:
-    node = ek_ca.node("s-4")
-    out = await joined(svc, node)
-    agent = spire.attest(SPIRE_TD, out["x509pop_certificate"])
+    _, _, agent = await with_agent(svc, ek_ca, spire, "s-4")
     await spire.stop()
     admin = _admin_svid(svc, tmp_path, ADMIN)
     async with svc.http(admin) as http:
@@ -227,9 +232,7 @@ async def test_a_refused_renewal_bans_the_agent_before_the_answer_and_an_accepte
     svc: Running, ek_ca: EkCa, spire: FakeSpire, tmp_path: Path
 ) -> None:
     """Issue 44: a boot nodegate refuses keeps no working agent, whatever certificate it kept."""
-    node = ek_ca.node("s-7")
-    out = await joined(svc, node)
-    agent = spire.attest(SPIRE_TD, out["x509pop_certificate"])
+    node, out, agent = await with_agent(svc, ek_ca, spire, "s-7")
     creds = _files(tmp_path, "s-7", node.key, out["svid"].encode())
     node.tpm.reset_count -= 1  # a quote SPIRE's selectors no longer describe: counter_regressed
     status, refusal, _ = await renewed(svc, node, creds)
@@ -256,9 +259,7 @@ async def test_a_refusal_that_is_not_the_nodes_evidence_bans_nothing(
 ) -> None:
     """Anyone who knows a node's EK can start a join for it and fail the proof: that must not take
     the node's agent away (only its TPM, or its SVID, reaches the evidence checks)."""
-    node = ek_ca.node("s-8")
-    out = await joined(svc, node)
-    agent = spire.attest(SPIRE_TD, out["x509pop_certificate"])
+    node, _, agent = await with_agent(svc, ek_ca, spire, "s-8")
     async with svc.http() as http:
         status, start = await post(http, f"{svc.base}/v1/join/start", node.start_body())
         body = node.finish_body(start)
@@ -320,9 +321,7 @@ async def test_spire_unreachable_at_a_refusal_the_refusal_stands_and_the_pass_ba
 ) -> None:
     """Fail closed: the refusal is answered as such and recorded in the store; the ban follows at
     the first pass that reaches SPIRE (or after a restart: the state is the store's)."""
-    node = ek_ca.node("s-10")
-    out = await joined(svc, node)
-    agent = spire.attest(SPIRE_TD, out["x509pop_certificate"])
+    node, out, agent = await with_agent(svc, ek_ca, spire, "s-10")
     creds = _files(tmp_path, "s-10", node.key, out["svid"].encode())
     await spire.stop()
     node.tpm.reset_count -= 1
@@ -378,9 +377,7 @@ async def test_quarantine_by_expiry_bans_and_a_new_join_lifts(
 ) -> None:
     """An attestation that expired (the gate quarantines the node) keeps no agent; the node's next
     join (same facts: same attestation) lifts the ban."""
-    node = ek_ca.node("s-13")
-    out = await joined(svc, node)
-    agent = spire.attest(SPIRE_TD, out["x509pop_certificate"])
+    node, out, agent = await with_agent(svc, ek_ca, spire, "s-13")
     record = await svc.service.store.get("s-13")
     assert record is not None
     assert record.expires_at is not None
@@ -396,9 +393,7 @@ async def test_quarantine_by_expiry_bans_and_a_new_join_lifts(
 async def test_a_forgotten_node_keeps_no_agent(
     svc: Running, ek_ca: EkCa, spire: FakeSpire, tmp_path: Path
 ) -> None:
-    node = ek_ca.node("s-14")
-    out = await joined(svc, node)
-    agent = spire.attest(SPIRE_TD, out["x509pop_certificate"])
+    _, _, agent = await with_agent(svc, ek_ca, spire, "s-14")
     admin = _admin_svid(svc, tmp_path, ADMIN)
     async with svc.http(admin) as http:
         status, _ = await post(http, f"{svc.base}/v1/admin/nodes/s-14/forget", {"reason": "re-imaged"})

@@ -41,7 +41,7 @@ from spiffe.errors import PySpiffeError
 from attest import x509pop
 from bootstrap.demo import firmware
 from bootstrap.demo import swtpm as harness
-from tests.spire.harness import Agent, Server, binaries, free_port, wait_for
+from tests.spire.harness import Agent, Server, binaries, free_port, stop_process, wait_for
 
 pytestmark = pytest.mark.swtpm
 BINS = binaries()  # absent: the module is skipped in one line (a failure under NODEGATE_REQUIRE_SPIRE=1)
@@ -94,12 +94,7 @@ class World:
         )
 
     def stop_serve(self) -> None:
-        self.serve.terminate()
-        try:
-            self.serve.wait(15)
-        except subprocess.TimeoutExpired:
-            self.serve.kill()
-            self.serve.wait(10)
+        stop_process(self.serve)
 
 
 def _serve(config: Path, port_file: Path, top: Path) -> subprocess.Popen[bytes]:
@@ -202,8 +197,7 @@ def world(local_ca: harness.LocalCa, _swtpm_a: harness.Swtpm) -> Iterator[World]
         if made:
             made[0].stop_serve()  # the one running now (a test may have restarted it)
         else:
-            serve.terminate()
-            serve.wait(15)
+            stop_process(serve)
         shutil.rmtree(top, ignore_errors=True)
 
 
@@ -612,6 +606,18 @@ def test_an_agent_that_attests_after_the_revocation_is_banned_by_the_periodic_pa
 # -- issue 44: SPIRE follows what nodegate accepts now ----------------------------------------------
 
 
+def boot_a_with_an_agent(world: World, node: Node, agents: Any) -> Path:
+    """Boot A: the join, an agent attested with its certificate and stopped (as the next reboot
+    ends it). Returns the kept copy of boot A's certificate."""
+    assert join(world, node).returncode == 0
+    cert_a = node.keep("a")
+    agent_a = agents(node, cert_a, "agent-a")
+    agent_a.start()
+    attested(world, node, agent_a)
+    agent_a.stop()
+    return cert_a
+
+
 def test_a_refused_boot_keeps_no_agent_and_a_good_boot_gets_one_again(
     world: World, boot: Any, agents: Any
 ) -> None:
@@ -619,12 +625,7 @@ def test_a_refused_boot_keeps_no_agent_and_a_good_boot_gets_one_again(
     Root on boot C kept boot A's and boot B's x509pop certificates: neither attests an agent, and
     boot B's running agent stops. Boot D attests and its agent attests again."""
     node = boot("gpu-rb1")
-    assert join(world, node).returncode == 0
-    cert_a = node.keep("a")
-    agent_a = agents(node, cert_a, "agent-a")
-    agent_a.start()
-    attested(world, node, agent_a)
-    agent_a.stop()  # the reboot ends it
+    cert_a = boot_a_with_an_agent(world, node, agents)
 
     node.reboot()
     proved = attest(world, node)
@@ -770,12 +771,7 @@ def test_bans_wait_out_an_unreachable_spire_and_a_nodegate_restart(
     code) and is kept in nodegate's store; nodegate restarts; once SPIRE is back, the pass bans
     the agent of the refused node's earlier boot. Runs last: it restarts both servers."""
     node = boot("gpu-fc1")
-    assert join(world, node).returncode == 0
-    cert = node.keep("a")
-    agent = agents(node, cert, "agent-a")
-    agent.start()
-    attested(world, node, agent)
-    agent.stop()
+    cert = boot_a_with_an_agent(world, node, agents)
 
     world.server.stop()
     node.reboot(secure_boot=False)
