@@ -38,6 +38,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 SPIRE_AGENT_PREFIX = "spiffe://{trust_domain}/spire/agent/"
+SPIRE_ATTESTATION = "{attestation}"  # the agent ID's placeholder for the x509pop attestation fact
 POOL_LABEL = "nodegate.io/pool"  # the inventory label that names a node's pool
 
 
@@ -228,13 +229,15 @@ class SpireSettings(_Model):
     # SPIRE's trust domain (the x509pop SANs name it); None: nodegate's own.
     trust_domain: str | None = None
     # The SPIRE server's admin API socket (its server.socket_path, "local" callers are admins):
-    # nodegate bans the agents of revoked nodes there. None: no bans (docs/spire.md, "Revocation").
+    # nodegate bans there the agents of nodes it does not accept now. None: no bans (docs/spire.md,
+    # "Which agents may run").
     server_socket: Path | None = None
     # The agent's SPIFFE ID as SPIRE's agent_path_template makes it (placeholders trust_domain
-    # = SPIRE's, node_name, ek_sha256).
-    agent_id_template: str = "spiffe://{trust_domain}/spire/agent/x509pop/{node_name}"
-    # Revoked nodes whose x509pop certificate may still be valid are banned again this often (an
-    # agent that attested after the revocation, or a ban that failed while SPIRE was down).
+    # = SPIRE's, node_name, ek_sha256, and attestation, which it must have: one ID per attestation,
+    # so an earlier one's certificates can be banned apart from the current one's).
+    agent_id_template: str = "spiffe://{trust_domain}/spire/agent/x509pop/{node_name}/{attestation}"
+    # Every agent SPIRE knows is checked against the store this often: agents that attested since
+    # (SPIRE bans only agents it knows), bans that failed while SPIRE was unreachable (docs/spire.md).
     ban_interval: Duration = timedelta(seconds=30)
     # Where nodegate keeps the x509pop CA bundle for SPIRE's ca_bundle_path (PEM, every root in
     # the bundle) and the plugin data file naming it, rewritten on every CA change; None: not kept.
@@ -378,9 +381,11 @@ class Settings(_Model):
     def _spire_agent_id(self) -> Settings:
         if not self.spire.agent_id_template.startswith(SPIRE_AGENT_PREFIX):
             raise ValueError(f"spire.agent_id_template must start with {SPIRE_AGENT_PREFIX}")
+        if self.spire.agent_id_template.count(SPIRE_ATTESTATION) != 1:
+            raise ValueError(f"spire.agent_id_template must have {SPIRE_ATTESTATION} once (docs/spire.md)")
         try:
             render_spiffe_id(
-                self.spire.agent_id_template,
+                self.spire.agent_id_template.replace(SPIRE_ATTESTATION, "0" * 32),
                 trust_domain=self.spire_trust_domain,
                 node_name="node-1",
                 ek_sha256="0" * 64,

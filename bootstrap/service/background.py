@@ -73,8 +73,8 @@ async def _reload(service: Service) -> None:
 
 
 async def _ban(service: Service) -> None:
-    if service.spire is not None:
-        await service.spire.ban_revoked(service.store, datetime.now(UTC))
+    if service.spire is not None:  # every agent SPIRE knows against the store (docs/spire.md)
+        await service.spire.reconcile(service.store, datetime.now(UTC))
 
 
 async def _prune(service: Service) -> None:

@@ -41,7 +41,7 @@ from bootstrap.service.webhook.decisions import CountingDecider
 from bootstrap.service.webhook.policyload import load_policies, load_rbac
 from bootstrap.service.webhook.policywatch import NO_POLICY_SOURCE, PolicyWatcher
 from bootstrap.service.webhook.selectorwatch import SelectorWatcher
-from bootstrap.store import open_store
+from bootstrap.store import NodeRecord, open_store
 
 log = logging.getLogger("nodegate.server")
 
@@ -95,8 +95,11 @@ async def build_service(
     def current() -> ca.CaSet:
         return holder["s"].cas
 
-    async def refused(node: str, code: str, detail: str) -> None:
-        await holder["s"].refused(node, code, detail)
+    async def refused(node: str, code: str, detail: str, evidence: bool) -> None:
+        await holder["s"].refused(node, code, detail, evidence)
+
+    async def accepted(before: NodeRecord | None, after: NodeRecord, action: str) -> None:
+        await holder["s"].accepted(before, after, action)
 
     metrics.ek_roots_skipped.set(len(ek_trust.skipped))  # skipping a root never widens trust
     join = JoinService(
@@ -107,6 +110,7 @@ async def build_service(
         ek_trust=ek_trust,
         kube=kube,
         on_refusal=refused,
+        on_accepted=accepted,
     )
     admin = AdminAuth(
         trust_domain=settings.trust_domain,

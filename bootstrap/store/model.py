@@ -53,6 +53,7 @@ _SERIAL = re.compile(r"[0-9a-f]{1,64}")
 _CODE = re.compile(r"[a-z0-9_]{0,64}")
 _BOOT_ID = re.compile(r"[0-9a-f-]{1,64}")
 _NODE_UID = re.compile(r"[0-9A-Za-z._:-]{1,128}")
+_X509POP_ATTESTATION = re.compile(r"[0-9a-f]{32}")
 _U64 = 1 << 64
 
 
@@ -86,6 +87,12 @@ class NodeRecord:
     # kept when a later attestation found no Node. The gate holds a Node of this name with another
     # uid: it was deleted and re-created since (docs/gate.md). None: never recorded.
     node_uid: str | None = None
+    # SPIRE (docs/spire.md): the ``attestation`` fact of the x509pop certificates this attestation
+    # was given (None: none issued), and when a refusal of this node's evidence (its TPM answered,
+    # and the quote or the boot it describes was refused) was recorded since; a join or renewal
+    # clears it. Neither is ever guessed: a record written before either existed has None.
+    x509pop_attestation: str | None = None
+    refused_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,7 @@ class Attestation:
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id as the node reported it
     measured_boot_class: str | None = None  # the measured-boot policy class that matched
     node_uid: str | None = None  # metadata.uid of the Node labelled with it (None: no Node written)
+    x509pop_attestation: str | None = None  # the attestation fact of its x509pop certificate
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +162,10 @@ class Store(Protocol):
         kubernetes backend read one object instead of listing them all."""
         ...
 
-    async def record_refusal(self, node_name: str, code: str, detail: str) -> None: ...
+    async def record_refusal(self, node_name: str, code: str, detail: str, *, evidence: bool = False) -> None:
+        """Audit a refusal; ``evidence``: the node's own evidence was refused (docs/spire.md), so
+        its record (when it has one) gets ``refused_at`` until its next join or renewal."""
+        ...
 
     async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
         """Set (or with ``revoked=False`` clear) the revoked flag; KeyError for an unknown node."""
@@ -242,6 +253,7 @@ def check_attestation(att: object) -> Attestation:
     check_boot_id(att.boot_id)
     check_measured_boot_class(att.measured_boot_class)
     check_node_uid(att.node_uid)
+    check_x509pop_attestation(att.x509pop_attestation)
     attested = check_time(att.attested_at, "attested_at")
     expires = check_time(att.expires_at, "expires_at")
     if expires < attested:
@@ -258,6 +270,12 @@ def check_boot_id(value: object) -> str | None:
 def check_node_uid(value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or _NODE_UID.fullmatch(value) is None):
         raise ValueError(f"node_uid must be 1..{MAX_NODE_UID} characters of [0-9A-Za-z._:-]")
+    return value
+
+
+def check_x509pop_attestation(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or _X509POP_ATTESTATION.fullmatch(value) is None):
+        raise ValueError("x509pop_attestation must be 32 lowercase hex characters")
     return value
 
 
@@ -345,6 +363,8 @@ def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -
         # An attestation that wrote no Node (it was deleted) keeps the uid of the last one written:
         # a Node its kubelet registers afterwards is another object, and the gate holds it.
         node_uid=att.node_uid if att.node_uid is not None else (existing.node_uid if existing else None),
+        x509pop_attestation=att.x509pop_attestation,
+        refused_at=None,  # accepted now: an earlier refusal no longer describes the node
     )
 
 

@@ -228,6 +228,44 @@ async def test_the_node_uid_round_trips_and_survives_an_attestation_without_a_no
     assert never.node_uid is None  # a join service without a cluster labels no Node
 
 
+async def test_a_refusal_of_the_evidence_marks_the_record_until_the_next_attestation(
+    backend: Backend,
+) -> None:
+    """docs/spire.md: a refusal of the node's evidence is kept on its record (``refused_at``), which
+    only its next join or renewal clears; other refusals leave the record as it was; the x509pop
+    attestation fact of each commit replaces the last, and both survive a restart."""
+    clock = Ticker()
+    store = await backend.open(clock)
+    pop_a, pop_b = "a" * 32, "b" * 32
+    rec = await commit(store, replace(make_att(), x509pop_attestation=pop_a), "s1")
+    assert (rec.x509pop_attestation, rec.refused_at) == (pop_a, None)
+    await store.record_refusal("gpu-1", "proof_invalid", "anyone can send this")
+    assert await store.get("gpu-1") == rec
+    await store.record_refusal("gpu-1", "measured_boot_violation", "a refused boot", evidence=True)
+    refused = await store.get("gpu-1")
+    assert refused is not None
+    assert refused.refused_at is not None
+    assert refused == replace(rec, refused_at=refused.refused_at)
+    await store.record_refusal("gpu-2", "pcr_policy_violation", "no record: nothing to mark", evidence=True)
+    assert await store.get("gpu-2") is None
+    await store.close()
+    store = await backend.open(clock)
+    assert await store.get("gpu-1") == refused  # a restart keeps it
+    assert (await store.list_nodes())[0].refused_at == refused.refused_at
+    renewed = await commit(
+        store,
+        replace(make_att(serial="02", at=T0 + timedelta(minutes=1)), x509pop_attestation=pop_b),
+        "s2",
+        "renew",
+    )
+    assert (renewed.x509pop_attestation, renewed.refused_at) == (pop_b, None)
+    assert await store.get("gpu-1") == renewed
+    revoked = await store.revoke("gpu-1", actor="admin", reason="r")
+    assert (revoked.x509pop_attestation, revoked.refused_at) == (pop_b, None)
+    plain = await commit(store, make_att(serial="03", at=T0 + timedelta(minutes=2)), "s3", "renew")
+    assert plain.x509pop_attestation is None  # no x509pop certificate with this one
+
+
 async def test_a_recorded_boot_id_is_never_dropped(backend: Backend) -> None:
     """Issue 21, finding 5: a renewal without a boot id cleared the recorded one (and the gate's
     reboot hold with it). Whatever check the caller passes, the store refuses such a commit with
@@ -576,6 +614,9 @@ async def test_prune_drops_expired_sessions_only(store: Store) -> None:
         {"node_uid": ""},
         {"node_uid": "a b"},
         {"node_uid": "u" * 129},
+        {"x509pop_attestation": ""},
+        {"x509pop_attestation": "A" * 32},
+        {"x509pop_attestation": "a" * 64},
     ],
 )
 async def test_bad_attestations_are_value_errors(store: Store, change: dict[str, object]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Final
 
 from attest import eventlog, pcr, tpm
 from attest.errors import BootNotReset, MeasuredBootViolation
@@ -19,6 +20,30 @@ from bootstrap.protocol import QuoteEvidence
 from bootstrap.service.join.sessions import Session
 
 log = logging.getLogger("nodegate.join")
+
+
+# The refusals of a node's own evidence: the quote, the PCRs, the event log and the boot they
+# describe. They are reached only after the TPM proved itself (the credential proof of a join) or
+# the node's current SVID authenticated it (a renewal), so nobody else can cause one; each takes the
+# node's SPIRE agents away until it attests again (docs/spire.md). Client faults, session and
+# binding refusals are not among them.
+REFUSES_THE_BOOT: Final = frozenset(
+    {
+        "quote_invalid",
+        "quote_signature_invalid",
+        "nonce_mismatch",
+        "pcr_selection_mismatch",
+        "pcr_digest_mismatch",
+        "pcr_policy_violation",
+        "clock_unsafe",
+        "counter_regressed",
+        "event_log_invalid",
+        "event_log_mismatch",
+        "measured_boot_violation",
+        "boot_not_reset",
+        "boot_id_required",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,7 +59,8 @@ log = logging.getLogger("nodegate.join")
 _USED_CACHE = 100_000  # session ids this replica committed, kept until they expire
 _INLINE_EVENT_LOG = 64 * 1024  # larger logs are judged on a worker thread
 
-Refusal = Callable[[str, str, str], Awaitable[None]]  # node_name, code, detail
+Refusal = Callable[[str, str, str, bool], Awaitable[None]]  # node_name, code, detail, evidence
+Accepted = Callable[[NodeRecord | None, NodeRecord, str], Awaitable[None]]  # before, after, action
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ class JoinService:
         ek_trust: EkTrust,
         kube: Kube | None = None,
         on_refusal: Refusal | None = None,
+        on_accepted: Accepted | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         aia: AiaFetcher | None = None,
     ) -> None:
@@ -92,6 +94,7 @@ class JoinService:
         self._aia = aia
         self.kube = kube
         self._on_refusal = on_refusal
+        self._on_accepted = on_accepted
         self._now = now
         self._selection = settings.pcr_policy.selection
         self._inventory = settings.inventory_index
@@ -265,6 +268,7 @@ class JoinService:
         now = self._now()
         cas = self._authorities()
         public_key = x509.load_der_x509_csr(session.csr_der).public_key()
+        facts = self._x509pop_facts(session, judged)
         leaf = svid.issue_svid(
             cas.signer,
             spiffe_id=sid,
@@ -284,11 +288,14 @@ class JoinService:
             boot_id=judged.boot_id,
             measured_boot_class=judged.measured_boot_class,
             node_uid=node_uid,
+            x509pop_attestation=facts[x509pop.ATTESTATION] if facts is not None else None,
         )
+        before: list[NodeRecord | None] = []
 
         def check(existing: NodeRecord | None) -> None:
             # Re-run against what the store holds at commit time: another replica may have
             # committed a join of this node since we read it.
+            before[:] = [existing]
             _check_binding(existing, session.ek_sha256, session.node_name)
             if existing is not None and existing.counters is not None:
                 tpm.check_counters(existing.counters, counters)
@@ -305,6 +312,8 @@ class JoinService:
         except StoreUnavailable as exc:
             raise Unavailable(f"store: {exc}", retry_after=2) from None
         self._remember(session)
+        if self._on_accepted is not None:  # before the answer: SPIRE follows the new attestation
+            await self._on_accepted(before[0] if before else None, record, action)
         # one line per success, every value a field (alerts and searches need no parsing of msg)
         log.info(
             "node %s",
@@ -319,7 +328,7 @@ class JoinService:
             },
         )
         chain = leaf.public_bytes(serialization.Encoding.PEM).decode()
-        pop = self._x509pop(cas, session, judged, public_key, now, leaf.not_valid_after_utc)
+        pop = self._x509pop(cas, session.node_name, facts, public_key, now, leaf.not_valid_after_utc)
         return Issued(
             record,
             FinishResponse(
@@ -364,18 +373,9 @@ class JoinService:
         except (KubeUnavailable, KubeConflict, KubeNotFound) as exc:
             raise Unavailable(f"kubelet credentials: {exc}"[:500], retry_after=5) from None
 
-    def _x509pop(
-        self,
-        cas: ca.CaSet,
-        session: Session,
-        judged: Evidence,
-        public_key: object,
-        now: datetime,
-        not_after: datetime,
-    ) -> str | None:
-        """The certificate for SPIRE's x509pop attestor (docs/spire.md): the same key and lifetime
-        as the SVID, so it is renewed exactly while the node is (never for a revoked node), and
-        the attested facts as URI SANs."""
+    def _x509pop_facts(self, session: Session, judged: Evidence) -> dict[str, str] | None:
+        """The facts of the x509pop certificate (docs/spire.md), with their ``attestation`` digest;
+        None without ``spire.x509pop``."""
         if not self.settings.spire.x509pop:
             return None
         facts = {x509pop.NODE: session.node_name, x509pop.EK_SHA256: session.ek_sha256}
@@ -389,11 +389,28 @@ class JoinService:
         ):
             if value is not None:
                 facts[key] = value
+        facts[x509pop.ATTESTATION] = x509pop.attestation_id(facts)
+        return facts
+
+    def _x509pop(
+        self,
+        cas: ca.CaSet,
+        node_name: str,
+        facts: dict[str, str] | None,
+        public_key: object,
+        now: datetime,
+        not_after: datetime,
+    ) -> str | None:
+        """The certificate for SPIRE's x509pop attestor (docs/spire.md): the same key and lifetime
+        as the SVID, so it is renewed exactly while the node is (never for a revoked node), and
+        the attested facts as URI SANs."""
+        if facts is None:
+            return None
         cert = x509pop.issue_x509pop(
             cas.signer,
             public_key=public_key,  # type: ignore[arg-type]  # parse_node_csr admitted only EC/RSA
             trust_domain=self.settings.spire_trust_domain,
-            node_name=session.node_name,
+            node_name=node_name,
             facts=facts,
             now=now,
             not_after=not_after,
@@ -456,12 +473,14 @@ class JoinService:
 
     async def _refused(self, node_name: str, exc: AttestationError) -> None:
         """Refusals of sessions we issued are audited (start-step refusals are not: anyone can
-        send them, and the store must not fill up with an attacker's noise)."""
+        send them, and the store must not fill up with an attacker's noise). A refusal of the
+        node's own evidence (``evidence.REFUSES_THE_BOOT``: only the TPM or the SVID holder gets
+        that far) also takes the node's SPIRE agents away, before the node hears of it."""
         log.info("join refused", extra={"node": node_name, "code": exc.code})
         if self._on_refusal is None:
             return
         try:
-            await self._on_refusal(node_name, exc.code, exc.detail)
+            await self._on_refusal(node_name, exc.code, exc.detail, exc.code in evidence.REFUSES_THE_BOOT)
         except (StoreUnavailable, KubeUnavailable) as err:
             log.warning("could not record a refusal", extra={"node": node_name, "error": str(err)[:200]})
 

@@ -61,9 +61,8 @@ async def admin_revoke(request: web.Request) -> web.StreamResponse:
         raise NotFound(f"no node {name}") from None
     except StoreUnavailable as exc:
         raise Unavailable(f"store: {exc}", retry_after=2) from None
-    spire = request.app[SERVICE].spire
-    if spire is not None:  # the node's SPIRE agent goes (or may come back) with it
-        await spire.revoked(record)
+    # the node's SPIRE agents go (or, unrevoked and still current, may come back) with it
+    await request.app[SERVICE].spire_sync(name, "revoke" if req.revoked else "unrevoke")
     return web.json_response(_record_json(record))
 
 
@@ -94,6 +93,7 @@ async def admin_forget(request: web.Request) -> web.StreamResponse:
     if not forgotten:
         raise NotFound(f"no node {name}")
     log.warning("node forgotten", extra={"actor": actor, "node": name})
+    await request.app[SERVICE].spire_sync(name, "forget")  # no record: no agent
     return web.json_response({"node_name": name, "forgotten": True})
 
 

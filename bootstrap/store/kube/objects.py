@@ -10,6 +10,8 @@ object, so one write carries the binding, the used session and the audit entry t
 - ``ak-public`` (base64), ``counters`` (JSON), ``svid-serials`` (JSON, newest 32),
 - ``boot-id``, ``measured-boot-class``: what the last join or renewal reported (absent: nothing),
 - ``node-uid``: the uid of the Node object nodegate labelled at the last join or renewal,
+- ``x509pop-attestation``: the attestation fact of its x509pop certificates, and ``refused-at``:
+  when its evidence was last refused since (docs/spire.md; absent: none),
 - ``used-sessions`` (JSON list of ``{id, exp}``, expired entries dropped on every write),
 - ``audit`` (JSON, newest 20),
 - ``attested-at`` / ``expires-at``: copies of the status times. The status subresource cannot be
@@ -43,6 +45,7 @@ from bootstrap.store.model import (
     check_ek,
     check_measured_boot_class,
     check_node_uid,
+    check_x509pop_attestation,
 )
 from bootstrap.times import parse_time, rfc3339_exact
 
@@ -55,8 +58,10 @@ __all__ = [
     "ANN_EXPIRES",
     "ANN_MEASURED_BOOT_CLASS",
     "ANN_NODE_UID",
+    "ANN_REFUSED_AT",
     "ANN_SERIALS",
     "ANN_SESSIONS",
+    "ANN_X509POP_ATTESTATION",
     "GROUP",
     "KIND",
     "LABEL_EK",
@@ -102,6 +107,8 @@ ANN_EXPIRES: Final = "nodegate.io/expires-at"
 ANN_BOOT_ID: Final = "nodegate.io/boot-id"
 ANN_MEASURED_BOOT_CLASS: Final = "nodegate.io/measured-boot-class"
 ANN_NODE_UID: Final = "nodegate.io/node-uid"
+ANN_X509POP_ATTESTATION: Final = "nodegate.io/x509pop-attestation"
+ANN_REFUSED_AT: Final = "nodegate.io/refused-at"
 MAX_AUDIT: Final = 20
 MAX_ANNOTATION: Final = 256 * 1024  # the API server's limit for all annotations together
 
@@ -246,10 +253,13 @@ def _record(
         boot_id = check_boot_id(_unset_if_empty(annotations.get(ANN_BOOT_ID)))
         mb_class = check_measured_boot_class(_unset_if_empty(annotations.get(ANN_MEASURED_BOOT_CLASS)))
         uid = check_node_uid(_unset_if_empty(annotations.get(ANN_NODE_UID)))
+        pop = check_x509pop_attestation(_unset_if_empty(annotations.get(ANN_X509POP_ATTESTATION)))
     except ValueError as exc:
         raise Corrupt(
-            f"annotation {ANN_BOOT_ID}, {ANN_MEASURED_BOOT_CLASS} or {ANN_NODE_UID}: {exc}"
+            f"annotation {ANN_BOOT_ID}, {ANN_MEASURED_BOOT_CLASS}, {ANN_NODE_UID} or "
+            f"{ANN_X509POP_ATTESTATION}: {exc}"
         ) from None
+    refused = optional_time(annotations.get(ANN_REFUSED_AT), ANN_REFUSED_AT)
     return NodeRecord(
         node_name=name,
         ek_sha256=ek,
@@ -263,6 +273,8 @@ def _record(
         boot_id=boot_id,
         measured_boot_class=mb_class,
         node_uid=uid,
+        x509pop_attestation=pop,
+        refused_at=refused,
     )
 
 
@@ -431,6 +443,8 @@ def written_annotations(rec: NodeRecord, *, sessions: str, audit: str) -> dict[s
         ANN_BOOT_ID: rec.boot_id,
         ANN_MEASURED_BOOT_CLASS: rec.measured_boot_class,
         ANN_NODE_UID: rec.node_uid,
+        ANN_X509POP_ATTESTATION: rec.x509pop_attestation,
+        ANN_REFUSED_AT: rfc3339_exact(rec.refused_at) if rec.refused_at else None,
     }
 
 
@@ -446,6 +460,8 @@ def forget_patch(*, sessions: str, audit: str) -> dict[str, Any]:
             ANN_BOOT_ID,
             ANN_MEASURED_BOOT_CLASS,
             ANN_NODE_UID,
+            ANN_X509POP_ATTESTATION,
+            ANN_REFUSED_AT,
         )
     )
     ann[ANN_SESSIONS] = sessions

@@ -22,6 +22,7 @@ from bootstrap.store.kube.anchors import TrustAnchors
 from bootstrap.store.kube.claims import EkClaims
 from bootstrap.store.kube.objects import (
     ANN_AUDIT,
+    ANN_REFUSED_AT,
     ANN_SESSIONS,
     GROUP,
     KIND,
@@ -69,6 +70,7 @@ from bootstrap.store.model import (
     record_from,
     utcnow,
 )
+from bootstrap.times import rfc3339_exact
 
 __all__ = ["ATTEMPTS", "KubeStore"]
 
@@ -308,13 +310,15 @@ class KubeStore:
                 await self._pause(attempt)
         raise self._exhausted(name)
 
-    async def record_refusal(self, node_name: str, code: str, detail: str) -> None:
+    async def record_refusal(self, node_name: str, code: str, detail: str, *, evidence: bool = False) -> None:
         check_node_name(node_name)
         check_code(code)
         text = clip(detail)
 
         def build(obj: NodeObject) -> dict[str, Any]:
             ann = {ANN_AUDIT: self._audit_value(obj, "refused", "node", code, text)}
+            if evidence and obj.record is not None:
+                ann[ANN_REFUSED_AT] = rfc3339_exact(self._clock())
             return {"metadata": {"annotations": ann}}
 
         done = await self._unavailable(self._update(node_name, build))

@@ -19,6 +19,7 @@ from bootstrap.store.model import (
     check_ek,
     check_measured_boot_class,
     check_node_uid,
+    check_x509pop_attestation,
 )
 
 __all__ = ["COLUMNS", "create_private", "from_us", "put_record", "read_anchors", "record_of", "to_us"]
@@ -27,7 +28,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
 COLUMNS: Final = (
     "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, "
-    "svid_serials, boot_id, measured_boot_class, node_uid"
+    "svid_serials, boot_id, measured_boot_class, node_uid, x509pop_attestation, refused_at"
 )
 
 
@@ -53,13 +54,28 @@ def create_private(path: Path) -> None:
 
 def record_of(row: tuple[Any, ...]) -> NodeRecord:
     """The record in ``row`` (COLUMNS); NodeRecordDamaged when a column does not read back."""
-    name, ek, ak, spiffe, counters, attested, expires, revoked, serials, boot_id, mb_class, uid = row
+    (
+        name,
+        ek,
+        ak,
+        spiffe,
+        counters,
+        attested,
+        expires,
+        revoked,
+        serials,
+        boot_id,
+        mb_class,
+        uid,
+        pop,
+        refused,
+    ) = row
     try:
         parsed = None if counters is None else check_counters(tuple(json.loads(counters)))
         history = json.loads(serials)
         if not isinstance(history, list) or not all(isinstance(x, str) for x in history):
             raise ValueError("svid_serials is not a list of serials")  # noqa: TRY301  (folded below)
-        for number in (attested, expires):
+        for number in (attested, expires, refused):
             if number is not None and not isinstance(number, int):
                 raise ValueError("a time is not an integer")  # noqa: TRY301
         return NodeRecord(
@@ -75,6 +91,8 @@ def record_of(row: tuple[Any, ...]) -> NodeRecord:
             boot_id=check_boot_id(boot_id),
             measured_boot_class=check_measured_boot_class(mb_class),
             node_uid=check_node_uid(uid),
+            x509pop_attestation=check_x509pop_attestation(pop),
+            refused_at=from_us(refused),
         )
     except (ValueError, TypeError, OverflowError) as exc:
         raise NodeRecordDamaged(
@@ -91,15 +109,16 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
         db.execute(
             """INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at,
                                   expires_at, revoked, svid_serials, boot_id, measured_boot_class,
-                                  node_uid)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  node_uid, x509pop_attestation, refused_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (node_name) DO UPDATE SET
                  ek_sha256 = excluded.ek_sha256, ak_public = excluded.ak_public,
                  spiffe_id = excluded.spiffe_id, counters = excluded.counters,
                  attested_at = excluded.attested_at, expires_at = excluded.expires_at,
                  revoked = excluded.revoked, svid_serials = excluded.svid_serials,
                  boot_id = excluded.boot_id, measured_boot_class = excluded.measured_boot_class,
-                 node_uid = excluded.node_uid""",
+                 node_uid = excluded.node_uid, x509pop_attestation = excluded.x509pop_attestation,
+                 refused_at = excluded.refused_at""",
             (
                 rec.node_name,
                 rec.ek_sha256,
@@ -113,6 +132,8 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
                 rec.boot_id,
                 rec.measured_boot_class,
                 rec.node_uid,
+                rec.x509pop_attestation,
+                None if rec.refused_at is None else to_us(rec.refused_at),
             ),
         )
     except sqlite3.IntegrityError:  # the UNIQUE(ek_sha256) backstop

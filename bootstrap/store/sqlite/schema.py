@@ -72,8 +72,15 @@ def _v4(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE nodes ADD COLUMN node_uid TEXT")
 
 
+def _v5(db: sqlite3.Connection) -> None:
+    """SPIRE (docs/spire.md): the attestation fact of the node's x509pop certificates, and when
+    its evidence was last refused since its last join or renewal (NULL: never, or not recorded)."""
+    db.execute("ALTER TABLE nodes ADD COLUMN x509pop_attestation TEXT")
+    db.execute("ALTER TABLE nodes ADD COLUMN refused_at INTEGER")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-SCHEMA: Final[tuple[Migration, ...]] = (_v1, _v2, _v3, _v4)
+SCHEMA: Final[tuple[Migration, ...]] = (_v1, _v2, _v3, _v4, _v5)
 SCHEMA_VERSION: Final = len(SCHEMA)
 
 

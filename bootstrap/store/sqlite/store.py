@@ -351,11 +351,19 @@ class SqliteStore:
 
         return await self._grouped(run)
 
-    async def record_refusal(self, node_name: str, code: str, detail: str) -> None:
+    async def record_refusal(self, node_name: str, code: str, detail: str, *, evidence: bool = False) -> None:
         check_node_name(node_name)
         check_code(code)
         text = clip(detail)
-        await self._run(self._write, lambda db: self._audit(db, node_name, "refused", "node", code, text))
+
+        def run(db: sqlite3.Connection) -> None:
+            if evidence:
+                db.execute(
+                    "UPDATE nodes SET refused_at = ? WHERE node_name = ?", (to_us(self._clock()), node_name)
+                )
+            self._audit(db, node_name, "refused", "node", code, text)
+
+        await self._run(self._write, run)
 
     async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
         check_node_name(node_name)
