@@ -182,6 +182,14 @@ class TlsTransport(asyncio.Transport):
             self._reading = True
             self._owner.tls_resume_reading()
 
+    def socket_reading(self) -> bool:
+        """The raw socket is read (False while the handler does not take what was decrypted)."""
+        return self._raw.is_reading()
+
+    def ciphertext_pending(self) -> int:
+        """Received and not yet decrypted (bounded: the module's docstring)."""
+        return self._session.pending()
+
     # -- writing ---------------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
