@@ -31,7 +31,9 @@ class ConnectionLimits:
     reserved: int = 0
     # SO_SNDBUF and SO_RCVBUF of each accepted socket (None: the kernel's, autotuned).
     socket_buffer: int | None = None
-    # A TLS connection's buffers, each way (None: asyncio's, 256 KiB in and 512 KiB out).
+    # Ciphertext a TLS connection holds each way (bootstrap.service.http.tls): received and not
+    # yet decrypted while its handler does not read, written and not yet taken by the kernel
+    # (None: 64 KiB in, the transport's default out).
     tls_buffer: int | None = None
 
     def __post_init__(self) -> None:

@@ -37,10 +37,12 @@ listener by ``bootstrap.service.http.bodies``, on the admission listener by
 Memory per connection is bounded too (issue 41, findings 4 and 4b): one read brings at most
 ``READ_BYTES``; ``socket_buffer`` sets the kernel's send and receive buffers of the accepted sockets
 (no autotuning: a client that does not read its answers stops the writes there, and one that
-sends without end fills that much), and a TLS connection's own buffers are capped at
-``tls_buffer`` each way instead of asyncio's 256 KiB in and 512 KiB out.
+sends without end fills that much), and a TLS connection holds at most ``tls_buffer`` of
+ciphertext each way.
 
-Python's ``asyncio`` TLS is used as is (``loop.start_tls``), after the address check. Once a
+TLS is the connection's own (``bootstrap.service.http.tls``: ``ssl.SSLObject`` on memory BIOs),
+after the address check, not ``loop.start_tls``, whose buffers made an idle TLS connection cost
+about 270 KiB. Once a
 connection is admitted, the listener's handler serves it: aiohttp's request handler on the join
 listener, whose middleware tells the connection where its request is (``connection_of(request)``:
 body, handler, answered); ``bootstrap.service.webhook.protocol.ReviewProtocol`` on the admission
@@ -59,6 +61,7 @@ from typing import Literal
 
 from bootstrap.service.http.crowding import busy_victim, is_source
 from bootstrap.service.http.limits import ConnectionLimits
+from bootstrap.service.http.tls import PENDING_BYTES, TlsFailed, TlsSession, TlsTransport
 from bootstrap.service.metrics import Metrics
 
 log = logging.getLogger("nodegate.server")
@@ -201,9 +204,8 @@ class Connection(asyncio.BufferedProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self.deadline = float("inf")  # with limits.sweep: when the current phase's time is up
         self._timer_reason = ""
-        self._early: list[bytes] = []
-        self._early_eof = False
-        self._upgrade: asyncio.Task[None] | None = None
+        self._tls: TlsSession | None = None  # with a TLS listener: this connection's TLS
+        self._tls_reading = True  # the handler takes what TLS decrypts (it has not paused reading)
         self.requests = 0
         self._old = False  # max_age or max_requests reached: closed after the current answer
         self._age_timer: asyncio.TimerHandle | None = None
@@ -218,7 +220,7 @@ class Connection(asyncio.BufferedProtocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """The TCP accept (a TLS transport never calls this: ``start_tls`` does not)."""
+        """The TCP accept."""
         raw = transport if isinstance(transport, asyncio.Transport) else None
         peer = transport.get_extra_info("peername")
         self.address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
@@ -230,8 +232,12 @@ class Connection(asyncio.BufferedProtocol):
         if self._owner.tls is None:
             self._serve(raw)
             return
-        raw.pause_reading()  # no byte reaches this protocol before start_tls takes the transport
-        self._upgrade = asyncio.get_running_loop().create_task(self._handshake(raw, self._owner.tls))
+        self._tls = TlsSession(self._owner.tls)
+        size = self._owner.limits.tls_buffer
+        if size is not None:  # ciphertext the kernel has not taken: the handler sees this limit
+            raw.set_write_buffer_limits(high=size)
+        # A handshake that fails or takes too long counts as failed (docs/troubleshooting.md).
+        self._arm(self._owner.limits.handshake_timeout, "handshake_failed")
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._owner.read_buffer
@@ -240,16 +246,19 @@ class Connection(asyncio.BufferedProtocol):
         self.data_received(bytes(self._owner.read_buffer[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
-        if self._handler is None:  # TLS data that arrived with the handshake's last flight
-            self._early.append(data)
+        tls = self._tls
+        if tls is not None:
+            tls.feed(data)
+            if tls.handshaken or self._handshake(tls):
+                self._decrypt(tls)
             return
-        self.started()
-        self._handler.data_received(data)
+        if self._handler is not None:
+            self.started()
+            self._handler.data_received(data)
 
     def eof_received(self) -> bool | None:
-        if self._handler is None:
-            self._early_eof = True
-            return None
+        if self._handler is None or (self._tls is not None and self._tls.peer_closed):
+            return None  # before the handshake's end, or after close_notify: nothing to finish
         return self._handler.eof_received()
 
     def pause_writing(self) -> None:
@@ -325,40 +334,76 @@ class Connection(asyncio.BufferedProtocol):
             transport.abort()
 
     def abort_if_unserved(self) -> None:
-        if self._handler is None:
-            if self._upgrade is not None:
-                self._upgrade.cancel()
-            if self._raw is not None:
-                self._raw.abort()
+        if self._handler is None and self._raw is not None:
+            self._raw.abort()  # a TLS handshake in flight
+
+    # -- TLS (bootstrap.service.http.tls) ---------------------------------------------------------
+
+    def _handshake(self, tls: TlsSession) -> bool:
+        """Advance the handshake; True once it is done and the handler serves the connection."""
+        try:
+            done = tls.handshake()
+        except TlsFailed:
+            self._owner.client_error("handshake_failed")
+            self.tls_send()  # the alert, when OpenSSL wrote one
+            self.abort()
+            return False
+        self.tls_send()
+        if done and self._raw is not None and self.phase != "closed":
+            self._serve(TlsTransport(self, tls, self._raw, self))
+            return True
+        return False
+
+    def _decrypt(self, tls: TlsSession) -> None:
+        """Hand the handler what is decrypted while it reads; read the socket only while it does
+        and little ciphertext waits."""
+        while self._tls_reading and self._handler is not None and self.phase != "closed":
+            try:
+                data = tls.read()
+            except TlsFailed:
+                self.abort()
+                return
+            if data is None:  # the client's close_notify: its end of the stream, and ours
+                self._handler.eof_received()
+                if self._transport is not None:
+                    self._transport.close()
+                break
+            if not data:
+                break
+            self.started()
+            self._handler.data_received(data)
+        self.tls_send()  # what reading made OpenSSL answer (a key update, an alert)
+        raw = self._raw
+        if raw is not None and not raw.is_closing():
+            limit = self._owner.limits.tls_buffer or PENDING_BYTES
+            if self._tls_reading and tls.pending() < limit:
+                raw.resume_reading()
+            else:
+                raw.pause_reading()
+
+    def tls_pause_reading(self) -> None:
+        self._tls_reading = False
+        if self._raw is not None and not self._raw.is_closing():
+            self._raw.pause_reading()
+
+    def tls_resume_reading(self) -> None:
+        self._tls_reading = True
+        tls = self._tls
+        if tls is not None:  # what waits decrypted first, on the loop's next turn
+            asyncio.get_running_loop().call_soon(self._decrypt, tls)
+
+    def tls_send(self) -> None:
+        tls, raw = self._tls, self._raw
+        if tls is not None and raw is not None and not raw.is_closing():
+            data = tls.take()
+            if data:
+                raw.write(data)
+
+    def tls_close(self) -> None:
+        if self._raw is not None:
+            self._raw.close()  # once what was written is sent
 
     # -- internals ----------------------------------------------------------------------------
-
-    async def _handshake(self, raw: asyncio.Transport, ctx: ssl.SSLContext) -> None:
-        if self.phase == "closed" or raw.is_closing():
-            return
-        loop = asyncio.get_running_loop()
-        try:
-            tls = await loop.start_tls(
-                raw, self, ctx, server_side=True, ssl_handshake_timeout=self._owner.limits.handshake_timeout
-            )
-        except (OSError, ConnectionError, RuntimeError, ssl.SSLError):
-            # start_tls closed the transport; connection_lost releases the slot
-            self._owner.client_error("handshake_failed")
-            self.phase = "closed"
-            self._owner.release(self)
-            return
-        if tls is None or self._closed():
-            if tls is not None:
-                tls.abort()
-            return
-        size = self._owner.limits.tls_buffer
-        if size is not None:
-            tls.set_write_buffer_limits(high=size)
-            # asyncio's TLS transport has it (not the abstract Transport): what it decrypts ahead.
-            set_read = getattr(tls, "set_read_buffer_limits", None)
-            if callable(set_read):
-                set_read(high=size)
-        self._serve(tls)
 
     def _serve(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -370,11 +415,6 @@ class Connection(asyncio.BufferedProtocol):
         if self._owner.limits.max_age is not None:
             self._age_timer = asyncio.get_running_loop().call_later(self._owner.limits.max_age, self._aged)
         self._arm(self._owner.limits.header_timeout, "header_timeout")
-        early, self._early = self._early, []
-        for data in early:
-            self.data_received(data)
-        if self._early_eof:
-            handler.eof_received()
 
     def _aged(self) -> None:
         self._age_timer = None
@@ -387,9 +427,6 @@ class Connection(asyncio.BufferedProtocol):
             self.phase = "closed"
             self._transport.close()  # idle: nothing in flight, a clean close
         # busy: closed after its current answer (answered() says so)
-
-    def _closed(self) -> bool:
-        return self.phase == "closed"  # a method: connection_lost may change it across an await
 
     def _arm(self, seconds: float, reason: str) -> None:
         if self._owner.limits.sweep is not None:  # recorded only: the sweep enforces it
