@@ -12,11 +12,12 @@ Timestamps are timezone-aware; the stores return them in UTC.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Protocol
 
+from attest.bootrecord.model import BootRecord
 from attest.tpm import Counters
 from bootstrap.names import is_node_name
 from bootstrap.problems import BootIdRequired
@@ -45,6 +46,7 @@ MAX_ANCHORS: Final = 32  # CA certificates remembered per store (a rotation adds
 MAX_BOOT_ID: Final = 64  # /proc/sys/kernel/random/boot_id is a 36-character UUID
 MAX_MEASURED_BOOT_CLASS: Final = 128
 MAX_NODE_UID: Final = 128  # the API server writes a 36-character UUID
+MAX_DBX_BYTES: Final = 32 * 8192  # a 2024 dbx holds ~430 image digests; the UEFI variable limit bounds it
 ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget"})
 COMMIT_ACTIONS: Final = frozenset({"join", "renew"})
 
@@ -86,6 +88,9 @@ class NodeRecord:
     # kept when a later attestation found no Node. The gate holds a Node of this name with another
     # uid: it was deleted and re-created since (docs/gate.md). None: never recorded.
     node_uid: str | None = None
+    # The facts the latest accepted join or renewal verified (attest.bootrecord); None for records
+    # written before boot records existed. Each commit replaces it.
+    boot_record: BootRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,9 @@ class Attestation:
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id as the node reported it
     measured_boot_class: str | None = None  # the measured-boot policy class that matched
     node_uid: str | None = None  # metadata.uid of the Node labelled with it (None: no Node written)
+    boot_record: BootRecord | None = None  # what the verdict read (attest.bootrecord.build)
+    # The image digests of the record's dbx, by its identity: kept once per distinct dbx.
+    dbx: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +146,11 @@ class Store(Protocol):
         ...
 
     async def damaged_nodes(self) -> list[DamagedRecord]: ...
+
+    async def dbx_digests(self, identities: Collection[str]) -> dict[str, bytes]:
+        """The image digests (32 bytes each, sorted) of the dbx values with these identities
+        (SHA-256 of the value, hex), as commits kept them; an identity not kept is left out."""
+        ...
 
     async def commit(
         self, att: Attestation, *, session_id: str, session_expires_at: datetime, action: str, check: Check
@@ -242,6 +255,8 @@ def check_attestation(att: object) -> Attestation:
     check_boot_id(att.boot_id)
     check_measured_boot_class(att.measured_boot_class)
     check_node_uid(att.node_uid)
+    check_boot_record(att.boot_record)
+    check_dbx(att.dbx)
     attested = check_time(att.attested_at, "attested_at")
     expires = check_time(att.expires_at, "expires_at")
     if expires < attested:
@@ -252,6 +267,30 @@ def check_attestation(att: object) -> Attestation:
 def check_boot_id(value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or _BOOT_ID.fullmatch(value) is None):
         raise ValueError(f"boot_id must be 1..{MAX_BOOT_ID} characters of [0-9a-f-]")
+    return value
+
+
+def check_boot_record(value: object) -> BootRecord | None:
+    if value is not None and not isinstance(value, BootRecord):
+        raise ValueError("boot_record must be an attest.bootrecord.model.BootRecord")
+    return value
+
+
+def check_dbx_id(value: object) -> str:
+    if not isinstance(value, str) or _HEX64.fullmatch(value) is None:
+        raise ValueError("a dbx identity is 64 lowercase hex characters")
+    return value
+
+
+def check_dbx(value: object) -> tuple[tuple[str, bytes], ...]:
+    if not isinstance(value, tuple):
+        raise ValueError("dbx must be a tuple of (identity, digests)")  # noqa: TRY004
+    for item in value:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise ValueError("dbx must be a tuple of (identity, digests)")
+        check_dbx_id(item[0])
+        if not isinstance(item[1], bytes) or len(item[1]) % 32 or len(item[1]) > MAX_DBX_BYTES:
+            raise ValueError(f"dbx digests are whole 32-byte digests, at most {MAX_DBX_BYTES} bytes")
     return value
 
 
@@ -345,6 +384,7 @@ def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -
         # An attestation that wrote no Node (it was deleted) keeps the uid of the last one written:
         # a Node its kubelet registers afterwards is another object, and the gate holds it.
         node_uid=att.node_uid if att.node_uid is not None else (existing.node_uid if existing else None),
+        boot_record=att.boot_record,
     )
 
 

@@ -32,6 +32,8 @@ from bootstrap.store.kube import ATTEMPTS, CLAIM_STALE, KubeStore
 from bootstrap.store.model import MAX_ANCHORS
 from bootstrap.store.sqlite import SqliteStore
 from tests.store.common import EK_A, EK_B, RES, T0, Ticker, allow, commit, make_att
+from tests.support import bootrecords
+from tests.support import eventlogs as el
 from tests.support.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)
@@ -736,3 +738,27 @@ async def _on_kube(steps: list[tuple[object, ...]]) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_store_matches_a_model(kind: str, steps: list[tuple[object, ...]]) -> None:
     asyncio.run(_on_sqlite(steps) if kind == "sqlite" else _on_kube(steps))
+
+
+# -- boot records (issue 43) ------------------------------------------------------------------------
+
+
+async def test_the_boot_record_and_its_dbx_round_trip_and_each_commit_replaces_it(backend: Backend) -> None:
+    store = await backend.open()
+    first = bootrecords.synthetic()
+    dbx_id = next(iter(first.dbx))
+    att = replace(make_att(), boot_record=first.record, dbx=tuple(first.dbx.items()))
+    rec = await commit(store, att, "s1")
+    assert rec.boot_record == first.record
+    assert await store.get("gpu-1") == rec
+    assert await store.dbx_digests([dbx_id, "f" * 64]) == first.dbx  # an unknown identity: left out
+    second = bootrecords.synthetic(el.boot(kernel="/vmlinuz-6.9 ro"), boot_id="ab-1")
+    later = replace(make_att(serial="02", at=T0 + timedelta(minutes=5)), boot_record=second.record)
+    renewed = await commit(store, later, "s2", "renew")
+    assert renewed.boot_record == second.record
+    without = await commit(store, make_att(serial="03", at=T0 + timedelta(minutes=6)), "s3", "renew")
+    assert without.boot_record is None  # the record is what the latest attestation showed
+    await store.close()
+    again = await backend.open()
+    assert await again.get("gpu-1") == without
+    assert await again.dbx_digests([dbx_id]) == first.dbx  # kept once, by identity, for good

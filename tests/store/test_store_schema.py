@@ -261,4 +261,31 @@ async def test_a_schema_3_file_gains_the_node_uid_column(tmp_path: Path) -> None
     finally:
         await store.close()
     assert "node_uid" in columns(path, "nodes")
-    assert version(path) == SCHEMA_VERSION == 4
+    assert version(path) == SCHEMA_VERSION
+
+
+async def test_a_schema_4_file_gains_boot_records_and_the_dbx_table(tmp_path: Path) -> None:
+    """Schema 4 -> 5 (issue 43): the boot record column arrives empty (NULL: none kept yet) and
+    the dbx table empty; the node's record reads back unchanged."""
+    path = tmp_path / "nodegate.db"
+    await (await SqliteStore.open(path, _migrations=SCHEMA[:4])).close()
+    assert "boot_record" not in columns(path, "nodes")
+    db = sqlite3.connect(path)
+    db.execute(
+        "INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, "
+        "revoked, svid_serials, boot_id, node_uid) VALUES ('gpu-1', ?, x'0010', "
+        "'spiffe://example.org/node/gpu-1', '[1, 0, 100]', 0, 3600000000, 0, '[\"01\"]', 'ab-1', 'u-1')",
+        ("c" * 64,),
+    )
+    db.commit()
+    db.close()
+    store = await SqliteStore.open(path)
+    try:
+        rec = await store.get("gpu-1")
+        assert rec is not None
+        assert (rec.boot_record, rec.node_uid, rec.boot_id) == (None, "u-1", "ab-1")
+        assert await store.dbx_digests(["d" * 64]) == {}
+    finally:
+        await store.close()
+    assert "boot_record" in columns(path, "nodes")
+    assert version(path) == SCHEMA_VERSION == 5

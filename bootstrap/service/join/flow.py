@@ -20,6 +20,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from attest import ca, credential, svid, tpm, x509pop
+from attest.bootrecord import ekfacts
+from attest.bootrecord.build import build_record
+from attest.bootrecord.model import EkFacts
 from attest.csr import parse_node_csr
 from attest.errors import AttestationError, MalformedInput
 from bootstrap.config import POOL_LABEL, Settings
@@ -131,6 +134,7 @@ class JoinService:
             selection=self._selection,
             ttl=self.settings.session_ttl.total_seconds(),
             secret=secret,
+            ek_facts=ekfacts.ek_facts(ek).model_dump_json(by_alias=True, exclude_none=True),
         )
         return StartResponse(
             session=token,
@@ -166,7 +170,9 @@ class JoinService:
         # gate holds any other Node of this name). A commit that fails afterwards leaves a Node
         # with the hold taint and nothing that releases it.
         node_uid = await self._node(session, judged.pcr_class) if self.kube is not None else None
-        issued = await self._issue(session, sid, judged, action="join", node_uid=node_uid)
+        issued = await self._issue(
+            session, sid, judged, action="join", node_uid=node_uid, ek=_sealed_ek_facts(session)
+        )
         if self.kube is None:
             return issued.response
         kubeconfig = await self._kubelet(session, str(sid))
@@ -208,7 +214,9 @@ class JoinService:
             # kubelet registers onto nodegate's Node; a renewal on the same boot creates nothing.
             new_boot = judged.boot_id is not None and judged.boot_id != record.boot_id
             node_uid = await self._relabel(session, judged.pcr_class, create=new_boot)
-            issued = await self._issue(session, sid, judged, action="renew", node_uid=node_uid)
+            # The EK is the one the join verified (the binding): its facts carry over.
+            ek = record.boot_record.ek if record.boot_record is not None else None
+            issued = await self._issue(session, sid, judged, action="renew", node_uid=node_uid, ek=ek)
         except AttestationError as exc:
             await self._refused(session.node_name, exc)
             raise
@@ -259,7 +267,14 @@ class JoinService:
         return judged
 
     async def _issue(
-        self, session: Session, sid: svid.SpiffeId, judged: Evidence, *, action: str, node_uid: str | None
+        self,
+        session: Session,
+        sid: svid.SpiffeId,
+        judged: Evidence,
+        *,
+        action: str,
+        node_uid: str | None,
+        ek: EkFacts | None,
     ) -> Issued:
         counters = judged.quote.counters
         now = self._now()
@@ -271,6 +286,19 @@ class JoinService:
             public_key=public_key,  # type: ignore[arg-type]  # parse_node_csr admitted only EC/RSA
             now=now,
             ttl=self.settings.svid_ttl,
+        )
+        boot = build_record(
+            attested_at=now,
+            quoted=judged.quote.pcrs,
+            boot_id=judged.boot_id,
+            counters=counters,
+            pcr_class=judged.pcr_class,
+            firmware_version=judged.quote.firmware_version,
+            ek=ek,
+            log=judged.log,
+            facts=judged.facts,
+            policy=self.settings.measured_boot,
+            matched_class=judged.measured_boot_class,
         )
         att = Attestation(
             node_name=session.node_name,
@@ -284,6 +312,8 @@ class JoinService:
             boot_id=judged.boot_id,
             measured_boot_class=judged.measured_boot_class,
             node_uid=node_uid,
+            boot_record=boot.record,
+            dbx=tuple(boot.dbx.items()),
         )
 
         def check(existing: NodeRecord | None) -> None:
@@ -464,6 +494,18 @@ class JoinService:
             await self._on_refusal(node_name, exc.code, exc.detail)
         except (StoreUnavailable, KubeUnavailable) as err:
             log.warning("could not record a refusal", extra={"node": node_name, "error": str(err)[:200]})
+
+
+def _sealed_ek_facts(session: Session) -> EkFacts | None:
+    """What the join start sealed about the EK; None when it sealed nothing (a session from a
+    replica that did not yet know boot records): the record then lacks them, nothing else."""
+    if not session.ek_facts:
+        return None
+    try:
+        return EkFacts.model_validate_json(session.ek_facts)
+    except ValueError:
+        log.warning("a join session's EK facts do not read back", extra={"node": session.node_name})
+        return None
 
 
 def _check_binding(record: NodeRecord | None, ek_sha256: str, node_name: str) -> None:

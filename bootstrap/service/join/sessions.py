@@ -51,6 +51,9 @@ class Session:
     selection: str
     expires_at: float  # unix seconds
     spiffe_id: str = ""  # renewals: the SVID that asked
+    # joins: what the EK certificate verified at the start says (issuer, TPM model...), as the
+    # compact JSON of attest.bootrecord.model.EkFacts, for the boot record; "" for renewals
+    ek_facts: str = ""
 
     @property
     def qualifying_data(self) -> bytes:
@@ -94,6 +97,7 @@ class Sealer:
         ttl: float,
         secret: bytes = b"",
         spiffe_id: str = "",
+        ek_facts: str = "",
     ) -> tuple[Session, str]:
         session = Session(
             id=secrets.token_hex(16),
@@ -107,6 +111,7 @@ class Sealer:
             selection=selection,
             expires_at=self._clock() + ttl,
             spiffe_id=spiffe_id,
+            ek_facts=ek_facts,
         )
         return session, self.seal(session)
 
@@ -124,6 +129,8 @@ class Sealer:
             "exp": s.expires_at,
             "sp": s.spiffe_id,
         }
+        if s.ek_facts:
+            doc["ekf"] = s.ek_facts
         iv = os.urandom(12)
         plain = json.dumps(doc, separators=(",", ":")).encode()
         sealed = self._keys[self._current].encrypt(iv, plain, _AAD)
@@ -177,6 +184,7 @@ def _decode(plain: bytes) -> Session:
             selection=str(d["sel"]),
             expires_at=float(d["exp"]),
             spiffe_id=str(d.get("sp", "")),
+            ek_facts=str(d.get("ekf", "")),
         )
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise SessionUnknown("the session token's content is not understood") from None

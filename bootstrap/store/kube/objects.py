@@ -10,6 +10,8 @@ object, so one write carries the binding, the used session and the audit entry t
 - ``ak-public`` (base64), ``counters`` (JSON), ``svid-serials`` (JSON, newest 32),
 - ``boot-id``, ``measured-boot-class``: what the last join or renewal reported (absent: nothing),
 - ``node-uid``: the uid of the Node object nodegate labelled at the last join or renewal,
+- ``boot-record``: the boot record of the last join or renewal (attest.bootrecord, compact JSON),
+  published whole as ``status.boot``,
 - ``used-sessions`` (JSON list of ``{id, exp}``, expired entries dropped on every write),
 - ``audit`` (JSON, newest 20),
 - ``attested-at`` / ``expires-at``: copies of the status times. The status subresource cannot be
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from attest.bootrecord.model import BootRecord
 from attest.tpm import Counters
 from bootstrap.kube import Kube
 from bootstrap.problems import NodeRecordDamaged
@@ -48,6 +51,7 @@ from bootstrap.times import parse_time, rfc3339_exact
 
 __all__ = [
     "ANN_AK",
+    "ANN_BOOT_RECORD",
     "ANN_ATTESTED",
     "ANN_AUDIT",
     "ANN_BOOT_ID",
@@ -102,6 +106,7 @@ ANN_EXPIRES: Final = "nodegate.io/expires-at"
 ANN_BOOT_ID: Final = "nodegate.io/boot-id"
 ANN_MEASURED_BOOT_CLASS: Final = "nodegate.io/measured-boot-class"
 ANN_NODE_UID: Final = "nodegate.io/node-uid"
+ANN_BOOT_RECORD: Final = "nodegate.io/boot-record"
 MAX_AUDIT: Final = 20
 MAX_ANNOTATION: Final = 256 * 1024  # the API server's limit for all annotations together
 
@@ -148,13 +153,14 @@ class Session:
 @dataclass(frozen=True, slots=True)
 class Published:
     """The status fields this store writes: ``attestedAt``, ``expiresAt``, ``bootID``, ``resetCount``,
-    ``nodeUID``."""
+    ``nodeUID``, ``boot``."""
 
     attested_at: datetime | None = None
     expires_at: datetime | None = None
     boot_id: str | None = None
     reset_count: int | None = None
     node_uid: str | None = None
+    boot: BootRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +269,20 @@ def _record(
         boot_id=boot_id,
         measured_boot_class=mb_class,
         node_uid=uid,
+        boot_record=_boot_record(annotations),
     )
+
+
+def _boot_record(annotations: dict[str, Any]) -> BootRecord | None:
+    text = _unset_if_empty(annotations.get(ANN_BOOT_RECORD))
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) > MAX_ANNOTATION:
+        raise Corrupt(f"annotation {ANN_BOOT_RECORD} is not text")
+    try:
+        return BootRecord.model_validate_json(text)
+    except ValueError:
+        raise Corrupt(f"annotation {ANN_BOOT_RECORD} is not a boot record") from None
 
 
 def parse(obj: dict[str, Any]) -> NodeObject:
@@ -289,7 +308,7 @@ def parse(obj: dict[str, Any]) -> NodeObject:
             copies[1] is not None and published[1] is None
         )
         ours_set = published != (None, None) or any(
-            status.get(k) is not None for k in ("bootID", "resetCount", "nodeUID")
+            status.get(k) is not None for k in ("bootID", "resetCount", "nodeUID", "boot")
         )
         if not bound:
             behind = ours_set  # a forgotten node must not look attested
@@ -362,6 +381,7 @@ def published_copies(obj: dict[str, Any]) -> Published:
         boot_id,
         counters.reset_count if counters is not None else None,
         uid,
+        _boot_record(ann),
     )
 
 
@@ -370,7 +390,7 @@ def published_from(rec: NodeRecord | None) -> Published:
     if rec is None:
         return Published()
     reset = rec.counters.reset_count if rec.counters is not None else None
-    return Published(rec.attested_at, rec.expires_at, rec.boot_id, reset, rec.node_uid)
+    return Published(rec.attested_at, rec.expires_at, rec.boot_id, reset, rec.node_uid, rec.boot_record)
 
 
 def status_patch(rv: str, pub: Published) -> dict[str, Any]:
@@ -383,8 +403,40 @@ def status_patch(rv: str, pub: Published) -> dict[str, Any]:
             "bootID": pub.boot_id,
             "resetCount": pub.reset_count,
             "nodeUID": pub.node_uid,
+            "boot": boot_status(pub.boot),
         },
     }
+
+
+_BANKS: Final = ("sha1", "sha256", "sha384", "sha512", "sm3_256")
+
+
+def boot_status(rec: BootRecord | None) -> dict[str, Any] | None:
+    """``status.boot`` as a merge patch that replaces the whole record: every field written, an
+    unset one as null (which removes it), and the PCR banks and indices the record lacks nulled
+    too, so nothing of an earlier record survives in a key this one does not have."""
+    if rec is None:
+        return None
+    out: dict[str, Any] = _lists_without_nulls(rec.model_dump(mode="json", by_alias=True), in_list=False)
+    pcrs: dict[str, Any] = dict.fromkeys(_BANKS)
+    for bank, values in out["pcrs"].items():
+        pcrs[bank] = {**{str(i): None for i in range(24)}, **values}
+    out["pcrs"] = pcrs
+    return out
+
+
+def _lists_without_nulls(value: Any, *, in_list: bool) -> Any:
+    """A list replaces the old one whole in a merge patch, so its items carry no nulls (those
+    would be stored, not removed); outside lists a null removes the key."""
+    if isinstance(value, dict):
+        return {
+            k: _lists_without_nulls(v, in_list=in_list)
+            for k, v in value.items()
+            if not (in_list and v is None)
+        }
+    if isinstance(value, list):
+        return [_lists_without_nulls(v, in_list=True) for v in value]
+    return value
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -431,6 +483,7 @@ def written_annotations(rec: NodeRecord, *, sessions: str, audit: str) -> dict[s
         ANN_BOOT_ID: rec.boot_id,
         ANN_MEASURED_BOOT_CLASS: rec.measured_boot_class,
         ANN_NODE_UID: rec.node_uid,
+        ANN_BOOT_RECORD: rec.boot_record.to_json() if rec.boot_record is not None else None,
     }
 
 
@@ -446,6 +499,7 @@ def forget_patch(*, sessions: str, audit: str) -> dict[str, Any]:
             ANN_BOOT_ID,
             ANN_MEASURED_BOOT_CLASS,
             ANN_NODE_UID,
+            ANN_BOOT_RECORD,
         )
     )
     ann[ANN_SESSIONS] = sessions

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final, TypeVar
@@ -20,6 +20,7 @@ from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound
 from bootstrap.problems import NodeNameConflict, SessionReused
 from bootstrap.store.kube.anchors import TrustAnchors
 from bootstrap.store.kube.claims import EkClaims
+from bootstrap.store.kube.dbx import DbxLeases
 from bootstrap.store.kube.objects import (
     ANN_AUDIT,
     ANN_SESSIONS,
@@ -61,6 +62,7 @@ from bootstrap.store.model import (
     check_anchors,
     check_attestation,
     check_code,
+    check_dbx_id,
     check_limit,
     check_node_name,
     check_session_id,
@@ -96,6 +98,7 @@ class KubeStore:
         self._backoff = backoff
         self._claims = EkClaims(kube, namespace=namespace, clock=clock, attempts=attempts, pause=self._pause)
         self._anchors = TrustAnchors(kube, namespace=namespace, attempts=attempts, pause=self._pause)
+        self._dbx = DbxLeases(kube, namespace=namespace)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -191,6 +194,9 @@ class KubeStore:
             key=lambda d: d.node_name,
         )
 
+    async def dbx_digests(self, identities: Collection[str]) -> dict[str, bytes]:
+        return await self._unavailable(self._dbx.read([check_dbx_id(i) for i in identities]))
+
     async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
         check_session_id(session_id)
         if node_name is not None:
@@ -244,6 +250,7 @@ class KubeStore:
 
     async def _commit(self, att: Attestation, session: Session, action: str, check: Check) -> NodeRecord:
         name = att.node_name
+        await self._dbx.keep(att.dbx)  # before the record that names it
         for attempt in range(self._attempts):
             obj = await self._read(name)
             refuse_damaged(obj)  # neither trusted nor overwritten

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
+from attest.bootrecord.model import BootRecord
 from bootstrap.problems import NodeNameConflict, NodeRecordDamaged
 from bootstrap.store.model import (
     NodeRecord,
@@ -21,13 +22,22 @@ from bootstrap.store.model import (
     check_node_uid,
 )
 
-__all__ = ["COLUMNS", "create_private", "from_us", "put_record", "read_anchors", "record_of", "to_us"]
+__all__ = [
+    "COLUMNS",
+    "create_private",
+    "from_us",
+    "put_dbx",
+    "put_record",
+    "read_anchors",
+    "record_of",
+    "to_us",
+]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
 COLUMNS: Final = (
     "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, "
-    "svid_serials, boot_id, measured_boot_class, node_uid"
+    "svid_serials, boot_id, measured_boot_class, node_uid, boot_record"
 )
 
 
@@ -53,7 +63,7 @@ def create_private(path: Path) -> None:
 
 def record_of(row: tuple[Any, ...]) -> NodeRecord:
     """The record in ``row`` (COLUMNS); NodeRecordDamaged when a column does not read back."""
-    name, ek, ak, spiffe, counters, attested, expires, revoked, serials, boot_id, mb_class, uid = row
+    name, ek, ak, spiffe, counters, attested, expires, revoked, serials, boot_id, mb_class, uid, boot = row
     try:
         parsed = None if counters is None else check_counters(tuple(json.loads(counters)))
         history = json.loads(serials)
@@ -75,6 +85,7 @@ def record_of(row: tuple[Any, ...]) -> NodeRecord:
             boot_id=check_boot_id(boot_id),
             measured_boot_class=check_measured_boot_class(mb_class),
             node_uid=check_node_uid(uid),
+            boot_record=None if boot is None else BootRecord.model_validate_json(boot),
         )
     except (ValueError, TypeError, OverflowError) as exc:
         raise NodeRecordDamaged(
@@ -91,15 +102,15 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
         db.execute(
             """INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at,
                                   expires_at, revoked, svid_serials, boot_id, measured_boot_class,
-                                  node_uid)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  node_uid, boot_record)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (node_name) DO UPDATE SET
                  ek_sha256 = excluded.ek_sha256, ak_public = excluded.ak_public,
                  spiffe_id = excluded.spiffe_id, counters = excluded.counters,
                  attested_at = excluded.attested_at, expires_at = excluded.expires_at,
                  revoked = excluded.revoked, svid_serials = excluded.svid_serials,
                  boot_id = excluded.boot_id, measured_boot_class = excluded.measured_boot_class,
-                 node_uid = excluded.node_uid""",
+                 node_uid = excluded.node_uid, boot_record = excluded.boot_record""",
             (
                 rec.node_name,
                 rec.ek_sha256,
@@ -113,10 +124,17 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
                 rec.boot_id,
                 rec.measured_boot_class,
                 rec.node_uid,
+                rec.boot_record.to_json() if rec.boot_record is not None else None,
             ),
         )
     except sqlite3.IntegrityError:  # the UNIQUE(ek_sha256) backstop
         raise NodeNameConflict("this TPM is bound to another node name") from None
+
+
+def put_dbx(db: sqlite3.Connection, dbx: tuple[tuple[str, bytes], ...]) -> None:
+    """A dbx's digests by its identity, once: the identity is the SHA-256 of the value they
+    came from, so a second writer writes the same bytes."""
+    db.executemany("INSERT OR IGNORE INTO dbx (sha256, digests) VALUES (?, ?)", dbx)
 
 
 def read_anchors(db: sqlite3.Connection) -> list[str]:

@@ -20,7 +20,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +40,7 @@ from bootstrap.store.model import (
     check_anchors,
     check_attestation,
     check_code,
+    check_dbx_id,
     check_limit,
     check_node_name,
     check_session_id,
@@ -53,6 +54,7 @@ from bootstrap.store.sqlite.rows import (
     COLUMNS,
     create_private,
     from_us,
+    put_dbx,
     put_record,
     read_anchors,
     record_of,
@@ -282,6 +284,20 @@ class SqliteStore:
 
         return await self._run(run)
 
+    async def dbx_digests(self, identities: Collection[str]) -> dict[str, bytes]:
+        wanted = sorted({check_dbx_id(i) for i in identities})
+
+        def run() -> dict[str, bytes]:
+            out: dict[str, bytes] = {}
+            for i in range(0, len(wanted), 500):  # sqlite's bound parameters per statement
+                chunk = wanted[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT sha256, digests FROM dbx WHERE sha256 IN ({marks})"  # noqa: S608  (placeholders)
+                out.update((str(k), bytes(v)) for k, v in self._conn.execute(sql, chunk))
+            return out
+
+        return await self._run(run)
+
     async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
         check_session_id(session_id)
         if node_name is not None:
@@ -344,6 +360,7 @@ class SqliteStore:
             except sqlite3.IntegrityError:
                 raise SessionReused("this session already finished") from None
             put_record(db, rec)
+            put_dbx(db, att.dbx)
             self._audit(
                 db, rec.node_name, action, "node", "", f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
             )

@@ -1,0 +1,76 @@
+"""Boot records for tests: built from a synthetic (tests.support.eventlogs) or real log through
+the join's own steps (parse, replay against the quote, facts, verdict, build)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from attest import eventlog
+from attest.bootrecord.build import Built, build_record, record_facts
+from attest.bootrecord.model import EkFacts
+from attest.bootrecord.verdict import measured_boot_verdict
+from attest.measuredboot.model import MeasuredBootPolicy
+from attest.tpm import Counters
+from tests.support import eventlogs as el
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+EK = EkFacts(
+    sha256="e" * 64,
+    trusted_by="chain:CN=Test EK Root",
+    issuer="CN=Test EK CA",
+    manufacturer="id:49465800",
+    vendor="IFX",
+    model="SLB 9670 TPM2.0",
+    version="id:0728",
+)
+
+
+def quoted_of(
+    raw: bytes, bank: str = "sha256", pcrs: Sequence[int] = range(8)
+) -> dict[str, dict[int, bytes]]:
+    """What a TPM that lived through ``raw`` would quote: its replay (reset values where no event
+    extends a PCR)."""
+    log = eventlog.parse(raw)
+    replayed = log.replay([bank]).get(bank, {})
+    size = {"sha1": 20, "sha256": 32, "sha384": 48, "sha512": 64, "sm3_256": 32}[bank]
+    return {bank: {i: replayed.get(i, log.reset_value(i, size)) for i in pcrs}}
+
+
+def built_from(
+    raw: bytes | None,
+    quoted: dict[str, dict[int, bytes]],
+    policy: MeasuredBootPolicy | None = None,
+    *,
+    boot_id: str | None = None,
+    pcr_class: str | None = None,
+    at: datetime = T0,
+    ek: EkFacts | None = EK,
+) -> Built:
+    """The record a join accepted under ``policy`` would keep (the verdict must pass)."""
+    policy = policy or MeasuredBootPolicy()
+    log = facts = None
+    if raw is not None:
+        log = eventlog.parse(raw)
+        eventlog.verify_replay(log, quoted)
+        facts = record_facts(log, quoted)
+    result = measured_boot_verdict(policy, facts, quoted, sent_log=raw is not None)
+    return build_record(
+        attested_at=at,
+        quoted=quoted,
+        boot_id=boot_id,
+        counters=Counters(3, 0, 1000),
+        pcr_class=pcr_class,
+        firmware_version=0x0007_0055_0000_0000,
+        ek=ek,
+        log=log,
+        facts=facts,
+        policy=policy,
+        matched_class=result.matched_class if result is not None else None,
+    )
+
+
+def synthetic(events: list[el.Ev] | None = None, **kw: object) -> Built:
+    events = events if events is not None else el.boot()
+    raw = el.build(events)
+    return built_from(raw, quoted_of(raw), **kw)  # type: ignore[arg-type]
