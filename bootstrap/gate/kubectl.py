@@ -1,4 +1,5 @@
-"""`kubectl nodegate status [NODE] [-o table|json] [--kubeconfig FILE]`: why nodes are held.
+"""`kubectl nodegate status [NODE] [-o table|json] [--kubeconfig FILE]`: why nodes are held;
+`kubectl nodegate boots [NODE] [--where FIELD=VALUE]`: what booted where (``kubectlboots``).
 
 Every Node (or one) is joined by name with its NodeAttestation and shown with the hold taint it
 carries, the phase and reason the gate last wrote, what it still waits for, when it attested and
@@ -24,8 +25,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn
 
+from attest.bootrecord import fleet
 from bootstrap.config import GateSettings
-from bootstrap.gate import holds, nodewright
+from bootstrap.gate import holds, kubectlboots, nodewright
 from bootstrap.gate import kubectlopts as opts
 from bootstrap.gate.cache import ATTESTATIONS
 from bootstrap.gate.kubectlopts import age, kubeconfig_path
@@ -423,6 +425,7 @@ def _parser() -> _Parser:
         "-w", "--watch", action="store_true", help="after the list, a row each time a node changes"
     )
     st.add_argument("--taint-key", default=DEFAULT_TAINT_KEY, help=f"default {DEFAULT_TAINT_KEY}")
+    kubectlboots.add_parser(sub)
     return p
 
 
@@ -430,9 +433,19 @@ async def _run(args: argparse.Namespace) -> tuple[str, str | None]:
     """(stdout text, a note for stderr or None)."""
     if args.node is not None and not is_node_name(args.node):
         raise UsageError(f"{args.node!r} is not a valid node name")
+    selectors = _selectors(args)
     kube = await Kube.from_config(kubeconfig_path(args.kubeconfig), context=args.context)
     if kube is None:
         raise StatusError("no kubeconfig found and not running in a cluster; pass --kubeconfig")
+    if args.command == "boots":
+        try:
+            return await kubectlboots.run(kube, args.node, selectors, args.output, args.namespace)
+        except kubectlboots.NoRecord as exc:
+            raise NodeNotFound(str(exc)) from None
+        except NotServed:
+            raise StatusError(NOT_SERVED_NOTE.split(":")[0] + ": no boot records to show") from None
+        finally:
+            await kube.close()
     try:
         result = await status(kube, args.node, taint_key=args.taint_key, selector=args.selector)
         out = _render([r for r in result.rows if opts.held_for(r.hold, args.reason)], args.output)
@@ -446,6 +459,13 @@ async def _run(args: argparse.Namespace) -> tuple[str, str | None]:
     finally:
         await kube.close()
     return out, result.note
+
+
+def _selectors(args: argparse.Namespace) -> list[fleet.Selector]:
+    try:
+        return [fleet.parse_where(w) for w in getattr(args, "where", None) or ()]
+    except fleet.SelectorError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _render(rows: Sequence[NodeRow], output: str) -> str:
