@@ -443,7 +443,9 @@ async def _run(args: argparse.Namespace) -> tuple[str, str | None]:
         except kubectlboots.NoRecord as exc:
             raise NodeNotFound(str(exc)) from None
         except NotServed:
-            raise StatusError(NOT_SERVED_NOTE.split(":")[0] + ": no boot records to show") from None
+            raise StatusError(
+                "nodeattestations.nodegate.io is not served by this cluster: no boot records to show"
+            ) from None
         finally:
             await kube.close()
     try:

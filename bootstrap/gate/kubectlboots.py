@@ -30,7 +30,17 @@ from bootstrap.store.kube.objects import ANN_BOOT_RECORD, field
 __all__ = ["BootRow", "Boots", "read_boots", "render_groups", "render_json", "render_node", "render_wide"]
 
 SHORT: Final = fleet.SHORT
-GROUP_COLUMNS: Final = ("NODES", "STALE", "FIRMWARE", "CHAIN", "KERNEL", "CMDLINE", "DBX", "PCR-CLASS", "MB-CLASS")
+GROUP_COLUMNS: Final = (
+    "NODES",
+    "STALE",
+    "FIRMWARE",
+    "CHAIN",
+    "KERNEL",
+    "CMDLINE",
+    "DBX",
+    "PCR-CLASS",
+    "MB-CLASS",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +160,9 @@ def _dbx_ids(rows: Sequence[BootRow]) -> set[str]:
     return {
         r.record.measured_boot.dbx.sha256
         for r in rows
-        if r.record is not None and r.record.measured_boot is not None and r.record.measured_boot.dbx is not None
+        if r.record is not None
+        and r.record.measured_boot is not None
+        and r.record.measured_boot.dbx is not None
     }
 
 
@@ -172,7 +184,10 @@ def _cap(text: str, n: int) -> str:
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     cells = [tuple(header), *(tuple(_clean(c) for c in r) for r in rows)]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells) + "\n"
+    return (
+        "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+        + "\n"
+    )
 
 
 def _groups(boots: Boots) -> list[tuple[fleet.BootGroup, list[str], int]]:
@@ -232,7 +247,8 @@ def render_wide(boots: Boots) -> str:
 
 def render_json(boots: Boots) -> str:
     groups = [
-        {**g.to_json(), "count": len(names), "stale": n_stale, "nodes": names} for g, names, n_stale in _groups(boots)
+        {**g.to_json(), "count": len(names), "stale": n_stale, "nodes": names}
+        for g, names, n_stale in _groups(boots)
     ]
     doc = {
         "groups": groups,
@@ -265,7 +281,9 @@ def render_node(row: BootRow) -> str:
         lines.append(f"secure boot:     {mb.secure_boot}")
         if mb.crtm_version:
             lines.append(f"firmware:        {mb.crtm_version} (S-CRTM version)")
-        lines += [f"authority:       sha256:{a.sha256} {a.subject or ''} ({a.variable})" for a in mb.authorities]
+        lines += [
+            f"authority:       sha256:{a.sha256} {a.subject or ''} ({a.variable})" for a in mb.authorities
+        ]
         if mb.dbx is not None:
             lines.append(f"dbx:             {mb.dbx.sha256} ({mb.dbx.entries} entries)")
         lines += [f"boot app {i + 1}:      {a.digest}" for i, a in enumerate(mb.boot_applications)]
@@ -277,7 +295,8 @@ def render_node(row: BootRow) -> str:
         lines.append(f"EK:              {rec.ek.sha256} ({rec.ek.trusted_by})")
         lines.append(f"EK issuer:       {rec.ek.issuer or '-'}")
         lines.append(
-            f"TPM (EK cert):   {rec.ek.vendor or rec.ek.manufacturer or '-'} {rec.ek.model or ''} {rec.ek.version or ''}"
+            f"TPM (EK cert):   {rec.ek.vendor or rec.ek.manufacturer or '-'} "
+            f"{rec.ek.model or ''} {rec.ek.version or ''}"
         )
     if rec.tpm is not None:
         lines.append(f"TPM firmware:    {rec.tpm.firmware_version} (signed in the quote)")

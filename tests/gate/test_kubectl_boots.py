@@ -65,7 +65,9 @@ async def fleet(kube: Kube) -> dict[str, BootRecord]:
         )
         await commit(store, att, f"s-{name}")
         node = a_node(name)
-        node["status"] = {"nodeInfo": {"bootID": _boot(99 if name == "cpu-1" else i), "kernelVersion": "6.8.0-1"}}
+        node["status"] = {
+            "nodeInfo": {"bootID": _boot(99 if name == "cpu-1" else i), "kernelVersion": "6.8.0-1"}
+        }
         await kube.create_node(node)
         out[name] = built.record
     await commit(store, make_att("legacy", "f" * 64), "s-legacy")
@@ -80,7 +82,17 @@ async def test_groups_with_counts_and_stale_records(
     rc, out, err = await run_main(["boots", "--kubeconfig", cfg], capsys)
     assert (rc, err) == (0, "")
     lines = out.splitlines()
-    assert lines[0].split() == ["NODES", "STALE", "FIRMWARE", "CHAIN", "KERNEL", "CMDLINE", "DBX", "PCR-CLASS", "MB-CLASS"]
+    assert lines[0].split() == [
+        "NODES",
+        "STALE",
+        "FIRMWARE",
+        "CHAIN",
+        "KERNEL",
+        "CMDLINE",
+        "DBX",
+        "PCR-CLASS",
+        "MB-CLASS",
+    ]
     ubuntu, gdc = lines[1].split(), lines[2].split()
     assert ubuntu[:2] == ["3", "0"]
     assert gdc[:2] == ["2", "1"]  # cpu-1 rebooted since its record
@@ -93,21 +105,28 @@ async def test_where_selects_by_digest_prefix_and_field(
 ) -> None:
     cfg = str(kubeconfig(tmp_path, str(kmock.url).rstrip("/")))
     shim = fleet["cpu-0"].measured_boot.boot_applications[0].digest  # type: ignore[union-attr]
-    rc, out, _ = await run_main(["boots", "--kubeconfig", cfg, "--where", f"app=sha256:{shim[:10]}", "-o", "json"], capsys)
+    rc, out, _ = await run_main(
+        ["boots", "--kubeconfig", cfg, "--where", f"app=sha256:{shim[:10]}", "-o", "json"], capsys
+    )
     assert rc == 0
     doc = json.loads(out)
     assert [n["node"] for n in doc["nodes"]] == ["cpu-0", "cpu-1"]
     assert doc["groups"][0]["count"] == 2
     rc, out, _ = await run_main(
-        ["boots", "--kubeconfig", cfg, "--where", f"app={shim[:10]}", "--where", "stale=true", "-o", "json"], capsys
+        ["boots", "--kubeconfig", cfg, "--where", f"app={shim[:10]}", "--where", "stale=true", "-o", "json"],
+        capsys,
     )
     assert [n["node"] for n in json.loads(out)["nodes"]] == ["cpu-1"]
     dbx = fleet["gpu-0"].measured_boot.dbx.sha256  # type: ignore[union-attr]
-    rc, out, _ = await run_main(["boots", "--kubeconfig", cfg, "--where", f"dbx={dbx[:8]}", "-o", "yaml"], capsys)
+    rc, out, _ = await run_main(
+        ["boots", "--kubeconfig", cfg, "--where", f"dbx={dbx[:8]}", "-o", "yaml"], capsys
+    )
     doc = yaml.safe_load(out)
     assert [n["node"] for n in doc["nodes"]] == ["gpu-0", "gpu-1", "gpu-2"]
     assert set(doc["dbx"]) == {dbx}  # the digests travel with an export (what-if --records reads them)
-    rc, out, _ = await run_main(["boots", "--kubeconfig", cfg, "--where", "tpm-vendor=IFX", "--where", "node=gpu-*"], capsys)
+    rc, out, _ = await run_main(
+        ["boots", "--kubeconfig", cfg, "--where", "tpm-vendor=IFX", "--where", "node=gpu-*"], capsys
+    )
     assert out.splitlines()[1].split()[0] == "3"
 
 

@@ -54,7 +54,9 @@ async def join(r: Running, node: SoftNode, log: bytes | None, boot_id: str | Non
         return await post(http, f"{r.base}/v1/join/finish", body)
 
 
-async def renew(r: Running, node: SoftNode, svid: str, tmp: Path, log: bytes, boot_id: str) -> tuple[int, Any]:
+async def renew(
+    r: Running, node: SoftNode, svid: str, tmp: Path, log: bytes, boot_id: str
+) -> tuple[int, Any]:
     cert, key = tmp / f"{node.name}.pem", tmp / f"{node.name}.key"
     cert.write_text(svid)
     key.write_bytes(
@@ -117,7 +119,11 @@ async def test_a_join_keeps_the_record_of_what_its_verdict_read(svc: Running, ek
     expected = built_from(raw, quoted_of(raw, "sha256", range(9)), policy, boot_id=BOOT_A).record
     assert rec.measured_boot == expected.measured_boot
     assert rec.pcrs == expected.pcrs
-    assert (rec.boot_id, rec.attested_at, rec.reset_count) == (BOOT_A, stored.attested_at, stored.counters.reset_count)  # type: ignore[union-attr]
+    assert (rec.boot_id, rec.attested_at, rec.reset_count) == (
+        BOOT_A,
+        stored.attested_at,
+        stored.counters.reset_count,
+    )  # type: ignore[union-attr]
     assert rec.measured_boot is not None
     assert rec.measured_boot.matched_class == stored.measured_boot_class == "fleet"
     assert rec.measured_boot.kernel_cmdline == "/vmlinuz-6.8 root=/dev/sda1 ro"  # proven by the class
@@ -200,7 +206,9 @@ def _facts(name: str) -> bootfacts.BootFacts:
 
 
 def _class(name: str, **changes: Any) -> dict[str, Any]:
-    learned = measuredboot.learn([_facts(name)], name=name.removesuffix(".bin").replace("_", "-"), cmdlines=True)
+    learned = measuredboot.learn(
+        [_facts(name)], name=name.removesuffix(".bin").replace("_", "-"), cmdlines=True
+    )
     doc = {**learned.model_dump(exclude_none=True), **changes}
     MeasuredBootClass.model_validate(doc)
     return doc
@@ -215,9 +223,15 @@ def _variant(kind: str) -> dict[str, Any]:
     if kind == "secure-boot":
         return {"secure_boot": "required", "classes": [_class(n, mode="warn") for n in REAL]}
     if kind == "new-dbx":
-        return {"classes": [_class(n, dbx_required=["ab" * 32]) if i % 2 else _class(n) for i, n in enumerate(REAL)]}
+        return {
+            "classes": [
+                _class(n, dbx_required=["ab" * 32]) if i % 2 else _class(n) for i, n in enumerate(REAL)
+            ]
+        }
     if kind == "no-first-app":
-        return {"classes": [_class(n, boot_applications=list(_class(n)["boot_applications"][1:])) for n in REAL]}
+        return {
+            "classes": [_class(n, boot_applications=list(_class(n)["boot_applications"][1:])) for n in REAL]
+        }
     raise AssertionError(kind)
 
 
@@ -252,7 +266,10 @@ def stored_records(tmp_path_factory: pytest.TempPathFactory, ek_ca: EkCa) -> dic
                 assert rec.boot_record is not None
                 mb = rec.boot_record.measured_boot
                 ids = [mb.dbx.sha256] if mb is not None and mb.dbx is not None else []
-                out[name] = (rec.boot_record, (await r.service.store.dbx_digests(ids)).get(ids[0]) if ids else None)
+                out[name] = (
+                    rec.boot_record,
+                    (await r.service.store.dbx_digests(ids)).get(ids[0]) if ids else None,
+                )
             return out
 
     return asyncio.run(collect())
@@ -275,7 +292,10 @@ async def test_whatif_agrees_with_a_real_join_for_every_policy_and_log(
             if status == 200:
                 stored = await r.service.store.get(node.name)
                 assert stored is not None
-                assert (verdict.outcome, verdict.measured_boot_class) == ("pass", stored.measured_boot_class), name
+                assert (verdict.outcome, verdict.measured_boot_class) == (
+                    "pass",
+                    stored.measured_boot_class,
+                ), name
             else:
                 assert (verdict.outcome, verdict.code) == ("refuse", body["code"]), name
                 assert _same_detail(verdict.reason, body["detail"]), name
