@@ -25,6 +25,8 @@ __all__ = [
     "SelectorError",
     "group_key",
     "grouped",
+    "metric_groups",
+    "metric_key",
     "matches",
     "parse_where",
     "values",
@@ -267,6 +269,40 @@ def group_key(rec: BootRecord) -> BootGroup:
         pcr_class=rec.pcr_class or "",
         mb_class=(mb.matched_class if mb is not None else None) or "",
     )
+
+
+MetricKey = tuple[str, str, str, str]  # pcr class, measured-boot class, chain id, dbx
+MAX_SERIES: Final = 64
+OTHER: Final = "other"
+NONE: Final = "none"
+
+
+def metric_key(rec: BootRecord) -> MetricKey:
+    """The labels of a boot in the metrics: the classes (bounded by the config), the boot chain
+    id and the dbx identity (16 hex digits each)."""
+    mb = rec.measured_boot
+    chain = (mb.chain_id if mb is not None else None) or NONE
+    dbx = mb.dbx.sha256[:16] if mb is not None and mb.dbx is not None else NONE
+    mb_class = (mb.matched_class if mb is not None else None) or NONE
+    return (rec.pcr_class or NONE, mb_class, chain, dbx)
+
+
+def metric_groups(records: Iterable[BootRecord], limit: int = MAX_SERIES) -> dict[MetricKey, int]:
+    """Nodes per boot for the metrics, at most ``limit`` chain/dbx series: the largest keep their
+    labels, the rest are counted per class pair as chain and dbx ``other`` (the class pairs are
+    the config's, so the series stay bounded whatever the fleet boots)."""
+    counts: dict[MetricKey, int] = {}
+    for rec in records:
+        key = metric_key(rec)
+        counts[key] = counts.get(key, 0) + 1
+    if len(counts) <= limit:
+        return counts
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    out = dict(ranked[: limit - 1])
+    for (pcr_class, mb_class, _chain, _dbx), n in ranked[limit - 1 :]:
+        key = (pcr_class, mb_class, OTHER, OTHER)
+        out[key] = out.get(key, 0) + n
+    return out
 
 
 def grouped(named: Sequence[tuple[str, BootRecord]]) -> list[tuple[BootGroup, list[str]]]:

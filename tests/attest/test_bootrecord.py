@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from attest import eventlog
 from attest.bootrecord import judge as whatif
 from attest.bootrecord.build import Built, record_facts
-from attest.bootrecord.fleet import group_key
+from attest.bootrecord.fleet import group_key, metric_groups
 from attest.bootrecord.model import BootRecord
 from attest.bootrecord.recorded import facts_of
 from attest.errors import AttestationError
@@ -370,3 +370,19 @@ def test_records_of_the_same_boot_group_together_and_differ_where_the_boot_does(
     c = built_from(_raw("gdc-host.bin"), _quoted("gdc-host.bin")).record
     assert group_key(a) == group_key(b) != group_key(c)
     assert group_key(a).dbx.endswith("/371")
+
+
+def test_the_metrics_keep_their_series_bounded_whatever_the_fleet_boots() -> None:
+    """10,000 nodes, each with its own boot chain: at most 64 chain/dbx series, the rest counted
+    per class pair as other, and no node lost."""
+    base = built_from(_raw("gdc-host.bin"), _quoted("gdc-host.bin")).record
+    assert base.measured_boot is not None
+    records = []
+    for i in range(10_000):
+        apps = (base.measured_boot.boot_applications[0].model_copy(update={"digest": f"{i:064x}"}),)
+        mb = base.measured_boot.model_copy(update={"boot_applications": apps, "matched_class": f"c{i % 3}"})
+        records.append(base.model_copy(update={"measured_boot": mb}))
+    groups = metric_groups(records)
+    assert len({k for k in groups if k[2] != "other"}) == 63
+    assert sum(groups.values()) == 10_000
+    assert {k for k in groups if k[2] == "other"} == {("none", f"c{i}", "other", "other") for i in range(3)}

@@ -12,7 +12,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from tests.bench import admission, attest, ekcert, eventlog, gate, gate_cluster, join, joinload, soak, spiffe
+from tests.bench import (
+    admission,
+    attest,
+    bootrecords,
+    ekcert,
+    eventlog,
+    gate,
+    gate_cluster,
+    join,
+    joinload,
+    soak,
+    spiffe,
+)
 
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
@@ -24,6 +36,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "soak": soak.main,
     "joinload": joinload.main,
     "spiffe": spiffe.main,
+    "bootrecords": bootrecords.main,
     # The real control plane (tests/cluster/plane.py; `make cluster` builds it).
     "gate_cluster": gate_cluster.main,
 }

@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,8 @@ from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from attest.measuredboot.model import MeasuredBootClass
 from attest.pcr import PcrPolicy
+from bootstrap.service import background
+from tests.store.common import T0, make_att
 from tests.support import eventlogs as el
 from tests.support.bootrecords import built_from, quoted_of
 from tests.support.certs import ca_der
@@ -301,3 +305,34 @@ async def test_whatif_agrees_with_a_real_join_for_every_policy_and_log(
                 assert _same_detail(verdict.reason, body["detail"]), name
     assert "pass" in outcomes or kind == "no-first-app"
     assert "refuse" in outcomes or kind == "learned"
+
+
+# -- metrics ----------------------------------------------------------------------------------------
+
+
+async def test_the_boot_metrics_count_nodes_by_class_chain_and_dbx(svc: Running, ek_ca: EkCa) -> None:
+    for i in range(3):
+        node = ek_ca.node(f"metric-{i}")
+        status, out = await join(svc, node, booted(node, el.build(el.boot(cert_der=ca_der()))), BOOT_A)
+        assert status == 200, out
+    bare = ek_ca.node("metric-bare")
+    await svc.service.store.commit(
+        replace(
+            make_att("metric-bare", "9" * 64),
+            boot_record=None,
+        ),
+        session_id="bare",
+        session_expires_at=T0 + timedelta(minutes=1),
+        action="join",
+        check=lambda _r: None,
+    )
+    assert bare.name == "metric-bare"
+    await background.count_boots(svc.service)
+    text = svc.service.metrics.render().decode()
+    rec = (await svc.service.store.get("metric-0")).boot_record  # type: ignore[union-attr]
+    mb = rec.measured_boot  # type: ignore[union-attr]
+    assert (
+        f'nodegate_boot_records{{chain="{mb.chain_id}",dbx="{mb.dbx.sha256[:16]}",'  # type: ignore[union-attr]
+        f'measured_boot_class="fleet",pcr_class="none"}} 3.0'
+    ) in text
+    assert "nodegate_boot_records_missing 1.0" in text
