@@ -21,6 +21,7 @@ from attest.bootrecord.model import BootRecord
 from attest.tpm import Counters
 from bootstrap.names import is_node_name
 from bootstrap.problems import BootIdRequired
+from bootstrap.times import parse_time, rfc3339_exact
 
 __all__ = [
     "ACTIONS",
@@ -30,6 +31,7 @@ __all__ = [
     "Check",
     "DamagedRecord",
     "NodeRecord",
+    "Quarantine",
     "Store",
     "StoreSchemaError",
     "StoreUnavailable",
@@ -47,7 +49,7 @@ MAX_BOOT_ID: Final = 64  # /proc/sys/kernel/random/boot_id is a 36-character UUI
 MAX_MEASURED_BOOT_CLASS: Final = 128
 MAX_NODE_UID: Final = 128  # the API server writes a 36-character UUID
 MAX_DBX_BYTES: Final = 32 * 8192  # a 2024 dbx holds ~430 image digests; the UEFI variable limit bounds it
-ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget"})
+ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget", "quarantine"})
 COMMIT_ACTIONS: Final = frozenset({"join", "renew"})
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -65,6 +67,41 @@ class StoreUnavailable(Exception):
 class StoreSchemaError(Exception):
     """The database was written by a newer nodegate (or is not a nodegate database): refusing it
     protects data that this version does not understand."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    """An admin held the node (``nodegate nodes quarantine``): the gate holds it ``quarantined``
+    until an attestation of a new boot (the TPM's resetCount above ``reset_count``, the one of the
+    attestation quarantined) is accepted by the policy in force; renewals of the same boot keep it."""
+
+    reason: str
+    actor: str
+    at: datetime
+    reset_count: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "reason": self.reason,
+            "actor": self.actor,
+            "at": rfc3339_exact(self.at),
+            "resetCount": self.reset_count,
+        }
+
+
+def quarantine_of(value: object) -> Quarantine | None:
+    """A Quarantine from its JSON (``to_json``); ValueError when it is not one."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("quarantine is not an object")  # noqa: TRY004  (ValueError is the contract)
+    reason, actor, reset = value.get("reason"), value.get("actor"), value.get("resetCount")
+    at = parse_time(value.get("at"))
+    if not isinstance(reason, str) or not isinstance(actor, str) or at is None:
+        raise ValueError("quarantine lacks its reason, actor or time")
+    if not isinstance(reset, int) or isinstance(reset, bool) or not 0 <= reset < _U64:
+        raise ValueError("quarantine's resetCount is not a counter")
+    return Quarantine(clip(reason), check_actor(actor), at, reset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +128,7 @@ class NodeRecord:
     # The facts the latest accepted join or renewal verified (attest.bootrecord); None for records
     # written before boot records existed. Each commit replaces it.
     boot_record: BootRecord | None = None
+    quarantine: Quarantine | None = None  # held by an admin until a new boot attests
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +209,12 @@ class Store(Protocol):
 
     async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
         """Set (or with ``revoked=False`` clear) the revoked flag; KeyError for an unknown node."""
+        ...
+
+    async def quarantine(self, node_name: str, *, actor: str, reason: str) -> NodeRecord:
+        """Hold the node ``quarantined`` (audited, actor ``actor``) until an attestation of a new
+        boot is accepted (see Quarantine); KeyError for an unknown node. Quarantining a node that
+        is already quarantined replaces the reason."""
         ...
 
     async def forget(self, node_name: str, *, actor: str, reason: str) -> bool:
@@ -369,6 +413,9 @@ def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -
         # Whatever the caller checked: a recorded boot id is never dropped (the gate's reboot
         # hold compares the Node's boot with it), in every backend.
         raise BootIdRequired(f"{att.node_name} has a recorded boot id; this attestation carries none")
+    held = existing.quarantine if existing is not None else None
+    if held is not None and att.counters.reset_count > held.reset_count:
+        held = None  # a new boot, accepted by the policy in force: released
     return NodeRecord(
         node_name=att.node_name,
         ek_sha256=att.ek_sha256,
@@ -385,7 +432,22 @@ def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -
         # a Node its kubelet registers afterwards is another object, and the gate holds it.
         node_uid=att.node_uid if att.node_uid is not None else (existing.node_uid if existing else None),
         boot_record=att.boot_record,
+        quarantine=held,
     )
+
+
+def commit_detail(rec: NodeRecord, att: Attestation, existing: NodeRecord | None) -> str:
+    """The audit line of a commit; it says when the commit released a quarantine."""
+    released = existing is not None and existing.quarantine is not None and rec.quarantine is None
+    return f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}" + (
+        " (a new boot: released from quarantine)" if released else ""
+    )
+
+
+def quarantined(rec: NodeRecord, *, actor: str, reason: str, at: datetime) -> Quarantine:
+    """The quarantine of ``rec``'s current boot (the resetCount of its last attestation)."""
+    reset = rec.counters.reset_count if rec.counters is not None else 0
+    return Quarantine(clip(reason), check_actor(actor), at.astimezone(UTC), reset)
 
 
 def utcnow() -> datetime:

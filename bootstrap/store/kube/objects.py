@@ -46,6 +46,7 @@ from bootstrap.store.model import (
     check_ek,
     check_measured_boot_class,
     check_node_uid,
+    quarantine_of,
 )
 from bootstrap.times import parse_time, rfc3339_exact
 
@@ -256,6 +257,10 @@ def _record(
         raise Corrupt(
             f"annotation {ANN_BOOT_ID}, {ANN_MEASURED_BOOT_CLASS} or {ANN_NODE_UID}: {exc}"
         ) from None
+    try:
+        held = quarantine_of(spec.get("quarantine"))
+    except ValueError as exc:
+        raise Corrupt(f"spec.quarantine: {exc}") from None
     return NodeRecord(
         node_name=name,
         ek_sha256=ek,
@@ -270,6 +275,7 @@ def _record(
         measured_boot_class=mb_class,
         node_uid=uid,
         boot_record=_boot_record(annotations),
+        quarantine=held,
     )
 
 
@@ -506,5 +512,5 @@ def forget_patch(*, sessions: str, audit: str) -> dict[str, Any]:
     ann[ANN_AUDIT] = audit
     return {
         "metadata": {"labels": {LABEL_EK: None}, "annotations": ann},
-        "spec": {"ekSha256": None, "spiffeId": None, "revoked": None},
+        "spec": {"ekSha256": None, "spiffeId": None, "revoked": None, "quarantine": None},
     }

@@ -68,6 +68,8 @@ from bootstrap.store.model import (
     check_session_id,
     check_time,
     clip,
+    commit_detail,
+    quarantined,
     record_from,
     utcnow,
 )
@@ -264,14 +266,19 @@ class KubeStore:
                 await self._claims.claim(att.ek_sha256, name)
             check(existing)
             rec = record_from(att, action=action, existing=existing)
-            detail = f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
+            detail = commit_detail(rec, att, existing)
             annotations = written_annotations(
                 rec,
                 sessions=self._sessions_value(obj, session),
                 audit=self._audit_value(obj, action, "node", "", detail),
             )
             labels = {LABEL_EK: att.ek_sha256[:63]}
-            spec = {"ekSha256": rec.ek_sha256, "spiffeId": rec.spiffe_id, "revoked": rec.revoked}
+            spec = {
+                "ekSha256": rec.ek_sha256,
+                "spiffeId": rec.spiffe_id,
+                "revoked": rec.revoked,
+                "quarantine": rec.quarantine.to_json() if rec.quarantine is not None else None,
+            }
             try:
                 if obj is None:
                     body = {
@@ -282,7 +289,7 @@ class KubeStore:
                             "labels": labels,
                             "annotations": without_unset(annotations),
                         },
-                        "spec": spec,
+                        "spec": without_unset(spec),
                     }
                     written = await self._kube.create_cluster_object(GROUP, VERSION, PLURAL, body)
                 else:
@@ -348,6 +355,26 @@ class KubeStore:
         read, _written = done
         assert read.record is not None  # noqa: S101  (build refused a tombstone)
         return replace(read.record, revoked=revoked)
+
+    async def quarantine(self, node_name: str, *, actor: str, reason: str) -> NodeRecord:
+        check_node_name(node_name)
+        check_actor(actor)
+        text = clip(reason)
+        held: list[NodeRecord] = []
+
+        def build(obj: NodeObject) -> dict[str, Any]:
+            refuse_damaged(obj)
+            if obj.record is None:
+                raise KeyError(node_name)
+            q = quarantined(obj.record, actor=actor, reason=text, at=self._clock())
+            held[:] = [replace(obj.record, quarantine=q)]
+            ann = {ANN_AUDIT: self._audit_value(obj, "quarantine", actor, "", text)}
+            return {"metadata": {"annotations": ann}, "spec": {"quarantine": q.to_json()}}
+
+        done = await self._unavailable(self._update(node_name, build))
+        if done is None or not held:
+            raise KeyError(node_name)
+        return held[0]
 
     async def forget(self, node_name: str, *, actor: str, reason: str) -> bool:
         check_node_name(node_name)

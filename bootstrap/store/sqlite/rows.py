@@ -20,6 +20,7 @@ from bootstrap.store.model import (
     check_ek,
     check_measured_boot_class,
     check_node_uid,
+    quarantine_of,
 )
 
 __all__ = [
@@ -37,7 +38,7 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
 COLUMNS: Final = (
     "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, "
-    "svid_serials, boot_id, measured_boot_class, node_uid, boot_record"
+    "svid_serials, boot_id, measured_boot_class, node_uid, boot_record, quarantine"
 )
 
 
@@ -63,7 +64,22 @@ def create_private(path: Path) -> None:
 
 def record_of(row: tuple[Any, ...]) -> NodeRecord:
     """The record in ``row`` (COLUMNS); NodeRecordDamaged when a column does not read back."""
-    name, ek, ak, spiffe, counters, attested, expires, revoked, serials, boot_id, mb_class, uid, boot = row
+    (
+        name,
+        ek,
+        ak,
+        spiffe,
+        counters,
+        attested,
+        expires,
+        revoked,
+        serials,
+        boot_id,
+        mb_class,
+        uid,
+        boot,
+        held,
+    ) = row
     try:
         parsed = None if counters is None else check_counters(tuple(json.loads(counters)))
         history = json.loads(serials)
@@ -86,6 +102,7 @@ def record_of(row: tuple[Any, ...]) -> NodeRecord:
             measured_boot_class=check_measured_boot_class(mb_class),
             node_uid=check_node_uid(uid),
             boot_record=None if boot is None else BootRecord.model_validate_json(boot),
+            quarantine=None if held is None else quarantine_of(json.loads(held)),
         )
     except (ValueError, TypeError, OverflowError) as exc:
         raise NodeRecordDamaged(
@@ -102,15 +119,16 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
         db.execute(
             """INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at,
                                   expires_at, revoked, svid_serials, boot_id, measured_boot_class,
-                                  node_uid, boot_record)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  node_uid, boot_record, quarantine)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (node_name) DO UPDATE SET
                  ek_sha256 = excluded.ek_sha256, ak_public = excluded.ak_public,
                  spiffe_id = excluded.spiffe_id, counters = excluded.counters,
                  attested_at = excluded.attested_at, expires_at = excluded.expires_at,
                  revoked = excluded.revoked, svid_serials = excluded.svid_serials,
                  boot_id = excluded.boot_id, measured_boot_class = excluded.measured_boot_class,
-                 node_uid = excluded.node_uid, boot_record = excluded.boot_record""",
+                 node_uid = excluded.node_uid, boot_record = excluded.boot_record,
+                 quarantine = excluded.quarantine""",
             (
                 rec.node_name,
                 rec.ek_sha256,
@@ -125,6 +143,7 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
                 rec.measured_boot_class,
                 rec.node_uid,
                 rec.boot_record.to_json() if rec.boot_record is not None else None,
+                json.dumps(rec.quarantine.to_json()) if rec.quarantine is not None else None,
             ),
         )
     except sqlite3.IntegrityError:  # the UNIQUE(ek_sha256) backstop

@@ -74,8 +74,10 @@ def _v4(db: sqlite3.Connection) -> None:
 
 def _v5(db: sqlite3.Connection) -> None:
     """Boot records (issue 43): the facts of the last accepted attestation, as JSON (NULL for
-    records written before), and each distinct dbx's image digests, kept once by its identity."""
+    records written before), each distinct dbx's image digests, kept once by its identity, and an
+    admin's quarantine of the node (JSON; NULL: none)."""
     db.execute("ALTER TABLE nodes ADD COLUMN boot_record TEXT")
+    db.execute("ALTER TABLE nodes ADD COLUMN quarantine TEXT")
     db.execute("CREATE TABLE dbx (sha256 TEXT PRIMARY KEY, digests BLOB NOT NULL)")
 
 

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -46,7 +47,9 @@ from bootstrap.store.model import (
     check_session_id,
     check_time,
     clip,
+    commit_detail,
     merged_anchors,
+    quarantined,
     record_from,
     utcnow,
 )
@@ -361,9 +364,7 @@ class SqliteStore:
                 raise SessionReused("this session already finished") from None
             put_record(db, rec)
             put_dbx(db, att.dbx)
-            self._audit(
-                db, rec.node_name, action, "node", "", f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
-            )
+            self._audit(db, rec.node_name, action, "node", "", commit_detail(rec, att, existing))
             return rec
 
         return await self._grouped(run)
@@ -387,6 +388,24 @@ class SqliteStore:
             rec = self._get(db, node_name)
             assert rec is not None  # noqa: S101  (inside the same transaction)
             return rec
+
+        return await self._run(self._write, run)
+
+    async def quarantine(self, node_name: str, *, actor: str, reason: str) -> NodeRecord:
+        check_node_name(node_name)
+        check_actor(actor)
+        text = clip(reason)
+
+        def run(db: sqlite3.Connection) -> NodeRecord:
+            rec = self._get(db, node_name)
+            if rec is None:
+                raise KeyError(node_name)
+            held = quarantined(rec, actor=actor, reason=text, at=self._clock())
+            db.execute(
+                "UPDATE nodes SET quarantine = ? WHERE node_name = ?", (json.dumps(held.to_json()), node_name)
+            )
+            self._audit(db, node_name, "quarantine", actor, "", text)
+            return replace(rec, quarantine=held)
 
         return await self._run(self._write, run)
 
