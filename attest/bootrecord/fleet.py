@@ -59,11 +59,24 @@ def _bool(value: bool | None) -> tuple[str, ...]:
     return () if value is None else ("true" if value else "false")  # type: ignore[return-value]
 
 
-def _mb(read: Callable[..., tuple[str, ...]]) -> Callable[[BootRecord, Mapping[str, str]], tuple[str, ...]]:
+def _of(
+    part: Callable[[BootRecord], object | None], read: Callable[..., tuple[str, ...]]
+) -> Callable[[BootRecord, Mapping[str, str]], tuple[str, ...]]:
+    """A field read from one part of the record (nothing when the record lacks that part)."""
+
     def field(rec: BootRecord, _extra: Mapping[str, str]) -> tuple[str, ...]:
-        return read(rec.measured_boot) if rec.measured_boot is not None else ()
+        found = part(rec)
+        return () if found is None else read(found)
 
     return field
+
+
+def _mb(read: Callable[..., tuple[str, ...]]) -> Callable[[BootRecord, Mapping[str, str]], tuple[str, ...]]:
+    return _of(lambda r: r.measured_boot, read)
+
+
+def _ek(read: Callable[..., str | None]) -> Callable[[BootRecord, Mapping[str, str]], tuple[str, ...]]:
+    return _of(lambda r: r.ek, lambda e: _one(read(e)))
 
 
 def _firmware(rec: BootRecord) -> str | None:
@@ -79,13 +92,6 @@ def _kernel(rec: BootRecord) -> str | None:
     grub and systemd-boot do); a name for people, the chain is what pins the boot."""
     mb = rec.measured_boot
     return mb.boot_applications[-1].digest if mb is not None and mb.boot_applications else None
-
-
-def _ek(read: Callable[..., str | None]) -> Callable[[BootRecord, Mapping[str, str]], tuple[str, ...]]:
-    def field(rec: BootRecord, _extra: Mapping[str, str]) -> tuple[str, ...]:
-        return _one(read(rec.ek)) if rec.ek is not None else ()
-
-    return field
 
 
 _FIELD_LIST: Final[tuple[FieldSpec, ...]] = (

@@ -40,6 +40,7 @@ from attest.bootrecord.model import BootRecord
 from attest.bootrecord.whatif import Change, Policies, compare
 from bootstrap.cli.mbcheck import Usage, load_policy
 from bootstrap.config import ConfigError, Settings, load_settings
+from bootstrap.files import read_limited
 from bootstrap.gate import kubectlboots
 from bootstrap.gate.kubectlopts import kubeconfig_path
 from bootstrap.kube import Kube, KubeUnavailable, NotServed
@@ -93,12 +94,11 @@ def _settings(path: Path, flag: str) -> Settings:
 
 def _records_file(path: Path) -> Fleet:
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_RECORDS_FILE + 1)
+        raw = read_limited(path, MAX_RECORDS_FILE)
     except OSError as exc:
         raise Usage(f"--records {path}: {exc.strerror or exc}") from None
-    if len(raw) > MAX_RECORDS_FILE:
-        raise Usage(f"--records {path}: larger than {MAX_RECORDS_FILE} bytes")
+    except ValueError as exc:
+        raise Usage(f"--records: {exc}") from None
     try:
         doc = _Export.model_validate_json(raw)
         dbx = {k: bytes.fromhex(v) for k, v in doc.dbx.items()}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from bootstrap.cli.main import main as cli_main
 from bootstrap.gate import kubectl
 from tests.cluster import nodegate as ng
 from tests.cluster.plane import ControlPlane
+from tests.cluster.test_store import wait_for
 from tests.support.softnode import join
 
 HOLD = "nodegate.io/hold"
@@ -57,13 +57,6 @@ def _attestation(plane: ControlPlane, name: str) -> dict[str, Any]:
     return out
 
 
-def _wait(what: str, check: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def test_quarantine_by_selector_holds_the_matching_nodes_only(
     plane: ControlPlane,
     installed: ng.Installed,
@@ -80,7 +73,7 @@ def test_quarantine_by_selector_holds_the_matching_nodes_only(
                 assert status == 200, body
 
     asyncio.run(joins())
-    _wait("every node released", lambda: all(_hold(plane, n) is None for n in NODES), 60)
+    wait_for("every node released", lambda: all(_hold(plane, n) is None for n in NODES), 60)
     for name in NODES:  # the store wrote each boot record, published as status.boot
         assert _attestation(plane, name)["status"]["boot"]["ek"]["model"] == "swtpm"
 
@@ -111,7 +104,7 @@ def test_quarantine_by_selector_holds_the_matching_nodes_only(
 
     assert cli_main(["nodes", "quarantine", *flags, *where, "--reason", "shim CVE"]) == 0
     assert capsys.readouterr().out.splitlines() == ["quarantined 2 node(s):", "  quar-gpu-1", "  quar-gpu-2"]
-    _wait(
+    wait_for(
         "the gate holds the quarantined nodes",
         lambda: all(_hold(plane, n) == "quarantined" for n in NODES[:2]),
         60,

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from attest.bootrecord.model import BootRecord
+from bootstrap.gate import kubectlboots
 from bootstrap.kube import Kube
 from bootstrap.store.kube import KubeStore
 from tests.gate.test_kubectl import a_node, kubeconfig, one_line, run_main, serve
@@ -82,17 +83,7 @@ async def test_groups_with_counts_and_stale_records(
     rc, out, err = await run_main(["boots", "--kubeconfig", cfg], capsys)
     assert (rc, err) == (0, "")
     lines = out.splitlines()
-    assert lines[0].split() == [
-        "NODES",
-        "STALE",
-        "FIRMWARE",
-        "CHAIN",
-        "KERNEL",
-        "CMDLINE",
-        "DBX",
-        "PCR-CLASS",
-        "MB-CLASS",
-    ]
+    assert tuple(lines[0].split()) == kubectlboots.GROUP_COLUMNS
     ubuntu, gdc = lines[1].split(), lines[2].split()
     assert ubuntu[:2] == ["3", "0"]
     assert gdc[:2] == ["2", "1"]  # cpu-1 rebooted since its record

@@ -5,7 +5,6 @@ replaces it; and for real firmware logs under several policies, judging the stor
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -15,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
 
 from attest import eventlog
 from attest.bootrecord import judge as whatif
@@ -25,6 +23,7 @@ from attest.measuredboot import policy as measuredboot
 from attest.measuredboot.model import MeasuredBootClass
 from attest.pcr import PcrPolicy
 from bootstrap.service import background
+from tests.service.test_measured_boot import renew
 from tests.store.common import T0, make_att
 from tests.support import eventlogs as el
 from tests.support.bootrecords import built_from, quoted_of
@@ -56,30 +55,6 @@ async def join(r: Running, node: SoftNode, log: bytes | None, boot_id: str | Non
         assert status == 200, start
         body = node.finish_body(start, event_log=log, boot_id=boot_id)
         return await post(http, f"{r.base}/v1/join/finish", body)
-
-
-async def renew(
-    r: Running, node: SoftNode, svid: str, tmp: Path, log: bytes, boot_id: str
-) -> tuple[int, Any]:
-    cert, key = tmp / f"{node.name}.pem", tmp / f"{node.name}.key"
-    cert.write_text(svid)
-    key.write_bytes(
-        node.key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    fresh = SoftNode(node.tpm, node.name, node.ek_certificate)
-    async with r.http((cert, key)) as http:
-        status, start = await post(http, f"{r.base}/v1/nodes/self/renew", {"csr": fresh.csr_pem.decode()})
-        assert status == 200, start
-        body = fresh.evidence(
-            start["session"],
-            base64.b64decode(start["nonce"]),
-            start["pcr_selection"],
-            boot_id=boot_id,
-            event_log=log,
-        )
-        return await post(http, f"{r.base}/v1/nodes/self/renew", body)
 
 
 # -- the record of an accepted join and renewal ---------------------------------------------------
@@ -157,7 +132,7 @@ async def test_a_renewal_replaces_the_record_and_keeps_the_eks_facts(
     assert first.boot_record is not None
     node.tpm.reset_count += 1  # rebooted into another kernel command line
     again = booted(node, el.build(el.boot(cert_der=ca_der(), kernel="/vmlinuz-6.9 root=/dev/sda1 ro")))
-    status, renewed = await renew(svc, node, out["svid"], tmp_path, again, BOOT_B)
+    status, renewed = await renew(svc, node, out, tmp_path, BOOT_B, event_log=again)
     assert status == 200, renewed
     second = await svc.service.store.get("rec-2")
     assert second is not None

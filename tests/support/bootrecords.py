@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from attest import eventlog
-from attest.bootrecord.build import Built, build_record, record_facts
+from attest.bootrecord.build import Built, build_record
 from attest.bootrecord.model import EkFacts
-from attest.bootrecord.verdict import measured_boot_verdict
 from attest.measuredboot.model import MeasuredBootPolicy
 from attest.tpm import Counters
+from bootstrap.service.join.evidence import judge_log
 from tests.support import eventlogs as el
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -49,12 +49,7 @@ def built_from(
 ) -> Built:
     """The record a join accepted under ``policy`` would keep (the verdict must pass)."""
     policy = policy or MeasuredBootPolicy()
-    log = facts = None
-    if raw is not None:
-        log = eventlog.parse(raw)
-        eventlog.verify_replay(log, quoted)
-        facts = record_facts(log, quoted)
-    result = measured_boot_verdict(policy, facts, quoted, sent_log=raw is not None)
+    log, facts, matched = judge_log(policy, raw, quoted, "node")  # the join's own steps
     return build_record(
         attested_at=at,
         quoted=quoted,
@@ -66,7 +61,7 @@ def built_from(
         log=log,
         facts=facts,
         policy=policy,
-        matched_class=result.matched_class if result is not None else None,
+        matched_class=matched,
     )
 
 
