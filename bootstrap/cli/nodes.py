@@ -219,6 +219,8 @@ def render(action: str, doc: Any, output: str) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, dict) and "reason" in value:  # a quarantine
+        return f"{value.get('reason')} (by {value.get('actor')} at {value.get('at')})"
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)
