@@ -23,14 +23,13 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
-from attest.bootrecord import fleet
 from bootstrap.config import GateSettings
 from bootstrap.gate import holds, kubectlboots, nodewright
 from bootstrap.gate import kubectlopts as opts
 from bootstrap.gate.cache import ATTESTATIONS
-from bootstrap.gate.kubectlopts import age, kubeconfig_path
+from bootstrap.gate.kubectlopts import NodeNotFound, StatusError, UsageError, age, kubeconfig_path
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed
 from bootstrap.names import is_node_name
 from bootstrap.times import optional_rfc3339, parse_time
@@ -49,20 +48,6 @@ _ITEMS_LIMIT = 1000  # packages per node read from one object; more is malformed
 # Where NodeWright's completion rule can end (docs/gate.md, "What decides"); used only when the
 # gate did not write its own verdict for a package.
 _DONE_STAGES = ("config", "post-interrupt")
-
-
-class StatusError(Exception):
-    code: ClassVar[str] = "status-error"
-    exit_code: ClassVar[int] = 2
-
-
-class NodeNotFound(StatusError):
-    code: ClassVar[str] = "node-not-found"
-    exit_code: ClassVar[int] = 1
-
-
-class UsageError(StatusError):
-    code: ClassVar[str] = "usage"
 
 
 # One entry of status.packages as the gate wrote it: the gate's own type.
@@ -433,19 +418,13 @@ async def _run(args: argparse.Namespace) -> tuple[str, str | None]:
     """(stdout text, a note for stderr or None)."""
     if args.node is not None and not is_node_name(args.node):
         raise UsageError(f"{args.node!r} is not a valid node name")
-    selectors = _selectors(args)
+    selectors = kubectlboots.selectors(args)
     kube = await Kube.from_config(kubeconfig_path(args.kubeconfig), context=args.context)
     if kube is None:
         raise StatusError("no kubeconfig found and not running in a cluster; pass --kubeconfig")
     if args.command == "boots":
         try:
             return await kubectlboots.run(kube, args.node, selectors, args.output, args.namespace)
-        except kubectlboots.NoRecord as exc:
-            raise NodeNotFound(str(exc)) from None
-        except NotServed:
-            raise StatusError(
-                "nodeattestations.nodegate.io is not served by this cluster: no boot records to show"
-            ) from None
         finally:
             await kube.close()
     try:
@@ -461,13 +440,6 @@ async def _run(args: argparse.Namespace) -> tuple[str, str | None]:
     finally:
         await kube.close()
     return out, result.note
-
-
-def _selectors(args: argparse.Namespace) -> list[fleet.Selector]:
-    try:
-        return [fleet.parse_where(w) for w in getattr(args, "where", None) or ()]
-    except fleet.SelectorError as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _render(rows: Sequence[NodeRow], output: str) -> str:

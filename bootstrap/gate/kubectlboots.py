@@ -23,6 +23,7 @@ from attest.bootrecord import fleet
 from attest.bootrecord.model import BootRecord
 from bootstrap.gate import holds
 from bootstrap.gate.cache import ATTESTATIONS
+from bootstrap.gate.kubectlopts import NodeNotFound, StatusError, UsageError
 from bootstrap.kube import Kube, KubeUnavailable, NotServed
 from bootstrap.store.kube.dbx import DbxLeases
 from bootstrap.store.kube.objects import ANN_BOOT_RECORD, field
@@ -308,8 +309,12 @@ def render_node(row: BootRow) -> str:
 # -- command line ------------------------------------------------------------------------------
 
 
-class NoRecord(Exception):
-    """The named node has no NodeAttestation."""
+def selectors(args: Any) -> list[fleet.Selector]:
+    """``--where`` of ``boots`` (none for ``status``); a bad one is a usage error."""
+    try:
+        return [fleet.parse_where(w) for w in getattr(args, "where", None) or ()]
+    except fleet.SelectorError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def add_parser(sub: Any) -> None:
@@ -331,9 +336,14 @@ def add_parser(sub: Any) -> None:
 async def run(
     kube: Kube, node: str | None, selectors: Sequence[fleet.Selector], output: str, namespace: str
 ) -> tuple[str, str | None]:
-    boots = await read_boots(kube, node, namespace=namespace)
+    try:
+        boots = await read_boots(kube, node, namespace=namespace)
+    except NotServed:
+        raise StatusError(
+            "nodeattestations.nodegate.io is not served by this cluster: no boot records"
+        ) from None
     if node is not None and not boots.rows:
-        raise NoRecord(f'nodeattestation "{node}" not found')
+        raise NodeNotFound(f'nodeattestation "{node}" not found')
     shown = select(boots, selectors)
     if output == "json":
         return render_json(shown), None

@@ -355,7 +355,7 @@ async def test_a_boot_record_is_stored_and_replaced_whole_under_the_crd_schema(a
         got = await api.kube.get_cluster_object(G, V, P, name)
         assert got is not None
         assert BootRecord.model_validate(got["status"]["boot"]) == big.record
-        small = bootrecords.synthetic(el.boot(secure=False), ek=None)
+        small = bootrecords.synthetic(el.boot(secure=False), ek=False)
         later = replace(make_att(name, "cd" * 32, serial="02"), boot_record=small.record)
         await commit(store, later, unique("s"), "renew")
         got = await api.kube.get_cluster_object(G, V, P, name)

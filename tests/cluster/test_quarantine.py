@@ -42,6 +42,10 @@ def server(
         yield started
     finally:
         started.stop()
+        # The session's other tests share this API server: attestations left here would be nodes
+        # of another CA in the kubernetes store of test_store.py's replicas (they refuse to start).
+        plane.kubectl("delete", "nodeattestations", *NODES, "--wait=false", check=False)
+        plane.kubectl("delete", "nodes", *NODES, "--wait=false", check=False)
 
 
 def _hold(plane: ControlPlane, name: str) -> str | None:

@@ -311,3 +311,26 @@ async def test_the_boot_metrics_count_nodes_by_class_chain_and_dbx(svc: Running,
         f'measured_boot_class="fleet",pcr_class="none"}} 3.0'
     ) in text
     assert "nodegate_boot_records_missing 1.0" in text
+
+
+async def test_a_session_without_room_for_the_ek_facts_still_joins(
+    svc: Running, ek_ca: EkCa, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An RSA-8192 CSR and an EK certificate with long names can leave the sealed session no room
+    for the EK's facts: the join goes on without them (the record's ``ek`` is absent), never 500."""
+    sealer = svc.service.join.sealer
+    seal = sealer.seal
+
+    def tight(session: Any) -> str:
+        if session.ek_facts:
+            raise ValueError("session token too large (CSR or AK unexpectedly big)")
+        return seal(session)
+
+    monkeypatch.setattr(sealer, "seal", tight)
+    node = ek_ca.node("tight-1")
+    status, out = await join(svc, node, booted(node, el.build(el.boot(cert_der=ca_der()))), BOOT_A)
+    assert status == 200, out
+    rec = (await svc.service.store.get("tight-1")).boot_record  # type: ignore[union-attr]
+    assert rec is not None
+    assert rec.ek is None
+    assert rec.measured_boot is not None

@@ -628,7 +628,7 @@ async def test_the_boot_record_is_published_whole_as_status_boot(kmock: Any, sto
     await commit(store, replace(make_att(), boot_record=big.record), "s1")
     assert BootRecord.model_validate(stored(kmock)["status"]["boot"]) == big.record
     kmock.objects[RES, None, "gpu-1"].patch({"status": {"boot": {"pcrs": {"sha1": {"9": "00" * 20}}}}})
-    small = bootrecords.synthetic(el.boot(secure=False), ek=None)
+    small = bootrecords.synthetic(el.boot(secure=False), ek=False)
     later = replace(make_att(serial="02", at=T0 + timedelta(minutes=1)), boot_record=small.record)
     await commit(store, later, "s2", "renew")
     boot = stored(kmock)["status"]["boot"]

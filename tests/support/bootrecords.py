@@ -3,6 +3,7 @@ the join's own steps (parse, replay against the quote, facts, verdict, build).""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -15,15 +16,20 @@ from bootstrap.service.join.evidence import judge_log
 from tests.support import eventlogs as el
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
-EK = EkFacts(
-    sha256="e" * 64,
-    trusted_by="chain:CN=Test EK Root",
-    issuer="CN=Test EK CA",
-    manufacturer="id:49465800",
-    vendor="IFX",
-    model="SLB 9670 TPM2.0",
-    version="id:0728",
-)
+
+
+@functools.cache
+def infineon_ek() -> EkFacts:
+    """What an Infineon EK certificate states (validated when a test first asks, not at import)."""
+    return EkFacts(
+        sha256="e" * 64,
+        trusted_by="chain:CN=Test EK Root",
+        issuer="CN=Test EK CA",
+        manufacturer="id:49465800",
+        vendor="IFX",
+        model="SLB 9670 TPM2.0",
+        version="id:0728",
+    )
 
 
 def quoted_of(
@@ -45,9 +51,10 @@ def built_from(
     boot_id: str | None = None,
     pcr_class: str | None = None,
     at: datetime = T0,
-    ek: EkFacts | None = EK,
+    ek: bool = True,
 ) -> Built:
-    """The record a join accepted under ``policy`` would keep (the verdict must pass)."""
+    """The record a join accepted under ``policy`` would keep (the verdict must pass); ``ek``: with
+    what an EK certificate states (:func:`infineon_ek`), else none."""
     policy = policy or MeasuredBootPolicy()
     log, facts, matched = judge_log(policy, raw, quoted, "node")  # the join's own steps
     return build_record(
@@ -57,7 +64,7 @@ def built_from(
         counters=Counters(3, 0, 1000),
         pcr_class=pcr_class,
         firmware_version=0x0007_0055_0000_0000,
-        ek=ek,
+        ek=infineon_ek() if ek else None,
         log=log,
         facts=facts,
         policy=policy,

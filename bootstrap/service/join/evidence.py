@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 
 from attest import eventlog, pcr, tpm
-from attest.bootrecord.build import record_facts
+from attest.bootrecord.build import Built, build_record, record_facts
+from attest.bootrecord.model import EkFacts
 from attest.bootrecord.verdict import measured_boot_verdict
 from attest.errors import BootNotReset
 from attest.measuredboot import facts as bootfacts
@@ -83,6 +85,25 @@ def judge_log(
         text = "; ".join(str(w) for w in result.warnings[:5])
         log.warning("the event log breaks a warn-mode class", extra={"node": node_name, "error": text[:500]})
     return parsed, facts, result.matched_class
+
+
+def boot_record(
+    judged: Evidence, policy: measuredboot.MeasuredBootPolicy, *, attested_at: datetime, ek: EkFacts | None
+) -> Built:
+    """The boot record of an accepted attestation: what its verdict read (docs/fleet.md)."""
+    return build_record(
+        attested_at=attested_at,
+        quoted=judged.quote.pcrs,
+        boot_id=judged.boot_id,
+        counters=judged.quote.counters,
+        pcr_class=judged.pcr_class,
+        firmware_version=judged.quote.firmware_version,
+        ek=ek,
+        log=judged.log,
+        facts=judged.facts,
+        policy=policy,
+        matched_class=judged.measured_boot_class,
+    )
 
 
 def check_boot(

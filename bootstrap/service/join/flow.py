@@ -21,7 +21,6 @@ from cryptography.hazmat.primitives import serialization
 
 from attest import ca, credential, svid, tpm, x509pop
 from attest.bootrecord import ekfacts
-from attest.bootrecord.build import build_record
 from attest.bootrecord.model import EkFacts
 from attest.csr import parse_node_csr
 from attest.errors import AttestationError, MalformedInput
@@ -54,7 +53,7 @@ from bootstrap.service.join.aia import AiaFetcher
 from bootstrap.service.join.ekroots import EkTrust
 from bootstrap.service.join.ekroots import load_ek_trust as load_ek_trust  # noqa: PLC0414  (moved there; re-exported)
 from bootstrap.service.join.evidence import Evidence
-from bootstrap.service.join.sessions import Sealer, Session
+from bootstrap.service.join.sessions import Sealer, Session, sealed_ek_facts
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
 from bootstrap.times import rfc3339
 
@@ -171,7 +170,7 @@ class JoinService:
         # with the hold taint and nothing that releases it.
         node_uid = await self._node(session, judged.pcr_class) if self.kube is not None else None
         issued = await self._issue(
-            session, sid, judged, action="join", node_uid=node_uid, ek=_sealed_ek_facts(session)
+            session, sid, judged, action="join", node_uid=node_uid, ek=sealed_ek_facts(session)
         )
         if self.kube is None:
             return issued.response
@@ -287,19 +286,7 @@ class JoinService:
             now=now,
             ttl=self.settings.svid_ttl,
         )
-        boot = build_record(
-            attested_at=now,
-            quoted=judged.quote.pcrs,
-            boot_id=judged.boot_id,
-            counters=counters,
-            pcr_class=judged.pcr_class,
-            firmware_version=judged.quote.firmware_version,
-            ek=ek,
-            log=judged.log,
-            facts=judged.facts,
-            policy=self.settings.measured_boot,
-            matched_class=judged.measured_boot_class,
-        )
+        boot = evidence.boot_record(judged, self.settings.measured_boot, attested_at=now, ek=ek)
         att = Attestation(
             node_name=session.node_name,
             ek_sha256=session.ek_sha256,
@@ -494,18 +481,6 @@ class JoinService:
             await self._on_refusal(node_name, exc.code, exc.detail)
         except (StoreUnavailable, KubeUnavailable) as err:
             log.warning("could not record a refusal", extra={"node": node_name, "error": str(err)[:200]})
-
-
-def _sealed_ek_facts(session: Session) -> EkFacts | None:
-    """What the join start sealed about the EK; None when it sealed nothing (a session from a
-    replica that did not yet know boot records): the record then lacks them, nothing else."""
-    if not session.ek_facts:
-        return None
-    try:
-        return EkFacts.model_validate_json(session.ek_facts)
-    except ValueError:
-        log.warning("a join session's EK facts do not read back", extra={"node": session.node_name})
-        return None
 
 
 def _check_binding(record: NodeRecord | None, ek_sha256: str, node_name: str) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -25,9 +27,12 @@ from typing import Any, Literal
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from attest.bootrecord.model import EkFacts
 from bootstrap.files import create_exclusive, read_limited
 from bootstrap.problems import SessionExpired, SessionUnknown
 from bootstrap.protocol import qualifying_data
+
+log = logging.getLogger("nodegate.join")
 
 PREFIX = "ngs1."
 MAX_TOKEN_CHARS = 8192
@@ -113,6 +118,15 @@ class Sealer:
             spiffe_id=spiffe_id,
             ek_facts=ek_facts,
         )
+        try:
+            return session, self.seal(session)
+        except ValueError:
+            if not ek_facts:
+                raise
+        # An RSA-8192 CSR and an EK certificate with long names: no room for the EK's facts. The
+        # join goes on without them; its boot record then has no ``ek``.
+        log.warning("EK facts left out of a join session (token size)", extra={"node": node_name})
+        session = dataclasses.replace(session, ek_facts="")
         return session, self.seal(session)
 
     def seal(self, s: Session) -> str:
@@ -188,6 +202,18 @@ def _decode(plain: bytes) -> Session:
         )
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise SessionUnknown("the session token's content is not understood") from None
+
+
+def sealed_ek_facts(session: Session) -> EkFacts | None:
+    """What the join start sealed about the EK; None when it sealed nothing (no room, or a token
+    from a replica that did not know boot records): the record then lacks them, nothing else."""
+    if not session.ek_facts:
+        return None
+    try:
+        return EkFacts.model_validate_json(session.ek_facts)
+    except ValueError:
+        log.warning("a join session's EK facts do not read back", extra={"node": session.node_name})
+        return None
 
 
 def load_keys(state_dir: Path) -> list[bytes]:

@@ -38,6 +38,7 @@ from attest.bootrecord.model import BootRecord
 from attest.tpm import Counters
 from bootstrap.kube import Kube
 from bootstrap.problems import NodeRecordDamaged
+from bootstrap.store.kube.bootstatus import ANN_BOOT_RECORD, BootRecordUnreadable, boot_record, boot_status
 from bootstrap.store.model import (
     NodeRecord,
     StoreUnavailable,
@@ -107,7 +108,6 @@ ANN_EXPIRES: Final = "nodegate.io/expires-at"
 ANN_BOOT_ID: Final = "nodegate.io/boot-id"
 ANN_MEASURED_BOOT_CLASS: Final = "nodegate.io/measured-boot-class"
 ANN_NODE_UID: Final = "nodegate.io/node-uid"
-ANN_BOOT_RECORD: Final = "nodegate.io/boot-record"
 MAX_AUDIT: Final = 20
 MAX_ANNOTATION: Final = 256 * 1024  # the API server's limit for all annotations together
 
@@ -274,21 +274,9 @@ def _record(
         boot_id=boot_id,
         measured_boot_class=mb_class,
         node_uid=uid,
-        boot_record=_boot_record(annotations),
+        boot_record=_record_of(annotations),
         quarantine=held,
     )
-
-
-def _boot_record(annotations: dict[str, Any]) -> BootRecord | None:
-    text = _unset_if_empty(annotations.get(ANN_BOOT_RECORD))
-    if text is None:
-        return None
-    if not isinstance(text, str) or len(text) > MAX_ANNOTATION:
-        raise Corrupt(f"annotation {ANN_BOOT_RECORD} is not text")
-    try:
-        return BootRecord.model_validate_json(text)
-    except ValueError:
-        raise Corrupt(f"annotation {ANN_BOOT_RECORD} is not a boot record") from None
 
 
 def parse(obj: dict[str, Any]) -> NodeObject:
@@ -346,6 +334,13 @@ def parse(obj: dict[str, Any]) -> NodeObject:
         )
 
 
+def _record_of(annotations: dict[str, Any]) -> BootRecord | None:
+    try:
+        return boot_record(annotations, MAX_ANNOTATION)
+    except BootRecordUnreadable as exc:
+        raise Corrupt(str(exc)) from None
+
+
 def refuse_damaged(obj: NodeObject | None) -> None:
     if obj is not None and obj.damaged is not None:
         raise NodeRecordDamaged(obj.damaged)
@@ -387,7 +382,7 @@ def published_copies(obj: dict[str, Any]) -> Published:
         boot_id,
         counters.reset_count if counters is not None else None,
         uid,
-        _boot_record(ann),
+        _record_of(ann),
     )
 
 
@@ -412,37 +407,6 @@ def status_patch(rv: str, pub: Published) -> dict[str, Any]:
             "boot": boot_status(pub.boot),
         },
     }
-
-
-_BANKS: Final = ("sha1", "sha256", "sha384", "sha512", "sm3_256")
-
-
-def boot_status(rec: BootRecord | None) -> dict[str, Any] | None:
-    """``status.boot`` as a merge patch that replaces the whole record: every field written, an
-    unset one as null (which removes it), and the PCR banks and indices the record lacks nulled
-    too, so nothing of an earlier record survives in a key this one does not have."""
-    if rec is None:
-        return None
-    out: dict[str, Any] = _lists_without_nulls(rec.model_dump(mode="json", by_alias=True), in_list=False)
-    pcrs: dict[str, Any] = dict.fromkeys(_BANKS)
-    for bank, values in out["pcrs"].items():
-        pcrs[bank] = {**{str(i): None for i in range(24)}, **values}
-    out["pcrs"] = pcrs
-    return out
-
-
-def _lists_without_nulls(value: Any, *, in_list: bool) -> Any:
-    """A list replaces the old one whole in a merge patch, so its items carry no nulls (those
-    would be stored, not removed); outside lists a null removes the key."""
-    if isinstance(value, dict):
-        return {
-            k: _lists_without_nulls(v, in_list=in_list)
-            for k, v in value.items()
-            if not (in_list and v is None)
-        }
-    if isinstance(value, list):
-        return [_lists_without_nulls(v, in_list=True) for v in value]
-    return value
 
 
 # -- writing ------------------------------------------------------------------------------------
