@@ -194,6 +194,7 @@ def make_app(service: Service) -> web.Application:
     r.add_post("/v1/admin/nodes/{name}/revoke", adminroutes.admin_revoke, name="admin_revoke")
     r.add_get("/v1/admin/nodes/{name}", adminroutes.admin_show, name="admin_show")
     r.add_post("/v1/admin/nodes/{name}/forget", adminroutes.admin_forget, name="admin_forget")
+    r.add_post("/v1/admin/nodes/{name}/quarantine", adminroutes.admin_quarantine, name="admin_quarantine")
     r.add_post("/v1/admin/ca/rotate", adminroutes.admin_rotate, name="admin_rotate")
     r.add_get("/healthz", publicroutes.healthz, name="healthz")
     r.add_get("/readyz", publicroutes.readyz, name="readyz")

@@ -34,6 +34,16 @@ log = logging.getLogger("nodegate.server")
 MAX_PENDING_EVENTS = 64
 
 
+@dataclass(frozen=True, slots=True)
+class BootCounts:
+    """The fleet's boots as the metrics show them, counted from the store now and then
+    (``background``): nodes per (pcr class, measured-boot class, chain, dbx), and nodes without
+    a record."""
+
+    groups: dict[tuple[str, str, str, str], int]
+    without: int
+
+
 @dataclass
 class Service:
     settings: Settings
@@ -54,6 +64,7 @@ class Service:
     tls: ssl.SSLContext | None = None
     gate: Gate | None = None  # the hold gate, when a cluster is configured and gate.enabled
     spire: SpireLink | None = None  # bans and the x509pop bundle for SPIRE (docs/spire.md)
+    boots: BootCounts | None = None  # None until the store was first counted
     tls_stamp: tuple[int, ...] = ()  # of tls.cert_file + tls.key_file as last loaded
     server_refresh_at: datetime | None = None
     _events: set[asyncio.Task[None]] = field(default_factory=set)

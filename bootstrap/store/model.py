@@ -12,14 +12,16 @@ Timestamps are timezone-aware; the stores return them in UTC.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Protocol
 
+from attest.bootrecord.model import BootRecord
 from attest.tpm import Counters
 from bootstrap.names import is_node_name
 from bootstrap.problems import BootIdRequired
+from bootstrap.times import parse_time, rfc3339_exact
 
 __all__ = [
     "ACTIONS",
@@ -29,6 +31,7 @@ __all__ = [
     "Check",
     "DamagedRecord",
     "NodeRecord",
+    "Quarantine",
     "Store",
     "StoreSchemaError",
     "StoreUnavailable",
@@ -45,7 +48,8 @@ MAX_ANCHORS: Final = 32  # CA certificates remembered per store (a rotation adds
 MAX_BOOT_ID: Final = 64  # /proc/sys/kernel/random/boot_id is a 36-character UUID
 MAX_MEASURED_BOOT_CLASS: Final = 128
 MAX_NODE_UID: Final = 128  # the API server writes a 36-character UUID
-ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget"})
+MAX_DBX_BYTES: Final = 32 * 8192  # a 2024 dbx holds ~430 image digests; the UEFI variable limit bounds it
+ACTIONS: Final = frozenset({"join", "renew", "refused", "revoke", "unrevoke", "forget", "quarantine"})
 COMMIT_ACTIONS: Final = frozenset({"join", "renew"})
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -64,6 +68,41 @@ class StoreUnavailable(Exception):
 class StoreSchemaError(Exception):
     """The database was written by a newer nodegate (or is not a nodegate database): refusing it
     protects data that this version does not understand."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    """An admin held the node (``nodegate nodes quarantine``): the gate holds it ``quarantined``
+    until an attestation of a new boot (the TPM's resetCount above ``reset_count``, the one of the
+    attestation quarantined) is accepted by the policy in force; renewals of the same boot keep it."""
+
+    reason: str
+    actor: str
+    at: datetime
+    reset_count: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "reason": self.reason,
+            "actor": self.actor,
+            "at": rfc3339_exact(self.at),
+            "resetCount": self.reset_count,
+        }
+
+
+def quarantine_of(value: object) -> Quarantine | None:
+    """A Quarantine from its JSON (``to_json``); ValueError when it is not one."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("quarantine is not an object")  # noqa: TRY004  (ValueError is the contract)
+    reason, actor, reset = value.get("reason"), value.get("actor"), value.get("resetCount")
+    at = parse_time(value.get("at"))
+    if not isinstance(reason, str) or not isinstance(actor, str) or at is None:
+        raise ValueError("quarantine lacks its reason, actor or time")
+    if not isinstance(reset, int) or isinstance(reset, bool) or not 0 <= reset < _U64:
+        raise ValueError("quarantine's resetCount is not a counter")
+    return Quarantine(clip(reason), check_actor(actor), at, reset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +132,10 @@ class NodeRecord:
     # clears it. Neither is ever guessed: a record written before either existed has None.
     x509pop_attestation: str | None = None
     refused_at: datetime | None = None
+    # The facts the latest accepted join or renewal verified (attest.bootrecord); None for records
+    # written before boot records existed. Each commit replaces it.
+    boot_record: BootRecord | None = None
+    quarantine: Quarantine | None = None  # held by an admin until a new boot attests
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +154,9 @@ class Attestation:
     measured_boot_class: str | None = None  # the measured-boot policy class that matched
     node_uid: str | None = None  # metadata.uid of the Node labelled with it (None: no Node written)
     x509pop_attestation: str | None = None  # the attestation fact of its x509pop certificate
+    boot_record: BootRecord | None = None  # what the verdict read (attest.bootrecord.build)
+    # The image digests of the record's dbx, by its identity: kept once per distinct dbx.
+    dbx: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +193,11 @@ class Store(Protocol):
 
     async def damaged_nodes(self) -> list[DamagedRecord]: ...
 
+    async def dbx_digests(self, identities: Collection[str]) -> dict[str, bytes]:
+        """The image digests (32 bytes each, sorted) of the dbx values with these identities
+        (SHA-256 of the value, hex), as commits kept them; an identity not kept is left out."""
+        ...
+
     async def commit(
         self, att: Attestation, *, session_id: str, session_expires_at: datetime, action: str, check: Check
     ) -> NodeRecord:
@@ -169,6 +220,12 @@ class Store(Protocol):
 
     async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
         """Set (or with ``revoked=False`` clear) the revoked flag; KeyError for an unknown node."""
+        ...
+
+    async def quarantine(self, node_name: str, *, actor: str, reason: str) -> NodeRecord:
+        """Hold the node ``quarantined`` (audited, actor ``actor``) until an attestation of a new
+        boot is accepted (see Quarantine); KeyError for an unknown node. Quarantining a node that
+        is already quarantined replaces the reason."""
         ...
 
     async def forget(self, node_name: str, *, actor: str, reason: str) -> bool:
@@ -254,6 +311,8 @@ def check_attestation(att: object) -> Attestation:
     check_measured_boot_class(att.measured_boot_class)
     check_node_uid(att.node_uid)
     check_x509pop_attestation(att.x509pop_attestation)
+    check_boot_record(att.boot_record)
+    check_dbx(att.dbx)
     attested = check_time(att.attested_at, "attested_at")
     expires = check_time(att.expires_at, "expires_at")
     if expires < attested:
@@ -264,6 +323,30 @@ def check_attestation(att: object) -> Attestation:
 def check_boot_id(value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or _BOOT_ID.fullmatch(value) is None):
         raise ValueError(f"boot_id must be 1..{MAX_BOOT_ID} characters of [0-9a-f-]")
+    return value
+
+
+def check_boot_record(value: object) -> BootRecord | None:
+    if value is not None and not isinstance(value, BootRecord):
+        raise ValueError("boot_record must be an attest.bootrecord.model.BootRecord")
+    return value
+
+
+def check_dbx_id(value: object) -> str:
+    if not isinstance(value, str) or _HEX64.fullmatch(value) is None:
+        raise ValueError("a dbx identity is 64 lowercase hex characters")
+    return value
+
+
+def check_dbx(value: object) -> tuple[tuple[str, bytes], ...]:
+    if not isinstance(value, tuple):
+        raise ValueError("dbx must be a tuple of (identity, digests)")  # noqa: TRY004
+    for item in value:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise ValueError("dbx must be a tuple of (identity, digests)")
+        check_dbx_id(item[0])
+        if not isinstance(item[1], bytes) or len(item[1]) % 32 or len(item[1]) > MAX_DBX_BYTES:
+            raise ValueError(f"dbx digests are whole 32-byte digests, at most {MAX_DBX_BYTES} bytes")
     return value
 
 
@@ -348,6 +431,9 @@ def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -
         # Whatever the caller checked: a recorded boot id is never dropped (the gate's reboot
         # hold compares the Node's boot with it), in every backend.
         raise BootIdRequired(f"{att.node_name} has a recorded boot id; this attestation carries none")
+    held = existing.quarantine if existing is not None else None
+    if held is not None and att.counters.reset_count > held.reset_count:
+        held = None  # a new boot, accepted by the policy in force: released
     return NodeRecord(
         node_name=att.node_name,
         ek_sha256=att.ek_sha256,
@@ -365,7 +451,23 @@ def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -
         node_uid=att.node_uid if att.node_uid is not None else (existing.node_uid if existing else None),
         x509pop_attestation=att.x509pop_attestation,
         refused_at=None,  # accepted now: an earlier refusal no longer describes the node
+        boot_record=att.boot_record,
+        quarantine=held,
     )
+
+
+def commit_detail(rec: NodeRecord, att: Attestation, existing: NodeRecord | None) -> str:
+    """The audit line of a commit; it says when the commit released a quarantine."""
+    released = existing is not None and existing.quarantine is not None and rec.quarantine is None
+    return f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}" + (
+        " (a new boot: released from quarantine)" if released else ""
+    )
+
+
+def quarantined(rec: NodeRecord, *, actor: str, reason: str, at: datetime) -> Quarantine:
+    """The quarantine of ``rec``'s current boot (the resetCount of its last attestation)."""
+    reset = rec.counters.reset_count if rec.counters is not None else 0
+    return Quarantine(clip(reason), check_actor(actor), at.astimezone(UTC), reset)
 
 
 def utcnow() -> datetime:

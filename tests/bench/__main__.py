@@ -16,6 +16,7 @@ from tests.bench import (
     admission,
     admission_attacks,
     attest,
+    bootrecords,
     ekcert,
     eventlog,
     framing,
@@ -41,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "soak": soak.main,
     "joinload": joinload.main,
     "spiffe": spiffe.main,
+    "bootrecords": bootrecords.main,
     # The real control plane (tests/cluster/plane.py; `make cluster` builds it).
     "gate_cluster": gate_cluster.main,
 }

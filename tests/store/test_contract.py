@@ -31,7 +31,9 @@ from bootstrap.store import MAX_SERIALS, Attestation, NodeRecord, Store
 from bootstrap.store.kube import ATTEMPTS, CLAIM_STALE, KubeStore
 from bootstrap.store.model import MAX_ANCHORS
 from bootstrap.store.sqlite import SqliteStore
-from tests.store.common import EK_A, EK_B, RES, T0, Ticker, allow, commit, make_att
+from tests.store.common import C0, EK_A, EK_B, RES, T0, Ticker, allow, commit, make_att
+from tests.support import bootrecords
+from tests.support import eventlogs as el
 from tests.support.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)
@@ -777,3 +779,63 @@ async def _on_kube(steps: list[tuple[object, ...]]) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_store_matches_a_model(kind: str, steps: list[tuple[object, ...]]) -> None:
     asyncio.run(_on_sqlite(steps) if kind == "sqlite" else _on_kube(steps))
+
+
+# -- boot records (issue 43) ------------------------------------------------------------------------
+
+
+async def test_the_boot_record_and_its_dbx_round_trip_and_each_commit_replaces_it(backend: Backend) -> None:
+    store = await backend.open()
+    first = bootrecords.synthetic()
+    dbx_id = next(iter(first.dbx))
+    att = replace(make_att(), boot_record=first.record, dbx=tuple(first.dbx.items()))
+    rec = await commit(store, att, "s1")
+    assert rec.boot_record == first.record
+    assert await store.get("gpu-1") == rec
+    assert await store.dbx_digests([dbx_id, "f" * 64]) == first.dbx  # an unknown identity: left out
+    second = bootrecords.synthetic(el.boot(kernel="/vmlinuz-6.9 ro"), boot_id="ab-1")
+    later = replace(make_att(serial="02", at=T0 + timedelta(minutes=5)), boot_record=second.record)
+    renewed = await commit(store, later, "s2", "renew")
+    assert renewed.boot_record == second.record
+    without = await commit(store, make_att(serial="03", at=T0 + timedelta(minutes=6)), "s3", "renew")
+    assert without.boot_record is None  # the record is what the latest attestation showed
+    await store.close()
+    again = await backend.open()
+    assert await again.get("gpu-1") == without
+    assert await again.dbx_digests([dbx_id]) == first.dbx  # kept once, by identity, for good
+
+
+async def test_a_quarantine_holds_until_a_new_boot_is_accepted(backend: Backend) -> None:
+    """``nodegate nodes quarantine``: audited; a renewal of the same boot (the TPM's resetCount
+    unchanged) keeps it; the first accepted attestation of a new boot releases it, and says so."""
+    store = await backend.open()
+    await commit(store, make_att(), "s1")
+    held = await store.quarantine("gpu-1", actor="alice", reason="shim CVE-2023-40547")
+    assert held.quarantine is not None
+    assert (held.quarantine.reason, held.quarantine.actor, held.quarantine.reset_count) == (
+        "shim CVE-2023-40547",
+        "alice",
+        C0.reset_count,
+    )
+    assert await store.get("gpu-1") == held
+    same_boot = make_att(serial="02", counters=Counters(C0.reset_count, 0, 200), at=T0 + timedelta(minutes=5))
+    renewed = await commit(store, same_boot, "s2", "renew")
+    assert renewed.quarantine == held.quarantine
+    new_boot = make_att(
+        serial="03", counters=Counters(C0.reset_count + 1, 0, 10), at=T0 + timedelta(minutes=9)
+    )
+    released = await commit(store, new_boot, "s3", "renew")
+    assert released.quarantine is None
+    trail = await store.audit("gpu-1")
+    assert [(a.action, a.actor) for a in trail[:3]] == [
+        ("renew", "node"),
+        ("renew", "node"),
+        ("quarantine", "alice"),
+    ]
+    assert "released from quarantine" in trail[0].detail
+    assert "released" not in trail[1].detail
+    with pytest.raises(KeyError):
+        await store.quarantine("gpu-9", actor="alice", reason="x")
+    await store.close()
+    again = await backend.open()
+    assert (await again.get("gpu-1")) == released

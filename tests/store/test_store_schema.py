@@ -279,4 +279,17 @@ async def test_a_schema_4_file_gains_the_spire_columns(tmp_path: Path) -> None:
     assert (rec.x509pop_attestation, rec.refused_at) == (None, None)
     assert (rec.boot_id, rec.node_uid) == ("ab-1", "u-1")
     assert {"x509pop_attestation", "refused_at"} <= set(columns(tmp_path / "nodegate.db", "nodes"))
-    assert SCHEMA_VERSION == 5
+
+
+async def test_a_schema_5_file_gains_boot_records_and_the_dbx_table(tmp_path: Path) -> None:
+    """Schema 5 -> 6 (issue 43): the boot record and quarantine columns arrive empty (NULL: none
+    kept yet) and the dbx table empty; the node's record reads back unchanged."""
+    rec = await migrated_row(tmp_path, 5, {"boot_id": "'ab-1'", "node_uid": "'u-1'"})
+    assert (rec.boot_record, rec.quarantine, rec.node_uid, rec.boot_id) == (None, None, "u-1", "ab-1")
+    assert {"boot_record", "quarantine"} <= set(columns(tmp_path / "nodegate.db", "nodes"))
+    store = await SqliteStore.open(tmp_path / "nodegate.db")
+    try:
+        assert await store.dbx_digests(["d" * 64]) == {}
+    finally:
+        await store.close()
+    assert SCHEMA_VERSION == 6

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
 
 from attest import eventlog, pcr, tpm
-from attest.errors import BootNotReset, MeasuredBootViolation
+from attest.bootrecord.build import Built, build_record, record_facts
+from attest.bootrecord.model import EkFacts
+from attest.bootrecord.verdict import measured_boot_verdict
+from attest.errors import BootNotReset
 from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from bootstrap.config import Settings
@@ -52,6 +56,8 @@ class Evidence:
     pcr_class: str | None  # the PCR policy class that matched
     measured_boot_class: str | None  # the measured_boot class that matched
     boot_id: str | None
+    log: eventlog.EventLog | None = None  # the replayed event log (None: the node sent none)
+    facts: bootfacts.BootFacts | None = None  # its facts, as the verdict read them (the record's)
 
 
 def judge(
@@ -69,8 +75,8 @@ def judge(
     )
     verdict = pcr.enforce(settings.pcr_policy, quote.pcrs)
     _warn_pcrs(session.node_name, verdict)
-    mb_class = judge_event_log(settings.measured_boot, req.event_log, quote.pcrs, session.node_name)
-    return Evidence(quote, verdict.matched_class, mb_class, req.boot_id)
+    log, facts, mb_class = judge_log(settings.measured_boot, req.event_log, quote.pcrs, session.node_name)
+    return Evidence(quote, verdict.matched_class, mb_class, req.boot_id, log, facts)
 
 
 def judge_event_log(
@@ -81,24 +87,48 @@ def judge_event_log(
 ) -> str | None:
     """Replay ``raw`` against the verified (signed) PCR values and judge it; returns the class
     that matched. Without a log: refused when the policy enforces anything, else nothing to do."""
-    if raw is None:
-        if policy.enforces_anything:
-            raise MeasuredBootViolation(
-                "the node sent no event log; the measured_boot policy needs the firmware's "
-                "(binary_bios_measurements)"
-            )
-        return None
-    parsed = eventlog.parse(raw)
-    eventlog.verify_replay(parsed, quoted)
-    if not policy.enforces_anything:
-        return None
-    bank = measuredboot.judged_bank(policy, quoted)  # 403 naming the banks, never StopIteration
-    facts = bootfacts.facts(parsed.events, bank=bank, pcrs=frozenset(quoted[bank]))
-    result = measuredboot.enforce(policy, facts)
+    return judge_log(policy, raw, quoted, node_name)[2]
+
+
+def judge_log(
+    policy: measuredboot.MeasuredBootPolicy,
+    raw: bytes | None,
+    quoted: dict[str, dict[int, bytes]],
+    node_name: str,
+) -> tuple[eventlog.EventLog | None, bootfacts.BootFacts | None, str | None]:
+    """:func:`judge_event_log`, also returning the log and its facts (what the boot record
+    keeps: the verdict read exactly these)."""
+    parsed = facts = None
+    if raw is not None:
+        parsed = eventlog.parse(raw)
+        eventlog.verify_replay(parsed, quoted)
+        facts = record_facts(parsed, quoted)
+    result = measured_boot_verdict(policy, facts, quoted, sent_log=raw is not None)
+    if result is None:
+        return parsed, facts, None
     if result.warnings:
         text = "; ".join(str(w) for w in result.warnings[:5])
         log.warning("the event log breaks a warn-mode class", extra={"node": node_name, "error": text[:500]})
-    return result.matched_class
+    return parsed, facts, result.matched_class
+
+
+def boot_record(
+    judged: Evidence, policy: measuredboot.MeasuredBootPolicy, *, attested_at: datetime, ek: EkFacts | None
+) -> Built:
+    """The boot record of an accepted attestation: what its verdict read (docs/fleet.md)."""
+    return build_record(
+        attested_at=attested_at,
+        quoted=judged.quote.pcrs,
+        boot_id=judged.boot_id,
+        counters=judged.quote.counters,
+        pcr_class=judged.pcr_class,
+        firmware_version=judged.quote.firmware_version,
+        ek=ek,
+        log=judged.log,
+        facts=judged.facts,
+        policy=policy,
+        matched_class=judged.measured_boot_class,
+    )
 
 
 def check_boot(

@@ -20,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from attest import ca, credential, svid, tpm, x509pop
+from attest.bootrecord import ekfacts
+from attest.bootrecord.model import EkFacts
 from attest.csr import parse_node_csr
 from attest.errors import AttestationError, MalformedInput
 from bootstrap.config import POOL_LABEL, Settings
@@ -51,7 +53,7 @@ from bootstrap.service.join.aia import AiaFetcher
 from bootstrap.service.join.ekroots import EkTrust
 from bootstrap.service.join.ekroots import load_ek_trust as load_ek_trust  # noqa: PLC0414  (moved there; re-exported)
 from bootstrap.service.join.evidence import Evidence
-from bootstrap.service.join.sessions import Sealer, Session
+from bootstrap.service.join.sessions import Sealer, Session, sealed_ek_facts
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
 from bootstrap.times import rfc3339
 
@@ -134,6 +136,7 @@ class JoinService:
             selection=self._selection,
             ttl=self.settings.session_ttl.total_seconds(),
             secret=secret,
+            ek_facts=ekfacts.ek_facts(ek).model_dump_json(by_alias=True, exclude_none=True),
         )
         return StartResponse(
             session=token,
@@ -169,7 +172,9 @@ class JoinService:
         # gate holds any other Node of this name). A commit that fails afterwards leaves a Node
         # with the hold taint and nothing that releases it.
         node_uid = await self._node(session, judged.pcr_class) if self.kube is not None else None
-        issued = await self._issue(session, sid, judged, action="join", node_uid=node_uid)
+        issued = await self._issue(
+            session, sid, judged, action="join", node_uid=node_uid, ek=sealed_ek_facts(session)
+        )
         if self.kube is None:
             return issued.response
         kubeconfig = await self._kubelet(session, str(sid))
@@ -211,7 +216,9 @@ class JoinService:
             # kubelet registers onto nodegate's Node; a renewal on the same boot creates nothing.
             new_boot = judged.boot_id is not None and judged.boot_id != record.boot_id
             node_uid = await self._relabel(session, judged.pcr_class, create=new_boot)
-            issued = await self._issue(session, sid, judged, action="renew", node_uid=node_uid)
+            # The EK is the one the join verified (the binding): its facts carry over.
+            ek = record.boot_record.ek if record.boot_record is not None else None
+            issued = await self._issue(session, sid, judged, action="renew", node_uid=node_uid, ek=ek)
         except AttestationError as exc:
             await self._refused(session.node_name, exc)
             raise
@@ -262,7 +269,14 @@ class JoinService:
         return judged
 
     async def _issue(
-        self, session: Session, sid: svid.SpiffeId, judged: Evidence, *, action: str, node_uid: str | None
+        self,
+        session: Session,
+        sid: svid.SpiffeId,
+        judged: Evidence,
+        *,
+        action: str,
+        node_uid: str | None,
+        ek: EkFacts | None,
     ) -> Issued:
         counters = judged.quote.counters
         now = self._now()
@@ -276,6 +290,7 @@ class JoinService:
             now=now,
             ttl=self.settings.svid_ttl,
         )
+        boot = evidence.boot_record(judged, self.settings.measured_boot, attested_at=now, ek=ek)
         att = Attestation(
             node_name=session.node_name,
             ek_sha256=session.ek_sha256,
@@ -289,6 +304,8 @@ class JoinService:
             measured_boot_class=judged.measured_boot_class,
             node_uid=node_uid,
             x509pop_attestation=facts[x509pop.ATTESTATION] if facts is not None else None,
+            boot_record=boot.record,
+            dbx=tuple(boot.dbx.items()),
         )
         before: list[NodeRecord | None] = []
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
+from attest.bootrecord.model import BootRecord
 from bootstrap.problems import NodeNameConflict, NodeRecordDamaged
 from bootstrap.store.model import (
     NodeRecord,
@@ -20,15 +21,26 @@ from bootstrap.store.model import (
     check_measured_boot_class,
     check_node_uid,
     check_x509pop_attestation,
+    quarantine_of,
 )
 
-__all__ = ["COLUMNS", "create_private", "from_us", "put_record", "read_anchors", "record_of", "to_us"]
+__all__ = [
+    "COLUMNS",
+    "create_private",
+    "from_us",
+    "put_dbx",
+    "put_record",
+    "read_anchors",
+    "record_of",
+    "to_us",
+]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _US: Final = timedelta(microseconds=1)
 COLUMNS: Final = (
     "node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, revoked, "
-    "svid_serials, boot_id, measured_boot_class, node_uid, x509pop_attestation, refused_at"
+    "svid_serials, boot_id, measured_boot_class, node_uid, x509pop_attestation, refused_at, "
+    "boot_record, quarantine"
 )
 
 
@@ -69,6 +81,8 @@ def record_of(row: tuple[Any, ...]) -> NodeRecord:
         uid,
         pop,
         refused,
+        boot,
+        held,
     ) = row
     try:
         parsed = None if counters is None else check_counters(tuple(json.loads(counters)))
@@ -93,6 +107,8 @@ def record_of(row: tuple[Any, ...]) -> NodeRecord:
             node_uid=check_node_uid(uid),
             x509pop_attestation=check_x509pop_attestation(pop),
             refused_at=from_us(refused),
+            boot_record=None if boot is None else BootRecord.model_validate_json(boot),
+            quarantine=None if held is None else quarantine_of(json.loads(held)),
         )
     except (ValueError, TypeError, OverflowError) as exc:
         raise NodeRecordDamaged(
@@ -109,8 +125,8 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
         db.execute(
             """INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at,
                                   expires_at, revoked, svid_serials, boot_id, measured_boot_class,
-                                  node_uid, x509pop_attestation, refused_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                  node_uid, x509pop_attestation, refused_at, boot_record, quarantine)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (node_name) DO UPDATE SET
                  ek_sha256 = excluded.ek_sha256, ak_public = excluded.ak_public,
                  spiffe_id = excluded.spiffe_id, counters = excluded.counters,
@@ -118,7 +134,8 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
                  revoked = excluded.revoked, svid_serials = excluded.svid_serials,
                  boot_id = excluded.boot_id, measured_boot_class = excluded.measured_boot_class,
                  node_uid = excluded.node_uid, x509pop_attestation = excluded.x509pop_attestation,
-                 refused_at = excluded.refused_at""",
+                 refused_at = excluded.refused_at, boot_record = excluded.boot_record,
+                 quarantine = excluded.quarantine""",
             (
                 rec.node_name,
                 rec.ek_sha256,
@@ -134,10 +151,18 @@ def put_record(db: sqlite3.Connection, rec: NodeRecord) -> None:
                 rec.node_uid,
                 rec.x509pop_attestation,
                 None if rec.refused_at is None else to_us(rec.refused_at),
+                rec.boot_record.to_json() if rec.boot_record is not None else None,
+                json.dumps(rec.quarantine.to_json()) if rec.quarantine is not None else None,
             ),
         )
     except sqlite3.IntegrityError:  # the UNIQUE(ek_sha256) backstop
         raise NodeNameConflict("this TPM is bound to another node name") from None
+
+
+def put_dbx(db: sqlite3.Connection, dbx: tuple[tuple[str, bytes], ...]) -> None:
+    """A dbx's digests by its identity, once: the identity is the SHA-256 of the value they
+    came from, so a second writer writes the same bytes."""
+    db.executemany("INSERT OR IGNORE INTO dbx (sha256, digests) VALUES (?, ?)", dbx)
 
 
 def read_anchors(db: sqlite3.Connection) -> list[str]:

@@ -20,8 +20,9 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -40,12 +41,15 @@ from bootstrap.store.model import (
     check_anchors,
     check_attestation,
     check_code,
+    check_dbx_id,
     check_limit,
     check_node_name,
     check_session_id,
     check_time,
     clip,
+    commit_detail,
     merged_anchors,
+    quarantined,
     record_from,
     utcnow,
 )
@@ -53,6 +57,7 @@ from bootstrap.store.sqlite.rows import (
     COLUMNS,
     create_private,
     from_us,
+    put_dbx,
     put_record,
     read_anchors,
     record_of,
@@ -282,6 +287,20 @@ class SqliteStore:
 
         return await self._run(run)
 
+    async def dbx_digests(self, identities: Collection[str]) -> dict[str, bytes]:
+        wanted = sorted({check_dbx_id(i) for i in identities})
+
+        def run() -> dict[str, bytes]:
+            out: dict[str, bytes] = {}
+            for i in range(0, len(wanted), 500):  # sqlite's bound parameters per statement
+                chunk = wanted[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT sha256, digests FROM dbx WHERE sha256 IN ({marks})"  # noqa: S608  (placeholders)
+                out.update((str(k), bytes(v)) for k, v in self._conn.execute(sql, chunk))
+            return out
+
+        return await self._run(run)
+
     async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
         check_session_id(session_id)
         if node_name is not None:
@@ -344,9 +363,8 @@ class SqliteStore:
             except sqlite3.IntegrityError:
                 raise SessionReused("this session already finished") from None
             put_record(db, rec)
-            self._audit(
-                db, rec.node_name, action, "node", "", f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
-            )
+            put_dbx(db, att.dbx)
+            self._audit(db, rec.node_name, action, "node", "", commit_detail(rec, att, existing))
             return rec
 
         return await self._grouped(run)
@@ -378,6 +396,24 @@ class SqliteStore:
             rec = self._get(db, node_name)
             assert rec is not None  # noqa: S101  (inside the same transaction)
             return rec
+
+        return await self._run(self._write, run)
+
+    async def quarantine(self, node_name: str, *, actor: str, reason: str) -> NodeRecord:
+        check_node_name(node_name)
+        check_actor(actor)
+        text = clip(reason)
+
+        def run(db: sqlite3.Connection) -> NodeRecord:
+            rec = self._get(db, node_name)
+            if rec is None:
+                raise KeyError(node_name)
+            held = quarantined(rec, actor=actor, reason=text, at=self._clock())
+            db.execute(
+                "UPDATE nodes SET quarantine = ? WHERE node_name = ?", (json.dumps(held.to_json()), node_name)
+            )
+            self._audit(db, node_name, "quarantine", actor, "", text)
+            return replace(rec, quarantine=held)
 
         return await self._run(self._write, run)
 
