@@ -14,6 +14,7 @@ from bootstrap.service.join.spirelink import standing
 from bootstrap.spire.plan import UNKNOWN, Action, Standing, plan
 from bootstrap.spire.wire import ListedAgent
 from bootstrap.store import NodeRecord
+from bootstrap.store.model import Quarantine
 
 NOW = 1_800_000_000
 FORGET_AFTER = 3900
@@ -128,21 +129,25 @@ def record(**change: object) -> NodeRecord:
 @given(
     revoked=st.booleans(),
     refused=st.booleans(),
+    quarantined=st.booleans(),
     minutes=st.integers(-10, 130),
     lifetime=st.sampled_from((None, 15, 90)),
 )
 def test_a_node_is_accepted_only_while_its_attestation_is(
-    revoked: bool, refused: bool, minutes: int, lifetime: int | None
+    revoked: bool, refused: bool, quarantined: bool, minutes: int, lifetime: int | None
 ) -> None:
     attested = datetime(2027, 1, 1, tzinfo=UTC)
-    rec = record(revoked=revoked, refused_at=attested + timedelta(minutes=1) if refused else None)
+    held = Quarantine("a suspect dbx", "admin", attested, 1) if quarantined else None
+    rec = record(
+        revoked=revoked, refused_at=attested + timedelta(minutes=1) if refused else None, quarantine=held
+    )
     now = attested + timedelta(minutes=minutes)
     life = timedelta(minutes=lifetime) if lifetime is not None else None
     got = standing(rec, now=now, lifetime=life)
     fresh = minutes < 60 and (life is None or minutes < lifetime)  # type: ignore[operator]
-    assert got.accepted == (not revoked and not refused and fresh)
+    assert got.accepted == (not revoked and not refused and not quarantined and fresh)
     assert got.attestation == ("a" * 32 if got.accepted else None)
-    assert got.accepted or got.reason in {"revoked", "refused", "expired", "stale"}
+    assert got.accepted or got.reason in {"revoked", "refused", "quarantined", "expired", "stale"}
 
 
 def test_no_record_is_unknown() -> None:

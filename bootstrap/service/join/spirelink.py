@@ -45,6 +45,8 @@ def standing(record: NodeRecord | None, *, now: datetime, lifetime: timedelta | 
         return Standing(accepted=False, reason="revoked")
     if record.refused_at is not None:
         return Standing(accepted=False, reason="refused")
+    if record.quarantine is not None:  # an admin held it (issue 43) until a new boot attests
+        return Standing(accepted=False, reason="quarantined")
     if record.expires_at is None or record.expires_at <= now:
         return Standing(accepted=False, reason="expired")
     if lifetime is not None and (record.attested_at is None or record.attested_at + lifetime <= now):
