@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -76,6 +76,7 @@ class Gate:
             kube, settings, self._cache, self._lease, events_namespace=events_namespace, now=now
         )
         self._complete_since: dict[str, datetime | None] = {}
+        self._pending_events: dict[str, holds.Decision] = {}  # hold changes not yet told by an Event
         self.on_release: Callable[[float], None] | None = None  # seconds from attestation to release
         self._sources: dict[str, Source] = self._cache.sources  # by key; tests peek at the caches
 
@@ -189,7 +190,11 @@ class Gate:
         while True:
             if read is None:
                 self._complete_since.pop(name, None)
-                await self._writer.attestation(name, self._decide_without_node(name))
+                self._writer.forget(name)
+                self._pending_events.pop(name, None)
+                due = await self._writer.attestation(name, self._decide_without_node(name))
+                if due is not None and self._queue.running:
+                    self._queue.add_later(name, (due - self._now()).total_seconds() + 0.01)
                 return None
             attempt += 1
             decision = self.decide(read)  # on the node as read: a 409 means decide again
@@ -208,8 +213,25 @@ class Gate:
             except NotFound:  # deleted since the copy was taken
                 read = await self._kube.get_node(name)
         self._count_release(name, read, decision)
+        if self._writer.hold(node) != self._writer.hold(read):
+            self._pending_events[name] = decision  # the newest change's Event (coalesced)
+            if self._queue.running:
+                # The taint is the release (or the hold). Condition, NodeAttestation and Event
+                # follow on the node's next turn, behind the other nodes already queued: a burst of
+                # completions is released first, reported after.
+                self._queue.add(name)
+                return decision
+        return await self._report(name, node, decision)
+
+    async def _report(self, name: str, node: dict[str, Any], decision: holds.Decision) -> holds.Decision:
+        """After the taint: the Event of a hold change, the condition, the NodeAttestation."""
+        pending = self._pending_events.pop(name, None)
+        if pending is not None and pending.reason == decision.reason:
+            await self._writer.event(node, decision)
         await self._writer.condition(node, decision)
-        await self._writer.attestation(name, decision)
+        due = await self._writer.attestation(name, decision)
+        if due is not None and (decision.requeue_at is None or due < decision.requeue_at):
+            decision = replace(decision, requeue_at=due)  # decided again when the pace allows
         return decision
 
     def _count_release(self, name: str, before: Mapping[str, Any], decision: holds.Decision) -> None:
