@@ -22,7 +22,7 @@ import contextlib
 import json
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,7 @@ class Counts:
     conflicts: int = 0  # 409s the operator's guarded patches got
     node_writes: dict[str, int] = field(default_factory=dict)  # nodegate's, by node
     attestation_writes: dict[str, int] = field(default_factory=dict)
+    history: list[tuple[str, str, Any]] = field(default_factory=list)  # (kind, name, the change)
     other_taint_changes: int = 0  # taints of others (the node lifecycle controller's) changed
     seconds: float = 0.0
 
@@ -149,6 +150,7 @@ async def _watch(api: Api, path: str, rv: str, names: set[str], seen: dict[str, 
                     counts.other_taint_changes += 1
             if mark != seen.get(name):
                 seen[name] = mark
+                counts.history.append(("node" if node else "attestation", name, mark))
                 out[name] = out.get(name, 0) + 1
 
 
@@ -162,11 +164,17 @@ def _nodegate_part(obj: dict[str, Any], *, node: bool) -> Any:
 
 
 async def churn(
-    api: Api, nodes: Sequence[str], crs: Sequence[str], *, per_second: float, seconds: float
+    api: Api,
+    nodes: Sequence[str],
+    crs: Sequence[str],
+    *,
+    per_second: float,
+    seconds: float,
+    during: Callable[[], Awaitable[None]] | None = None,
 ) -> Counts:
     """Flip ``status_<cr>`` on ``nodes`` at ``per_second`` flips in all (round robin over nodes
-    and CRs, one reconcile in flight per node) for ``seconds``, counting nodegate's writes
-    meanwhile."""
+    and CRs, one reconcile in flight per node; none at 0) for ``seconds``, counting nodegate's
+    writes meanwhile (and running ``during`` at the start)."""
     counts = Counts()
     names = set(nodes)
     _, node_list = await api.call("GET", "/api/v1/nodes?labelSelector=churn%3Dyes")
@@ -183,7 +191,7 @@ async def churn(
                    counts)
         ),
     ]  # fmt: skip
-    interval = len(nodes) / per_second  # per node
+    interval = len(nodes) / per_second if per_second > 0 else seconds + 1  # per node
     start = time.monotonic()
 
     async def one(i: int, node: str) -> None:
@@ -197,7 +205,8 @@ async def churn(
             due += interval
 
     try:
-        await asyncio.gather(*(one(i, n) for i, n in enumerate(nodes)))
+        jobs = [one(i, n) for i, n in enumerate(nodes)] if per_second > 0 else []
+        await asyncio.gather(*jobs, *([during()] if during is not None else []), asyncio.sleep(seconds))
         counts.seconds = time.monotonic() - start
         await asyncio.sleep(1.0)  # the last writes' events
     finally:

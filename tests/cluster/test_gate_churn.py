@@ -149,3 +149,57 @@ def test_the_operators_flips_get_no_write_from_nodegate_and_no_more_409s(
     # The words still say why (one wording, whatever the operator reports right now).
     message = attestations(plane)[NODES[0]]["status"]["message"]
     assert "NodeWright cannot schedule its package pods here (TaintNotTolerable)" in message
+
+
+def test_a_release_is_one_node_write_then_the_reports(plane: ControlPlane, gate: ng.Nodegate) -> None:
+    """The last node's packages complete (the operator's report and the node's annotation agree),
+    then its attestation is restored: the taint goes in one Node write; the condition follows in a
+    second (status is a subresource), the NodeAttestation in one write, and one Event."""
+    name = NODES[-1]
+    done = {"driver|1.0.0": {"name": "driver", "version": "1.0.0", "stage": "config", "state": "complete"}}
+    annotations = {f"{ch.GROUP}/nodeState_{cr}": json.dumps(done) for cr in CRS}
+    status, out = plane.request(
+        "PATCH", f"/api/v1/nodes/{name}", {"metadata": {"annotations": annotations}}, headers=dict(ch.MERGE)
+    )
+    assert status == 200, out
+    for cr in CRS:
+        body = {"status": {"nodeState": {name: done}, "nodeStatus": {name: "complete"}}}
+        status, out = plane.request("PATCH", f"{ch.CRS}/{cr}/status", body, headers=dict(ch.MERGE))
+        assert status == 200, out
+
+    def reported() -> bool:
+        packages = (attestations(plane)[name].get("status") or {}).get("packages") or []
+        return len(packages) == 2 and all(p["complete"] for p in packages)
+
+    wait_for("the gate's report of the completed packages", reported)
+
+    async def restore(client: ch.Api) -> None:
+        await client.ok("PATCH", f"{ch.ATTESTATIONS}/{name}", {"spec": {"revoked": False}}, ch.MERGE)
+
+    async def run() -> ch.Counts:
+        client = api(plane)
+        try:
+            return await ch.churn(
+                client, [name], CRS, per_second=0, seconds=8.0, during=lambda: restore(client)
+            )
+        finally:
+            await client.close()
+
+    counts = asyncio.run(run())
+    print(f"\nrelease of {name}: nodegate's writes {counts.history}")
+    assert not [t for t in node(plane, name)["spec"].get("taints") or [] if t["key"] == ch.HOLD]
+    assert counts.node_writes == {name: 2}
+    first, second = (json.loads(mark) for kind, _, mark in counts.history if kind == "node")
+    assert first[0] == []  # the taint went first: the release
+    assert [c["status"] for c in first[1]] == ["False"]  # the condition had not changed yet
+    assert [c["status"] for c in second[1]] == ["True"]
+    assert counts.attestation_writes == {name: 2}  # the test's own restore, then nodegate's status
+    assert attestations(plane)[name]["status"]["phase"] == "Ready"
+    # Events about cluster-scoped objects live in default (bootstrap/kube/events.py).
+    events = json.loads(plane.kubectl("get", "events", "-n", "default", "-o", "json").stdout)["items"]
+    mine = [
+        e
+        for e in events
+        if e["involvedObject"]["name"] == name and e["source"].get("component") == "nodegate"
+    ]
+    assert [e["reason"] for e in mine] == ["NodegateReleased"]
