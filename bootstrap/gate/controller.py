@@ -28,13 +28,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bootstrap.config import GateSettings, Settings
-from bootstrap.gate import holds
+from bootstrap.gate import holds, podfailure
 from bootstrap.gate.backoff import CONFLICT_ATTEMPTS, jitter
 from bootstrap.gate.cache import Cache, Source
 from bootstrap.gate.fields import dict_at, name_of
 from bootstrap.gate.lease import Lease, LeaseHeld, NotLeader, identity
 from bootstrap.gate.queue import WorkQueue
-from bootstrap.gate.writes import Writer
+from bootstrap.gate.writes import PACE, Writer
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, WatchEvent
 from bootstrap.times import parse_time
 
@@ -77,6 +77,10 @@ class Gate:
         )
         self._complete_since: dict[str, datetime | None] = {}
         self._pending_events: dict[str, holds.Decision] = {}  # hold changes not yet told by an Event
+        # per node: the failing packages last looked up, when, and what their pods said
+        self._pods_read: dict[
+            str, tuple[tuple[tuple[str, str, str], ...], datetime, list[podfailure.PackageFailure]]
+        ] = {}
         self.on_release: Callable[[float], None] | None = None  # seconds from attestation to release
         self._sources: dict[str, Source] = self._cache.sources  # by key; tests peek at the caches
 
@@ -192,12 +196,16 @@ class Gate:
                 self._complete_since.pop(name, None)
                 self._writer.forget(name)
                 self._pending_events.pop(name, None)
+                self._pods_read.pop(name, None)
                 due = await self._writer.attestation(name, self._decide_without_node(name))
                 if due is not None and self._queue.running:
                     self._queue.add_later(name, (due - self._now()).total_seconds() + 0.01)
                 return None
             attempt += 1
             decision = self.decide(read)  # on the node as read: a 409 means decide again
+            failing = podfailure.erroring(decision)
+            if failing:
+                decision = podfailure.with_failures(decision, await self._pod_failures(name, failing))
             self._complete_since[name] = decision.complete_since
             if decision.reason is None and not self._cache.in_sync():
                 log.info("node %s would be released, but a cache may be stale: not yet", name)
@@ -233,6 +241,25 @@ class Gate:
         if due is not None and (decision.requeue_at is None or due < decision.requeue_at):
             decision = replace(decision, requeue_at=due)  # decided again when the pace allows
         return decision
+
+    async def _pod_failures(
+        self, name: str, failing: tuple[tuple[str, str, str], ...]
+    ) -> list[podfailure.PackageFailure]:
+        """Why the failing packages failed, from the node's pods: listed again when the set of
+        failing packages changes, else at most once per pace (a crash-looping pod's restarts)."""
+        now = self._now()
+        known = self._pods_read.get(name)
+        if known is not None and known[0] == failing and now < known[1] + PACE:
+            return known[2]
+        try:
+            pods = await self._kube.list_node_pods(name)
+        except KubeUnavailable as exc:
+            log.warning("the pods on %s could not be read: %s", name, exc)
+            why = podfailure.clean(str(exc), 120)
+            return [podfailure.PackageFailure(cr, pkg, v, unread=why) for cr, pkg, v in failing]
+        found = [podfailure.failure(pods, cr, pkg, version) for cr, pkg, version in failing]
+        self._pods_read[name] = (failing, now, found)
+        return found
 
     def _count_release(self, name: str, before: Mapping[str, Any], decision: holds.Decision) -> None:
         """A hold just lifted: how long since the attestation that released the node."""

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar, NoReturn
 
 from bootstrap.config import GateSettings
-from bootstrap.gate import holds, nodewright
+from bootstrap.gate import holds, nodewright, podfailure
 from bootstrap.gate import kubectlopts as opts
 from bootstrap.gate.cache import ATTESTATIONS
 from bootstrap.gate.kubectlopts import age, kubeconfig_path
@@ -112,6 +112,7 @@ class NodeRow:
             items.append(self.attestation_problem)
         pending = [_summary(p) for p in self.packages if not p.complete]
         if pending:
+            items.extend(podfailure.failure_causes(self.message))  # why a package failed: its pod
             items.extend(nodewright.blocked_causes(self.message))  # why those packages do not start
         items.extend(pending)
         held = self.hold is not None or self.phase in ("Held", "Quarantined")

@@ -46,11 +46,13 @@ class Clock:
         self.t += timedelta(**kw)
 
 
-def register(kmock: Any, *, nodewright: bool = True, skyhook: bool = True) -> None:
+def register(kmock: Any, *, nodewright: bool = True, skyhook: bool = True, pods: bool = True) -> None:
     kmock.resources[NODES] = {"kind": "Node", "namespaced": False}
     kmock.resources[ATT] = {"kind": "NodeAttestation", "namespaced": False}
     kmock.resources[LEASES] = {"kind": "Lease", "namespaced": True}
     kmock.resources["v1/events"] = {"kind": "Event", "namespaced": True}
+    if pods:
+        kmock.resources["v1/pods"] = {"kind": "Pod", "namespaced": True}
     if skyhook:
         kmock.resources[SKYHOOKS] = {"kind": "Skyhook", "namespaced": False}
     if nodewright:

@@ -315,8 +315,7 @@ def test_ignored_and_unexplained_blocks() -> None:
     assert (
         "skyhook.nvidia.com/drivers: NodeWright cannot schedule its package pods here (NodesIgnored): "
         "the node has label skyhook.nvidia.com/ignore=true; fix: remove it "
-        "(kubectl label node n1 skyhook.nvidia.com/ignore-)"
-        in ignored.message
+        "(kubectl label node n1 skyhook.nvidia.com/ignore-)" in ignored.message
     )
     why = [
         {"type": "skyhook.nvidia.com/TaintNotTolerable", "status": "True", "message": "12 nodes have taints"}
