@@ -20,6 +20,7 @@ from tests.bench import (
     eventlog,
     framing,
     gate,
+    gate_churn,
     gate_cluster,
     join,
     joinload,
@@ -42,6 +43,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "joinload": joinload.main,
     "spiffe": spiffe.main,
     # The real control plane (tests/cluster/plane.py; `make cluster` builds it).
+    "gate_churn": gate_churn.main,
     "gate_cluster": gate_cluster.main,
 }
 
