@@ -132,6 +132,7 @@ def run(nodes: int, per_second: float, seconds: float) -> dict[str, Any]:
             "flips": counts.flips,
             "operator_requests": counts.operator_requests,
             "conflicts_409": counts.conflicts,
+            "conflicts_after_a_write_by": counts.conflicts_after,
             "nodegate_node_writes": counts.nodegate_node_writes,
             "nodegate_attestation_writes": counts.nodegate_attestation_writes,
             "nodes_with_attestation_writes": len(counts.attestation_writes),
@@ -215,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"API server {r['apiserver_requests_per_s']} requests/s; nodegate CPU {r['nodegate_cpu_s']} s; "
             f"other taint changes {r['other_taint_changes']}; load {r['loadavg']}"
         )
+        print(f"    409s after a write by: {r['conflicts_after_a_write_by']}")
     return 0
 
 

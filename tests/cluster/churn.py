@@ -42,6 +42,8 @@ class Counts:
     flips: int = 0
     operator_requests: int = 0
     conflicts: int = 0  # 409s the operator's guarded patches got
+    # who wrote the Node last when a guarded patch got 409 (its newest managedFields entry)
+    conflicts_after: dict[str, int] = field(default_factory=dict)
     node_writes: dict[str, int] = field(default_factory=dict)  # nodegate's, by node
     attestation_writes: dict[str, int] = field(default_factory=dict)
     history: list[tuple[str, str, Any]] = field(default_factory=list)  # (kind, name, the change)
@@ -95,13 +97,29 @@ def _with_condition(conditions: list[dict[str, Any]], kind: str, value: str) -> 
     return [c for c in conditions if c.get("type") != kind] + [want]
 
 
+def last_writer(node: dict[str, Any]) -> str:
+    """The manager of the Node's newest managedFields entry (seconds resolution: a guess when two
+    wrote within the same second), with the subresource it wrote."""
+    entries = node["metadata"].get("managedFields") or []
+    if not entries:
+        return "?"
+    newest = max(entries, key=lambda e: e.get("time", ""))
+    sub = f"/{newest['subresource']}" if newest.get("subresource") else ""
+    return f"{newest.get('manager', '?')}{sub}"
+
+
 async def operator_flip(api: Api, counts: Counts, node: str, cr: str, value: str) -> None:
     """One reconcile of the real operator's hot loop for ``node`` and ``cr``."""
     counts.flips += 1
     key = f"{GROUP}/status_{cr}"
+    conflicted = False
     for _attempt in range(5):
         counts.operator_requests += 1
         got = await api.ok("GET", f"/api/v1/nodes/{node}")
+        if conflicted:
+            who = last_writer(got)
+            counts.conflicts_after[who] = counts.conflicts_after.get(who, 0) + 1
+        conflicted = True  # until the patches below succeed
         rv = got["metadata"]["resourceVersion"]
         meta = {"resourceVersion": rv, "labels": {key: value}, "annotations": {key: value}}
         counts.operator_requests += 1

@@ -146,6 +146,11 @@ def test_the_operators_flips_get_no_write_from_nodegate_and_no_more_409s(
     # The remaining 409s come from kwok's heartbeats (every 2-3 s per node), in both runs alike:
     # Poisson noise, three standard deviations.
     assert with_gate.conflicts <= without.conflicts + 3 * math.sqrt(without.conflicts + 1) + 3
+    # And no 409 followed a write by nodegate (the manager that wrote NodegateReady).
+    fields = node(plane, NODES[0])["metadata"]["managedFields"]
+    ours = {e["manager"] for e in fields if "NodegateReady" in json.dumps(e.get("fieldsV1"))}
+    assert ours
+    assert not [w for w in with_gate.conflicts_after if w.split("/")[0] in ours], with_gate.conflicts_after
     # The words still say why (one wording, whatever the operator reports right now).
     message = attestations(plane)[NODES[0]]["status"]["message"]
     assert "NodeWright cannot schedule its package pods here (TaintNotTolerable)" in message
