@@ -149,14 +149,7 @@ def run(nodes: int, per_second: float, seconds: float) -> dict[str, Any]:
         inst = ng.install(plane, folder / "nodegate")
         asyncio.run(with_api(lambda api: _setup(api, names)))
         plane.kubectl("wait", "--for=condition=Ready", "--timeout=300s", *[f"node/{n}" for n in names])
-        server = ng.start_nodegate(
-            plane,
-            inst,
-            "gate",
-            args=("--new-ca",),
-            store="kubernetes",
-            gate={"enabled": True, "stability_window": "0s", "lease_duration": "15s"},
-        )
+        server = ng.start_gate(plane, inst, "gate")
         deadline = time.monotonic() + 300
         while set(_phases(plane, names).values()) != {"Quarantined"} or len(_phases(plane, names)) < nodes:
             if time.monotonic() > deadline:

@@ -82,14 +82,7 @@ def gate(plane: ControlPlane, installed: ng.Installed) -> Iterator[ng.Nodegate]:
     for body in ch.held_nodes(NODES, quarantined=True):
         status, out = plane.request("POST", "/api/v1/nodes", body)
         assert status == 201, out
-    server = ng.start_nodegate(
-        plane,
-        installed,
-        "churn",
-        args=("--new-ca",),
-        store="kubernetes",
-        gate={"enabled": True, "stability_window": "0s", "lease_duration": "6s"},
-    )
+    server = ng.start_gate(plane, installed, "churn", lease="6s")
     try:
         wait_for(
             "the gate's first pass over the churn nodes",

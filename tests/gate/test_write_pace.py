@@ -10,20 +10,15 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
-from collections.abc import Callable
-from datetime import datetime, timedelta
-from typing import Any, cast
+from datetime import timedelta
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bootstrap.config import GateSettings
 from bootstrap.gate import Gate
 from bootstrap.gate.writes import PACE
-from bootstrap.kube import Kube
-from tests.gate.test_gate_interleavings import CRS, KEY, World
-
-WINDOW = timedelta(seconds=30)
+from tests.gate.test_gate_interleavings import CRS, KEY, WINDOW, World, gate_of
 
 
 class Counting(World):
@@ -85,15 +80,7 @@ async def held_world(*, quarantined: bool, tolerant: bool) -> tuple[Counting, Ga
     """n0 held by the gate, selected by two CRs (one with work elsewhere: the operator's priority
     check keeps it ``waiting``), the gate's first writes done."""
     world = Counting()
-    clock: Callable[[], datetime] = lambda: world.now  # noqa: E731
-    gate = Gate(
-        cast(Kube, world),
-        GateSettings(stability_window=WINDOW),
-        events_namespace="nodegate",
-        now=clock,
-        identity="gate",
-    )
-    world.gate = gate
+    gate = gate_of(world)
     world.join("n0", "gpu")
     world.put_cr("sky-a", "1.0.0", "gpu")
     world.put_cr("sky-c", "1.0.0", "gpu")
