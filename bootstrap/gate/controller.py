@@ -253,11 +253,12 @@ class Gate:
             return known[2]
         try:
             pods = await self._kube.list_node_pods(name)
-        except KubeUnavailable as exc:
+        except KubeUnavailable as exc:  # asked again after the pace, not on every decision
             log.warning("the pods on %s could not be read: %s", name, exc)
             why = podfailure.clean(str(exc), 120)
-            return [podfailure.PackageFailure(cr, pkg, v, unread=why) for cr, pkg, v in failing]
-        found = [podfailure.failure(pods, cr, pkg, version) for cr, pkg, version in failing]
+            found = [podfailure.PackageFailure(cr, pkg, v, unread=why) for cr, pkg, v in failing]
+        else:
+            found = [podfailure.failure(pods, cr, pkg, version) for cr, pkg, version in failing]
         self._pods_read[name] = (failing, now, found)
         return found
 

@@ -212,3 +212,22 @@ async def test_pods_that_cannot_be_read_do_not_keep_the_gate_from_holding(
         f"{DRIVERS}: gpu-driver 550.1 failed: its package pods could not be read (list pods on w1: "
         in message
     )
+
+
+async def test_the_pods_are_listed_at_most_once_per_pace_for_the_same_failure(
+    kmock: Any, kube_pods: Kube
+) -> None:
+    clock = Clock()
+    gate = make_gate(kube_pods, clock)
+    await failing_node(kmock, kube_pods, gate)
+
+    def lists() -> int:
+        return len([r for r in kmock[enums.method.GET] if r.url.path == "/api/v1/pods"])
+
+    assert lists() == 1
+    clock.advance(seconds=9)
+    await gate.reconcile("w1")
+    assert lists() == 1  # the same failing package, within 10 s: what the pods said is kept
+    clock.advance(seconds=1)
+    await gate.reconcile("w1")
+    assert lists() == 2
