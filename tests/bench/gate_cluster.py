@@ -272,13 +272,18 @@ class Load:
         api = ch.Api(self.base, self.ctx)
         counts = ch.Counts()
         interval = len(names) / per_second
+        failed = 0
 
         async def one(i: int, node: str) -> None:
+            nonlocal failed
             k = 0
             due = time.monotonic() + interval * i / len(names)
             while not stop.is_set():
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
-                await ch.operator_flip(api, counts, node, CR, "waiting" if k % 2 == 0 else "blocked")
+                try:
+                    await ch.operator_flip(api, counts, node, CR, "waiting" if k % 2 == 0 else "blocked")
+                except RuntimeError:  # 504 from an overloaded API server: the operator retries too
+                    failed += 1
                 k += 1
                 due += interval
 
@@ -286,7 +291,7 @@ class Load:
             await asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
         finally:
             await api.close()
-        return {"flips": counts.flips, "conflicts_409": counts.conflicts}
+        return {"flips": counts.flips, "conflicts_409": counts.conflicts, "failed": failed}
 
 
 def _load_main(conn: Connection, base: str, ca: str, cert: tuple[str, str]) -> None:
@@ -363,6 +368,9 @@ def run(nodes: int, samples: int, churn: float = 0.0, churn_nodes: int = 50) -> 
 
     def ask(cmd: str, arg: Any = None) -> Any:
         parent.send((cmd, arg))
+        while not parent.poll(1.0):
+            if not proc.is_alive():
+                raise SystemExit(f"gate_cluster: the load process ended during {cmd!r} (its error above)")
         return parent.recv()
 
     try:
@@ -486,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         c = result["churn"]
         print(
             f"  during the samples: {c['flips']} waiting/blocked flips on {c['nodes']} held nodes, "
-            f"409s {c['conflicts_409']}"
+            f"409s {c['conflicts_409']}, failed (API server timeouts) {c['failed']}"
         )
     print("  RSS MiB: " + ", ".join(f"{k} {v}" for k, v in result["rss_mib"].items()))
     return 0
