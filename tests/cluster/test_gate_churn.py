@@ -94,6 +94,11 @@ def gate(plane: ControlPlane, installed: ng.Installed) -> Iterator[ng.Nodegate]:
         yield server
     finally:
         server.stop()
+        # Other modules' nodegates share this cluster: with `store: kubernetes` these synthetic
+        # NodeAttestations would be store entries no CA of theirs issued.
+        plane.kubectl("delete", "nodeattestations", *NODES, "--wait=false", check=False)
+        plane.kubectl("delete", "nodes", *NODES, "--wait=false", check=False)
+        plane.kubectl("delete", "skyhooks.skyhook.nvidia.com", *CRS, "--wait=false", check=False)
 
 
 def test_a_node_patch_cannot_change_node_status(plane: ControlPlane, gate: ng.Nodegate) -> None:
