@@ -175,6 +175,14 @@ class Cache:
         if objects is not None:
             objects.pop(name, None)
 
+    def wrote_node(self, name: str, read: Mapping[str, Any], written: dict[str, Any]) -> None:
+        """The gate's own Node write stands in for the copy it was decided on, until the watch
+        brings it: the writes that follow (the condition) then carry its resourceVersion, not a
+        stale one that would fail with 409. A copy the watch replaced meanwhile is newer: kept."""
+        objects = self.sources[NODES].objects
+        if objects is not None and objects.get(name) is read and name_of(written) == name:
+            objects[name] = slim_node(written)
+
     def wrote_attestation(self, name: str, read: dict[str, Any], written: dict[str, Any]) -> None:
         """Until the watch brings it, the written object stands in (no second write); but a
         watch event that arrived meanwhile may be newer (a revocation), and it must not be

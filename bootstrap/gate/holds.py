@@ -47,8 +47,10 @@ __all__ = [
     "apply_decision",
     "attestation_problem",
     "attestation_view",
+    "DecisionKey",
     "decide",
     "decide_without_node",
+    "decision_key",
     "effect_for",
     "hold_taint",
     "node_boot_id",
@@ -366,6 +368,19 @@ def decide(
         phase=phase,
         problem=problem,
     )
+
+
+DecisionKey = tuple[Reason | None, str | None, Phase, frozenset[tuple[str, str, str]]]
+
+
+def decision_key(decision: Decision) -> DecisionKey:
+    """What the gate decided, without the words: the hold reason, the attestation problem's kind,
+    the phase and the set of packages (CR, package, version) the node still waits for. Writes of
+    the condition and the NodeAttestation follow a change of this at once; a change of the words
+    or of a package's stage alone (the operator's transient text) is paced (writes.py)."""
+    waiting = frozenset((p.cr, p.package, p.version) for p in decision.packages if not p.complete)
+    kind = decision.problem.kind if decision.problem is not None else None
+    return (decision.reason, kind, decision.phase, waiting)
 
 
 def decide_without_node(

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from bootstrap.config import GateSettings
-from bootstrap.gate import holds, kubectlboots, nodewright
+from bootstrap.gate import holds, kubectlboots, nodewright, podfailure
 from bootstrap.gate import kubectlopts as opts
 from bootstrap.gate.cache import ATTESTATIONS
 from bootstrap.gate.kubectlopts import NodeNotFound, StatusError, UsageError, age, kubeconfig_path
@@ -99,6 +99,7 @@ class NodeRow:
             items.append(self.attestation_problem)
         pending = [_summary(p) for p in self.packages if not p.complete]
         if pending:
+            items.extend(podfailure.failure_causes(self.message))  # why a package failed: its pod
             items.extend(nodewright.blocked_causes(self.message))  # why those packages do not start
         items.extend(pending)
         held = self.hold is not None or self.phase in ("Held", "Quarantined")

@@ -7,7 +7,7 @@ resourceVersion and report 410 Gone so the caller re-lists, writes that must not
 (re-read and retry), :class:`NotFound` and :class:`CsrDenied`.
 
 The request discipline lives in :mod:`bootstrap.kube.core`; each resource in its own module
-(custom objects, nodes, leases, CSRs, reviews, events).
+(custom objects, nodes, pods, leases, CSRs, reviews, events).
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from bootstrap.kube.custom import CustomObjects
 from bootstrap.kube.events import Events
 from bootstrap.kube.leases import Leases
 from bootstrap.kube.nodes import Nodes
+from bootstrap.kube.pods import Pods
 from bootstrap.kube.reviews import Reviews
 
 
-class Kube(CustomObjects, Nodes, Leases, Csrs, Reviews, Events):
+class Kube(CustomObjects, Nodes, Pods, Leases, Csrs, Reviews, Events):
     """A thin, typed adapter over one ApiClient: everything nodegate asks the API server."""

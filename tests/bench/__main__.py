@@ -21,6 +21,7 @@ from tests.bench import (
     eventlog,
     framing,
     gate,
+    gate_churn,
     gate_cluster,
     join,
     joinload,
@@ -44,6 +45,7 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "spiffe": spiffe.main,
     "bootrecords": bootrecords.main,
     # The real control plane (tests/cluster/plane.py; `make cluster` builds it).
+    "gate_churn": gate_churn.main,
     "gate_cluster": gate_cluster.main,
 }
 

@@ -769,6 +769,7 @@ CLUSTER_GRANTS = (
     {("", "nodes", v) for v in ("get", "list", "watch", "create", "patch")}
     | {
         ("", "nodes/status", "patch"),
+        ("", "pods", "list"),  # read-only: a failing package pod's container (issue 45)
         ("certificates.k8s.io", "certificatesigningrequests", "create"),
         ("certificates.k8s.io", "certificatesigningrequests", "get"),
         ("certificates.k8s.io", "certificatesigningrequests", "list"),
@@ -917,6 +918,11 @@ def test_rbac_decisions(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
     assert not can("update", "", "secrets", name=ca_secret, ns=namespace)
     assert not can("delete", "", "secrets", name=ca_secret, ns=namespace)
     assert not can("create", "", "pods", ns=namespace)
+    assert can("list", "", "pods", ns="gpu-operator")  # the package pods, read-only
+    for verb in ("get", "watch", "create", "update", "patch", "delete", "deletecollection"):
+        assert not can(verb, "", "pods", ns="gpu-operator"), verb
+    assert not can("get", "", "pods", sub="log", name="x", ns="gpu-operator")
+    assert not can("create", "", "pods", sub="exec", name="x", ns="gpu-operator")
     assert not can("create", "", "serviceaccounts", sub="token", name="x", ns=namespace)
     for kind in ("nodewrights", "skyhooks"):
         group = "nodewright.nvidia.com" if kind == "nodewrights" else "skyhook.nvidia.com"

@@ -259,8 +259,8 @@ def test_blocked_by_a_taint_names_the_cr_the_taint_and_the_fix() -> None:
     d = decide(node(taints=[GPU_TAINT]), [blocked])
     assert d.reason == "packages-pending"
     assert (
-        "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (TaintNotTolerable): its package "
-        "pods do not tolerate nvidia.com/gpu=present:NoSchedule; fix: tolerate "
+        "skyhook.nvidia.com/drivers: NodeWright cannot schedule its package pods here (TaintNotTolerable): "
+        "its package pods do not tolerate nvidia.com/gpu=present:NoSchedule; fix: tolerate "
         "nvidia.com/gpu=present:NoSchedule in the CR's spec.additionalTolerations or remove it from the "
         "node" in d.message
     )
@@ -313,9 +313,9 @@ def test_ignored_and_unexplained_blocks() -> None:
         node(labels={"skyhook.nvidia.com/ignore": "true"}), [cr(reported={}, node_status="blocked")]
     )
     assert (
-        "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (NodesIgnored): the node has label "
-        "skyhook.nvidia.com/ignore=true; fix: remove it (kubectl label node n1 skyhook.nvidia.com/ignore-)"
-        in ignored.message
+        "skyhook.nvidia.com/drivers: NodeWright cannot schedule its package pods here (NodesIgnored): "
+        "the node has label skyhook.nvidia.com/ignore=true; fix: remove it "
+        "(kubectl label node n1 skyhook.nvidia.com/ignore-)" in ignored.message
     )
     why = [
         {"type": "skyhook.nvidia.com/TaintNotTolerable", "status": "True", "message": "12 nodes have taints"}
