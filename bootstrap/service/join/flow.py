@@ -53,6 +53,7 @@ from bootstrap.service.join.aia import AiaFetcher
 from bootstrap.service.join.ekroots import EkTrust
 from bootstrap.service.join.ekroots import load_ek_trust as load_ek_trust  # noqa: PLC0414  (moved there; re-exported)
 from bootstrap.service.join.evidence import Evidence
+from bootstrap.service.join.popcert import x509pop_facts, x509pop_pem
 from bootstrap.service.join.sessions import Sealer, Session, sealed_ek_facts
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
 from bootstrap.times import rfc3339
@@ -282,7 +283,11 @@ class JoinService:
         now = self._now()
         cas = self._authorities()
         public_key = x509.load_der_x509_csr(session.csr_der).public_key()
-        facts = self._x509pop_facts(session, judged)
+        facts = None
+        if self.settings.spire.x509pop:
+            entry = self._inventory.get(session.ek_sha256)
+            pool = entry.labels.get(POOL_LABEL) if entry is not None else None
+            facts = x509pop_facts(session.node_name, session.ek_sha256, pool, judged)
         leaf = svid.issue_svid(
             cas.signer,
             spiffe_id=sid,
@@ -345,7 +350,17 @@ class JoinService:
             },
         )
         chain = leaf.public_bytes(serialization.Encoding.PEM).decode()
-        pop = self._x509pop(cas, session.node_name, facts, public_key, now, leaf.not_valid_after_utc)
+        pop = None
+        if facts is not None:
+            pop = x509pop_pem(
+                cas.signer,
+                self.settings.spire_trust_domain,
+                session.node_name,
+                facts,
+                public_key,
+                now,
+                leaf.not_valid_after_utc,
+            )
         return Issued(
             record,
             FinishResponse(
@@ -389,50 +404,6 @@ class JoinService:
             return await kubelet.ensure_node(self.kube, session.node_name, labels, key)
         except (KubeUnavailable, KubeConflict, KubeNotFound) as exc:
             raise Unavailable(f"kubelet credentials: {exc}"[:500], retry_after=5) from None
-
-    def _x509pop_facts(self, session: Session, judged: Evidence) -> dict[str, str] | None:
-        """The facts of the x509pop certificate (docs/spire.md), with their ``attestation`` digest;
-        None without ``spire.x509pop``."""
-        if not self.settings.spire.x509pop:
-            return None
-        facts = {x509pop.NODE: session.node_name, x509pop.EK_SHA256: session.ek_sha256}
-        entry = self._inventory.get(session.ek_sha256)
-        if entry is not None and POOL_LABEL in entry.labels:
-            facts[x509pop.POOL] = entry.labels[POOL_LABEL]
-        for key, value in (
-            (x509pop.PCR_CLASS, judged.pcr_class),
-            (x509pop.MEASURED_BOOT_CLASS, judged.measured_boot_class),
-            (x509pop.BOOT_ID, judged.boot_id),
-        ):
-            if value is not None:
-                facts[key] = value
-        facts[x509pop.ATTESTATION] = x509pop.attestation_id(facts)
-        return facts
-
-    def _x509pop(
-        self,
-        cas: ca.CaSet,
-        node_name: str,
-        facts: dict[str, str] | None,
-        public_key: object,
-        now: datetime,
-        not_after: datetime,
-    ) -> str | None:
-        """The certificate for SPIRE's x509pop attestor (docs/spire.md): the same key and lifetime
-        as the SVID, so it is renewed exactly while the node is (never for a revoked node), and
-        the attested facts as URI SANs."""
-        if facts is None:
-            return None
-        cert = x509pop.issue_x509pop(
-            cas.signer,
-            public_key=public_key,  # type: ignore[arg-type]  # parse_node_csr admitted only EC/RSA
-            trust_domain=self.settings.spire_trust_domain,
-            node_name=node_name,
-            facts=facts,
-            now=now,
-            not_after=not_after,
-        )
-        return cert.public_bytes(serialization.Encoding.PEM).decode()
 
     async def _kubelet(self, session: Session, spiffe_id: str) -> str:
         if self.kube is None:
