@@ -12,6 +12,7 @@ Everything here is pure: callers pass ``now``, the validity end and the signing 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -31,16 +32,30 @@ _KEY = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _VALUE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 # The facts nodegate puts in (docs/spire.md, "Selectors"): each is x509pop:san:<key>:<value>.
-NODE = "node"  # the node name: the agent's stable ID (agent_path_template) and what nodegate bans
+NODE = "node"  # the node name: the first level of the agent's ID (agent_path_template)
 EK_SHA256 = "ek-sha256"
 POOL = "pool"
 PCR_CLASS = "pcr-class"
 MEASURED_BOOT_CLASS = "measured-boot-class"
 BOOT_ID = "boot-id"
+# A digest of all the other facts: the second level of the agent's ID, so the certificates of one
+# attestation share an agent ID and those of any other (an earlier boot, a refused one's
+# predecessor) have another, which nodegate bans without touching the current one.
+ATTESTATION = "attestation"
+_ATTESTATION_DOMAIN = b"nodegate x509pop attestation v1\n"
+ATTESTATION_HEX = 32  # 128 bits of SHA-256
 
 
 def is_fact_value(value: object) -> bool:
     return isinstance(value, str) and _VALUE.fullmatch(value) is not None and value not in (".", "..")
+
+
+def attestation_id(facts: Mapping[str, str]) -> str:
+    """The ``attestation`` fact for ``facts`` (every fact but itself): SHA-256 over the sorted
+    ``key=value`` lines, first 128 bits in hex. The same facts give the same id, so renewals within
+    a boot keep the agent's ID; any change of boot, class, pool or TPM gives another."""
+    lines = b"".join(f"{key}={facts[key]}\n".encode() for key in sorted(facts) if key != ATTESTATION)
+    return hashlib.sha256(_ATTESTATION_DOMAIN + lines).hexdigest()[:ATTESTATION_HEX]
 
 
 def fact_uris(trust_domain: str, facts: Mapping[str, str]) -> list[str]:

@@ -8,6 +8,7 @@ resolved against the config file's folder.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +20,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    IPvAnyNetwork,
     ValidationError,
     field_validator,
     model_validator,
@@ -30,6 +32,7 @@ from attest.measuredboot.policy import MeasuredBootPolicy
 from attest.pcr import PcrPolicy
 from attest.spiffeid import SpiffeIdError, render_spiffe_id, validate_trust_domain
 from attest.x509pop import is_fact_value
+from bootstrap.cloudconfig import EkCloud
 from bootstrap.diskconfig import DiskKeysSettings, check_disk_keys
 from bootstrap.names import is_node_name
 
@@ -37,6 +40,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 _DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 SPIRE_AGENT_PREFIX = "spiffe://{trust_domain}/spire/agent/"
+SPIRE_ATTESTATION = "{attestation}"  # the agent ID's placeholder for the x509pop attestation fact
 POOL_LABEL = "nodegate.io/pool"  # the inventory label that names a node's pool
 
 
@@ -170,6 +174,20 @@ class GateSettings(_Model):
     lease_duration: Duration = timedelta(seconds=15)
 
 
+def _network_loose(value: object) -> object:
+    """A CIDR with host bits set means its network, as NetworkPolicy's ipBlock takes it (the chart
+    passes the same list to both)."""
+    if isinstance(value, str):
+        try:
+            return ipaddress.ip_network(value.strip(), strict=False)
+        except ValueError:
+            return value  # pydantic names it invalid
+    return value
+
+
+SourceNetwork = Annotated[IPvAnyNetwork, BeforeValidator(_network_loose)]
+
+
 class AdmissionSettings(_Model):
     policy_files: tuple[Path, ...] | None = None
     rbac_files: tuple[Path, ...] | None = None
@@ -187,6 +205,10 @@ class AdmissionSettings(_Model):
     # The audit line of each allowed review (who was allowed what) at info, or at debug to keep it
     # out of an info log; denials are always logged at info (an addition, docs/admission.md).
     log_allowed: Literal["info", "debug"] = "info"
+    # The API server's source addresses (the chart sets them from its NetworkPolicy's
+    # webhookSourceCidrs): on the webhooks' listener they have no per-address connection cap and
+    # room kept for them, so other clients cannot crowd them out (an addition, docs/config.md).
+    api_server_sources: tuple[SourceNetwork, ...] = ()
 
     @field_validator("listen")
     @classmethod
@@ -209,13 +231,15 @@ class SpireSettings(_Model):
     # SPIRE's trust domain (the x509pop SANs name it); None: nodegate's own.
     trust_domain: str | None = None
     # The SPIRE server's admin API socket (its server.socket_path, "local" callers are admins):
-    # nodegate bans the agents of revoked nodes there. None: no bans (docs/spire.md, "Revocation").
+    # nodegate bans there the agents of nodes it does not accept now. None: no bans (docs/spire.md,
+    # "Which agents may run").
     server_socket: Path | None = None
     # The agent's SPIFFE ID as SPIRE's agent_path_template makes it (placeholders trust_domain
-    # = SPIRE's, node_name, ek_sha256).
-    agent_id_template: str = "spiffe://{trust_domain}/spire/agent/x509pop/{node_name}"
-    # Revoked nodes whose x509pop certificate may still be valid are banned again this often (an
-    # agent that attested after the revocation, or a ban that failed while SPIRE was down).
+    # = SPIRE's, node_name, ek_sha256, and attestation, which it must have: one ID per attestation,
+    # so an earlier one's certificates can be banned apart from the current one's).
+    agent_id_template: str = "spiffe://{trust_domain}/spire/agent/x509pop/{node_name}/{attestation}"
+    # Every agent SPIRE knows is checked against the store this often: agents that attested since
+    # (SPIRE bans only agents it knows), bans that failed while SPIRE was unreachable (docs/spire.md).
     ban_interval: Duration = timedelta(seconds=30)
     # Where nodegate keeps the x509pop CA bundle for SPIRE's ca_bundle_path (PEM, every root in
     # the bundle) and the plugin data file naming it, rewritten on every CA change; None: not kept.
@@ -264,25 +288,6 @@ class AdminSettings(_Model):
     # SPIFFE IDs of admin SVIDs (mTLS) and what each may do; bearer tokens go through
     # TokenReview + SubjectAccessReview instead.
     spiffe_ids: dict[str, tuple[AdminPermission, ...]] = Field(default_factory=dict)
-
-
-class GceBinding(_Model):
-    # The GCE projects (id or number) and instances (id) whose vTPM EKs may join through Google's
-    # vTPM CA (attest/cloudek.py); empty: none (docs/ek-roots.md, "Cloud vTPMs").
-    projects: tuple[str, ...] = ()
-    instances: tuple[str, ...] = ()
-
-    @field_validator("projects", "instances")
-    @classmethod
-    def _names(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for x in v:
-            if not x or len(x) > 128 or not x.isprintable() or x != x.strip():
-                raise ValueError(f"{x!r} is not a project id, project number or instance id")
-        return v
-
-
-class EkCloud(_Model):
-    gce: GceBinding = GceBinding()
 
 
 class EkAia(_Model):
@@ -360,9 +365,11 @@ class Settings(_Model):
     def _spire_agent_id(self) -> Settings:
         if not self.spire.agent_id_template.startswith(SPIRE_AGENT_PREFIX):
             raise ValueError(f"spire.agent_id_template must start with {SPIRE_AGENT_PREFIX}")
+        if self.spire.agent_id_template.count(SPIRE_ATTESTATION) != 1:
+            raise ValueError(f"spire.agent_id_template must have {SPIRE_ATTESTATION} once (docs/spire.md)")
         try:
             render_spiffe_id(
-                self.spire.agent_id_template,
+                self.spire.agent_id_template.replace(SPIRE_ATTESTATION, "0" * 32),
                 trust_domain=self.spire_trust_domain,
                 node_name="node-1",
                 ek_sha256="0" * 64,

@@ -100,8 +100,9 @@ class DiskKeyRevoked(AttestationError):
 
 
 class NodeQuarantined(AttestationError):
-    """The node's last attestation is older than ``gate.attestation_lifetime``: the gate holds it
-    quarantined, and no disk key is released until an operator acts (docs/disk-keys.md)."""
+    """The node's last attestation is older than ``gate.attestation_lifetime`` (the gate holds it
+    quarantined; no disk key until an operator acts), or an admin quarantined the boot that asks
+    (``nodegate nodes quarantine``; keys again after a new boot): docs/disk-keys.md."""
 
     code = "node_quarantined"
 

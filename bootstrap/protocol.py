@@ -348,6 +348,10 @@ class RevokeRequest(_Request):
     revoked: bool = True
 
 
+class QuarantineRequest(_Request):
+    reason: Annotated[str, Field(min_length=1, max_length=512)]
+
+
 def parse_request(model: type[M], body: object) -> M:
     """Validate a decoded JSON body; MalformedInput names the fields, never echoes their values."""
     try:

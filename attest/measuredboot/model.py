@@ -170,6 +170,10 @@ class MeasuredBootPolicy(BaseModel):
 
     def rules(self) -> frozenset[str]:
         """Every rule some class (or the top-level secure_boot) applies."""
+        return self._rules
+
+    @functools.cached_property
+    def _rules(self) -> frozenset[str]:  # the policy is frozen: computed once, asked per join
         out = {"secure_boot"} if self.secure_boot == "required" else set()
         for c in self.classes:
             out.update(c.rules(self.secure_boot == "required"))

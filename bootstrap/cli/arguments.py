@@ -219,6 +219,7 @@ def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also pin grub's kernel command lines (the quote must then cover PCR 8)",
     )
     learn.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    _whatif(psub)
     elog = sub.add_parser("eventlog", help="measured-boot event logs")
     esub = elog.add_subparsers(dest="eventlog_command", metavar="ACTION", required=True)
     inspect = esub.add_parser("inspect", help="parse and replay an event log")
@@ -236,6 +237,63 @@ def _policy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="PCR values a quote covered (tpm2_pcrread YAML, or {bank: {index: hex}}); default: the replay",
     )
+
+
+def _whatif(psub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    w = psub.add_parser(
+        "whatif",
+        help="judge every stored boot record (or package CR) by a new policy, offline, before rolling it out",
+    )
+    new = w.add_argument_group("the new policy (one of)")
+    new.add_argument(
+        "--config", type=Path, metavar="FILE", help="a new nodegate config: pcr_policy and measured_boot"
+    )
+    new.add_argument(
+        "--measured-boot",
+        type=Path,
+        metavar="FILE",
+        help="a new measured_boot policy alone (a config or the mapping)",
+    )
+    new.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="new PackagePolicy YAML (repeatable)",
+    )
+    w.add_argument(
+        "--current",
+        type=Path,
+        metavar="FILE",
+        help="the config in force: the baseline (and the store to read)",
+    )
+    w.add_argument(
+        "--records", type=Path, metavar="FILE", help="boot records from `kubectl nodegate boots -o json`"
+    )
+    w.add_argument(
+        "--current-policy",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="today's PackagePolicies (default: the cluster's)",
+    )
+    w.add_argument(
+        "--objects",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="package CRs (default: the cluster's)",
+    )
+    w.add_argument(
+        "--where", action="append", default=[], metavar="FIELD=VALUE", help="only these nodes (docs/fleet.md)"
+    )
+    w.add_argument("--kubeconfig", metavar="FILE", help="for a kubernetes store or the cluster's CRs")
+    w.add_argument("--context", help="the kubeconfig context")
+    w.add_argument("-n", "--namespace", default="nodegate", help="nodegate's namespace (dbx Leases)")
+    w.add_argument("-o", "--output", choices=("text", "json"), default="text")
 
 
 class _Several(argparse.Action):

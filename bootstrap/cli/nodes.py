@@ -1,4 +1,4 @@
-"""``nodegate nodes list|show|revoke|unrevoke|forget``: the admin API from the command line, with
+"""``nodegate nodes list|show|revoke|unrevoke|forget|quarantine``: the admin API from the command line, with
 an admin SVID (``nodegate ca issue-admin``) over mTLS; ``-o table|json|yaml``. Works the same
 for both stores (the service answers from whichever it runs on). Exit 0; 1 when the service
 refuses (the code and detail are printed); 2 for usage and local problems; 75 when it cannot be
@@ -19,12 +19,14 @@ from urllib.parse import quote
 import aiohttp
 import yaml
 
+from attest.bootrecord import fleet
+from attest.bootrecord.model import BootRecord
 from bootstrap.cli.opsargs import ADMIN_ENV, BUNDLE_ENV, SERVER_ENV
 from bootstrap.node.client import base_url, tls_context
 from bootstrap.node.errors import JoinUsageError, one_line
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 75
-MAX_ANSWER = 16 * 1024 * 1024  # a listing of a large fleet
+MAX_ANSWER = 64 * 1024 * 1024  # a listing of a large fleet, with its boot records (~2 KB a node)
 TIMEOUT = 30.0
 
 
@@ -82,6 +84,8 @@ def _request(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]
         return "GET", path, None
     if action == "forget":
         return "POST", f"{path}/forget", {"reason": args.reason}
+    if action == "quarantine":
+        raise AssertionError("quarantine makes several requests (_quarantine)")
     return "POST", f"{path}/revoke", {"reason": args.reason, "revoked": action == "revoke"}
 
 
@@ -94,14 +98,75 @@ async def _call(args: argparse.Namespace) -> Any:
         base = base_url(server)
     except JoinUsageError as exc:
         raise AdminError(str(exc), EXIT_USAGE) from None
+    selectors = _selectors(args)
     ctx = _context(args)
-    method, path, body = _request(args)
     timeout = aiohttp.ClientTimeout(total=TIMEOUT)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(ssl=ctx)) as session:
+        if args.nodes_command == "quarantine":
+            return await _quarantine(session, base, args, selectors)
+        method, path, body = _request(args)
+        if selectors:
+            path += "?boot=true"
+        doc = await _fetch(session, base, method, path, body)
+        return _select(doc, selectors) if selectors else doc
+
+
+def _selectors(args: argparse.Namespace) -> list[fleet.Selector]:
     try:
-        async with (
-            aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(ssl=ctx)) as session,
-            session.request(method, base + path, json=body, allow_redirects=False) as resp,
-        ):
+        found = [fleet.parse_where(w) for w in getattr(args, "where", None) or ()]
+    except fleet.SelectorError as exc:
+        raise AdminError(str(exc), EXIT_USAGE) from None
+    if args.nodes_command == "quarantine" and not found:
+        raise AdminError(
+            "--where FIELD=VALUE is required (quarantining every node is not a selector)", EXIT_USAGE
+        )
+    return found
+
+
+def _select(doc: Any, selectors: list[fleet.Selector]) -> Any:
+    """The listing's nodes whose boot record matches every selector (a node without one: none)."""
+    kept = []
+    for node in doc.get("nodes", []) if isinstance(doc, dict) else []:
+        boot = node.get("boot")
+        if boot is None:
+            continue
+        try:
+            rec = BootRecord.model_validate(boot)
+        except ValueError:
+            continue
+        if fleet.matches(rec, selectors, {"node": str(node.get("node_name", ""))}):
+            kept.append(node)
+    return {**doc, "nodes": kept}
+
+
+async def _quarantine(
+    session: aiohttp.ClientSession, base: str, args: argparse.Namespace, selectors: list[fleet.Selector]
+) -> dict[str, Any]:
+    """Every node whose record matches, held ``quarantined`` with the reason (and the selector,
+    kept in each node's audit trail); with --dry-run only listed."""
+    listing = _select(await _fetch(session, base, "GET", "/v1/admin/nodes?boot=true", None), selectors)
+    names = [str(n["node_name"]) for n in listing["nodes"]]
+    where = " ".join(str(s) for s in selectors)
+    reason = f"{args.reason} (--where {where})"[:512]
+    done = []
+    if not args.dry_run:
+        for name in names:
+            await _fetch(
+                session,
+                base,
+                "POST",
+                f"/v1/admin/nodes/{quote(name, safe='')}/quarantine",
+                {"reason": reason},
+            )
+            done.append(name)
+    return {"where": where, "dry_run": args.dry_run, "selected": names, "quarantined": done}
+
+
+async def _fetch(
+    session: aiohttp.ClientSession, base: str, method: str, path: str, body: dict[str, Any] | None
+) -> Any:
+    try:
+        async with session.request(method, base + path, json=body, allow_redirects=False) as resp:
             raw = await resp.content.read(MAX_ANSWER + 1)
             status = resp.status
     except aiohttp.ClientConnectorCertificateError as exc:
@@ -140,6 +205,8 @@ def render(action: str, doc: Any, output: str) -> str:
         return json.dumps(doc, indent=2, sort_keys=True)
     if output == "yaml":
         return yaml.safe_dump(doc, sort_keys=True).rstrip("\n")
+    if action == "quarantine":
+        return _quarantine_text(doc)
     if action == "list":
         return _list_table(doc)
     if action == "show":
@@ -152,6 +219,8 @@ def render(action: str, doc: Any, output: str) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, dict) and "reason" in value:  # a quarantine
+        return f"{value.get('reason')} (by {value.get('actor')} at {value.get('at')})"
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)
@@ -176,8 +245,21 @@ def _list_table(doc: dict[str, Any]) -> str:
     return out
 
 
+def _quarantine_text(doc: dict[str, Any]) -> str:
+    if not doc["selected"]:
+        return f"no node matches --where {doc['where']}"
+    if doc["dry_run"]:
+        return "\n".join(
+            [f"would quarantine {len(doc['selected'])} node(s) (--dry-run: nothing written):"]
+            + [f"  {n}" for n in doc["selected"]]
+        )
+    return "\n".join(
+        [f"quarantined {len(doc['quarantined'])} node(s):"] + [f"  {n}" for n in doc["quarantined"]]
+    )
+
+
 def _show_table(doc: dict[str, Any]) -> str:
-    keys = [k for k in doc if k != "audit"]
+    keys = [k for k in doc if k not in ("audit", "boot")]
     lines = [f"{k + ':':<22}{_cell(doc[k])}" for k in keys]
     audit = doc.get("audit") or []
     if audit:

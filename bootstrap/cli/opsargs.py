@@ -30,10 +30,24 @@ def add_config(sub: Sub) -> None:
 
 
 def add_nodes(sub: Sub) -> None:
-    nodes = sub.add_parser("nodes", help="list, show, revoke, unrevoke or forget nodes (admin API)")
+    nodes = sub.add_parser(
+        "nodes", help="list, show, revoke, unrevoke, forget or quarantine nodes (admin API)"
+    )
     nsub = nodes.add_subparsers(dest="nodes_command", metavar="ACTION", required=True)
     listing = nsub.add_parser("list", help="every node the store knows, and the damaged records")
     _client(listing)
+    _where(listing)
+    quarantine = nsub.add_parser(
+        "quarantine",
+        help="hold every node whose boot matches --where quarantined, until it attests a new boot "
+        "the policy allows",
+    )
+    _client(quarantine)
+    _where(quarantine)
+    quarantine.add_argument("--reason", required=True, help="why (kept in each node's audit trail)")
+    quarantine.add_argument(
+        "--dry-run", action="store_true", help="list the nodes it would hold; write nothing"
+    )
     show = nsub.add_parser("show", help="one node's record and its recent audit trail")
     _client(show)
     show.add_argument("name", metavar="NODE")
@@ -46,6 +60,16 @@ def add_nodes(sub: Sub) -> None:
         _client(p)
         p.add_argument("name", metavar="NODE")
         p.add_argument("--reason", required=True, help="why (kept in the audit trail)")
+
+
+def _where(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="only nodes whose boot record matches (docs/fleet.md: digests by prefix); repeatable",
+    )
 
 
 def _client(p: argparse.ArgumentParser) -> None:

@@ -131,6 +131,7 @@ def _selected(request: kmock.Request, obj: object) -> bool:
     fields = {
         "metadata.name": str(meta.get("name", "")),
         "metadata.namespace": str(meta.get("namespace", "")),
+        "spec.nodeName": str((obj.get("spec") or {}).get("nodeName", "")),  # pods by node
     }
     return _matches(_selector(request.params.get("labelSelector", "")), labels) and _matches(
         _selector(request.params.get("fieldSelector", "")), fields

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-STEPS = 11
+STEPS = 12
 _INDENT = " " * 6
 
 

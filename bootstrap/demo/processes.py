@@ -132,6 +132,11 @@ async def run_attest(machine: Machine, server: str, bundle: Path, node_dir: Path
     )
 
 
+async def run_nodegate(what: str, *args: str) -> Joined:
+    """Any other `nodegate` command, as an operator runs it (``what`` names it in a failure)."""
+    return await _run_node(what, *args)
+
+
 def _machine_args(machine: Machine) -> tuple[str, ...]:
     return (
         *("--tcti", machine.tpm.tcti, "--attempts", "3"),

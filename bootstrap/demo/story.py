@@ -1,6 +1,7 @@
 """The demo's steps, in order: software TPMs, the emulated API, `nodegate serve`, three joins and a
-refused one, the hold gate holding and releasing, a reboot, the admission webhook's decisions, and
-(step 10, :mod:`bootstrap.demo.sample`) a package CR written without hold tolerations reaching a held node."""
+refused one, the hold gate holding and releasing, a reboot, the admission webhook's decisions,
+(step 10, :mod:`bootstrap.demo.sample`) a package CR written without hold tolerations reaching a
+held node, and (step 11) a what-if of a stricter measured-boot policy on the attested boots."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import itertools
 import json
 import re
 import ssl
@@ -51,13 +53,23 @@ from bootstrap.demo.manifests import (
     webhook_cases,
 )
 from bootstrap.demo.narration import DemoFailed, detail, short, step
-from bootstrap.demo.processes import Joined, Machine, run_attest, run_join, start_serve, to_thread
+from bootstrap.demo.processes import (
+    Joined,
+    Machine,
+    run_attest,
+    run_join,
+    run_nodegate,
+    start_serve,
+    to_thread,
+)
 from bootstrap.demo.sample import sample_step
 from bootstrap.gate import Gate, LeaseHeld
 from bootstrap.kube import Kube, KubeUnavailable
 from bootstrap.node.tpm import Agent
 
 _SKYHOOK = ("skyhook.nvidia.com", "v1alpha1", "Skyhook")
+# A dbx entry (an image digest) the demo's firmware lacks: the revocation a stricter policy requires.
+DBX_UPDATE = "80b4d96931bf0d02fd91a61e19d14f1da452e66db2408ca8604d411f92659f0a"
 
 
 @dataclass
@@ -232,11 +244,8 @@ class Demo:
         if has_node or (self.root / "out" / TAMPERED / "svid.pem").exists():
             raise DemoFailed(f"{TAMPERED} was refused but got an SVID or a Node")
         detail("no SVID, no kubelet certificate, no Node object")
-        detail(
-            await disk_line(
-                self.machines[NODES[0]], self.machines[TAMPERED], self.url, self.bundle, self.root
-            )
-        )
+        good, refused = self.machines[NODES[0]], self.machines[TAMPERED]
+        detail(await disk_line(good, refused, self.url, self.bundle, self.root))
         return code
 
     def _kube(self) -> Kube:
@@ -411,6 +420,49 @@ class Demo:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx)) as http:
             return await sample_step(self._kube(), http, self.admission_url, self.gate_pass)
 
+    async def whatif_step(self) -> list[str]:
+        """Before a stricter policy goes out: which stored boots it would refuse, and why."""
+        step(11, "before a stricter policy goes out: `nodegate policy whatif` on the attested boots")
+        config = yaml.safe_load(self.config.read_text())
+        (cls,) = config["measured_boot"]["classes"]
+        cls["dbx_required"] = [DBX_UPDATE]  # e.g. a shim the next dbx update revokes
+        stricter = self.root / "stricter.yaml"
+        stricter.write_text(yaml.safe_dump(config, sort_keys=False))
+        detail(f"stricter.yaml: class {MB_CLASS} also requires dbx entry {DBX_UPDATE[:16]}... (a revocation)")
+        detail(f"$ nodegate policy whatif --config {stricter.name} --current {self.config.name}")
+        result = await run_nodegate(
+            "nodegate policy whatif",
+            "policy",
+            "whatif",
+            "--config",
+            str(stricter),
+            "--current",
+            str(self.config),
+        )
+        lines = result.stdout.splitlines()
+        refused = [
+            ln.split(":")[0].strip()
+            for ln in lines
+            if ln.startswith("  ") and "measured_boot_violation" in ln
+        ]
+        if result.returncode != 1 or sorted(refused) != sorted(NODES):
+            raise DemoFailed(
+                f"whatif should refuse {', '.join(NODES)} (exit 1): exit {result.returncode}: "
+                f"{short(result.stdout + result.stderr, 300)}"
+            )
+        shown_rule = False
+        for line in itertools.takewhile(lambda ln: not ln.startswith("would change"), lines):
+            if line.startswith("    "):  # the rule and the event: once, they are the same for each
+                if not shown_rule:
+                    detail("    " + line.strip())
+                shown_rule = True
+            else:
+                detail(line.rstrip())
+        detail(
+            f"exit {result.returncode}: a CI job stops the roll-out; the fleet's dbx needs the update first"
+        )
+        return refused
+
     async def run(self) -> Summary:
         golden = await self.tpms_step()
         emu = await self.api_step()
@@ -434,6 +486,7 @@ class Demo:
             rebooted = await self.reboot_step()
             allowed, denied = await self.webhook_step()
             tolerations, sample_released = await self.sample_cr_step()
+            await self.whatif_step()
         except KubeUnavailable as exc:
             raise DemoFailed(f"emulated Kubernetes API: {exc}") from None
         finally:

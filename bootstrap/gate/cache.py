@@ -71,6 +71,19 @@ def slim_node(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def slim_attestation(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the gate reads of a NodeAttestation: who it is, spec, and status without the boot
+    record. The join service's bookkeeping annotations (audit trail, used sessions, the boot
+    record) and status.boot are several KB per node that the gate never reads."""
+    meta = dict_at(obj, "metadata")
+    status = {k: v for k, v in dict_at(obj, "status").items() if k != "boot"}
+    return {
+        "metadata": {k: meta[k] for k in _NODE_META if k in meta},
+        "spec": dict_at(obj, "spec"),
+        "status": status,
+    }
+
+
 def slim_cr(group: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     """What is kept of a package CR besides its parse: who it is (the status is not kept)."""
     meta = dict_at(obj, "metadata")
@@ -162,13 +175,21 @@ class Cache:
         if objects is not None:
             objects.pop(name, None)
 
+    def wrote_node(self, name: str, read: Mapping[str, Any], written: dict[str, Any]) -> None:
+        """The gate's own Node write stands in for the copy it was decided on, until the watch
+        brings it: the writes that follow (the condition) then carry its resourceVersion, not a
+        stale one that would fail with 409. A copy the watch replaced meanwhile is newer: kept."""
+        objects = self.sources[NODES].objects
+        if objects is not None and objects.get(name) is read and name_of(written) == name:
+            objects[name] = slim_node(written)
+
     def wrote_attestation(self, name: str, read: dict[str, Any], written: dict[str, Any]) -> None:
         """Until the watch brings it, the written object stands in (no second write); but a
         watch event that arrived meanwhile may be newer (a revocation), and it must not be
         overwritten."""
         objects = self.sources[ATTESTATION_SOURCE].objects
         if objects is not None and objects.get(name) is read and name_of(written) == name:
-            objects[name] = written
+            objects[name] = slim_attestation(written)
 
     # -- lists and watches ---------------------------------------------------------------------
 
@@ -232,7 +253,7 @@ class Cache:
         if not src.optional:
             name = name_of(obj)
             if name and src.objects is not None:
-                src.objects[name] = slim_node(obj) if src.key == NODES else obj
+                src.objects[name] = slim_node(obj) if src.key == NODES else slim_attestation(obj)
             return set()
         # A CR comes decoded by crindex.DECODER from the API; as a plain dict from elsewhere.
         doc = obj if isinstance(obj, crindex.CrDoc) else crindex.DECODER.from_mapping(obj)

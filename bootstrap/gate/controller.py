@@ -23,18 +23,18 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from bootstrap.config import GateSettings, Settings
-from bootstrap.gate import holds
+from bootstrap.gate import holds, podfailure
 from bootstrap.gate.backoff import CONFLICT_ATTEMPTS, jitter
 from bootstrap.gate.cache import Cache, Source
 from bootstrap.gate.fields import dict_at, name_of
 from bootstrap.gate.lease import Lease, LeaseHeld, NotLeader, identity
 from bootstrap.gate.queue import WorkQueue
-from bootstrap.gate.writes import Writer
+from bootstrap.gate.writes import PACE, Writer
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, WatchEvent
 from bootstrap.times import parse_time
 
@@ -76,6 +76,11 @@ class Gate:
             kube, settings, self._cache, self._lease, events_namespace=events_namespace, now=now
         )
         self._complete_since: dict[str, datetime | None] = {}
+        self._pending_events: dict[str, holds.Decision] = {}  # hold changes not yet told by an Event
+        # per node: the failing packages last looked up, when, and what their pods said
+        self._pods_read: dict[
+            str, tuple[tuple[tuple[str, str, str], ...], datetime, list[podfailure.PackageFailure]]
+        ] = {}
         self.on_release: Callable[[float], None] | None = None  # seconds from attestation to release
         self._sources: dict[str, Source] = self._cache.sources  # by key; tests peek at the caches
 
@@ -189,10 +194,18 @@ class Gate:
         while True:
             if read is None:
                 self._complete_since.pop(name, None)
-                await self._writer.attestation(name, self._decide_without_node(name))
+                self._writer.forget(name)
+                self._pending_events.pop(name, None)
+                self._pods_read.pop(name, None)
+                due = await self._writer.attestation(name, self._decide_without_node(name))
+                if due is not None and self._queue.running:
+                    self._queue.add_later(name, (due - self._now()).total_seconds() + 0.01)
                 return None
             attempt += 1
             decision = self.decide(read)  # on the node as read: a 409 means decide again
+            failing = podfailure.erroring(decision)
+            if failing:
+                decision = podfailure.with_failures(decision, await self._pod_failures(name, failing))
             self._complete_since[name] = decision.complete_since
             if decision.reason is None and not self._cache.in_sync():
                 log.info("node %s would be released, but a cache may be stale: not yet", name)
@@ -208,9 +221,46 @@ class Gate:
             except NotFound:  # deleted since the copy was taken
                 read = await self._kube.get_node(name)
         self._count_release(name, read, decision)
+        if self._writer.hold(node) != self._writer.hold(read):
+            self._pending_events[name] = decision  # the newest change's Event (coalesced)
+            if self._queue.running:
+                # The taint is the release (or the hold). Condition, NodeAttestation and Event
+                # follow on the node's next turn, behind the other nodes already queued: a burst of
+                # completions is released first, reported after.
+                self._queue.add(name)
+                return decision
+        return await self._report(name, node, decision)
+
+    async def _report(self, name: str, node: dict[str, Any], decision: holds.Decision) -> holds.Decision:
+        """After the taint: the Event of a hold change, the condition, the NodeAttestation."""
+        pending = self._pending_events.pop(name, None)
+        if pending is not None and pending.reason == decision.reason:
+            await self._writer.event(node, decision)
         await self._writer.condition(node, decision)
-        await self._writer.attestation(name, decision)
+        due = await self._writer.attestation(name, decision)
+        if due is not None and (decision.requeue_at is None or due < decision.requeue_at):
+            decision = replace(decision, requeue_at=due)  # decided again when the pace allows
         return decision
+
+    async def _pod_failures(
+        self, name: str, failing: tuple[tuple[str, str, str], ...]
+    ) -> list[podfailure.PackageFailure]:
+        """Why the failing packages failed, from the node's pods: listed again when the set of
+        failing packages changes, else at most once per pace (a crash-looping pod's restarts)."""
+        now = self._now()
+        known = self._pods_read.get(name)
+        if known is not None and known[0] == failing and now < known[1] + PACE:
+            return known[2]
+        try:
+            pods = await self._kube.list_node_pods(name)
+        except KubeUnavailable as exc:  # asked again after the pace, not on every decision
+            log.warning("the pods on %s could not be read: %s", name, exc)
+            why = podfailure.clean(str(exc), 120)
+            found = [podfailure.PackageFailure(cr, pkg, v, unread=why) for cr, pkg, v in failing]
+        else:
+            found = [podfailure.failure(pods, cr, pkg, version) for cr, pkg, version in failing]
+        self._pods_read[name] = (failing, now, found)
+        return found
 
     def _count_release(self, name: str, before: Mapping[str, Any], decision: holds.Decision) -> None:
         """A hold just lifted: how long since the attestation that released the node."""

@@ -47,8 +47,10 @@ __all__ = [
     "apply_decision",
     "attestation_problem",
     "attestation_view",
+    "DecisionKey",
     "decide",
     "decide_without_node",
+    "decision_key",
     "effect_for",
     "hold_taint",
     "node_boot_id",
@@ -66,6 +68,7 @@ MAX_WAITING = 20
 MAX_MESSAGE = 1024
 MAX_STATUS_PACKAGES = 512  # entries of status.packages (the CRD allows 1024)
 MAX_BOOT_ID = 64  # shown of a boot id (a UUID: 36 characters); the CRD's bound on status.bootID
+MAX_QUARANTINE_TEXT = 200  # shown of an admin's quarantine reason (the message has its own bound)
 
 
 def _obj(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -116,6 +119,7 @@ class AttestationView:
     # the EK bound to the name (spec.ekSha256), whose label that Node must carry.
     node_uid: str | None = None
     ek_sha256: str | None = None
+    quarantine: str | None = None  # an admin's reason (spec.quarantine): held until a new boot attests
 
 
 def attestation_view(obj: Mapping[str, Any] | None) -> AttestationView | None:
@@ -133,7 +137,16 @@ def attestation_view(obj: Mapping[str, Any] | None) -> AttestationView | None:
         reset_count=resets if isinstance(resets, int) and not isinstance(resets, bool) else None,
         node_uid=_boot(status.get("nodeUID")),  # compared whole, like a boot id
         ek_sha256=_boot(spec.get("ekSha256")),
+        quarantine=_quarantine(spec.get("quarantine")),
     )
+
+
+def _quarantine(value: object) -> str | None:
+    """The reason of spec.quarantine; anything present but unreadable still quarantines."""
+    if value is None:
+        return None
+    reason = value.get("reason") if isinstance(value, dict) else None
+    return reason[:MAX_QUARANTINE_TEXT] if isinstance(reason, str) and reason else "(no reason given)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +179,13 @@ def attestation_problem(
         )
     if view.revoked:
         return Problem("quarantined", "revoked", "attestation revoked: the node must join again")
+    if view.quarantine is not None:
+        return Problem(
+            "quarantined",
+            "quarantined",
+            f"quarantined by an admin ({view.quarantine}): released when the node attests a new boot "
+            "that the policy allows",
+        )
     if view.expires_at is not None and view.expires_at <= now:
         return Problem(
             "quarantined",
@@ -348,6 +368,19 @@ def decide(
         phase=phase,
         problem=problem,
     )
+
+
+DecisionKey = tuple[Reason | None, str | None, Phase, frozenset[tuple[str, str, str]]]
+
+
+def decision_key(decision: Decision) -> DecisionKey:
+    """What the gate decided, without the words: the hold reason, the attestation problem's kind,
+    the phase and the set of packages (CR, package, version) the node still waits for. Writes of
+    the condition and the NodeAttestation follow a change of this at once; a change of the words
+    or of a package's stage alone (the operator's transient text) is paced (writes.py)."""
+    waiting = frozenset((p.cr, p.package, p.version) for p in decision.packages if not p.complete)
+    kind = decision.problem.kind if decision.problem is not None else None
+    return (decision.reason, kind, decision.phase, waiting)
 
 
 def decide_without_node(

@@ -1,4 +1,5 @@
-"""`kubectl nodegate status [NODE] [-o table|json] [--kubeconfig FILE]`: why nodes are held.
+"""`kubectl nodegate status [NODE] [-o table|json] [--kubeconfig FILE]`: why nodes are held;
+`kubectl nodegate boots [NODE] [--where FIELD=VALUE]`: what booted where (``kubectlboots``).
 
 Every Node (or one) is joined by name with its NodeAttestation and shown with the hold taint it
 carries, the phase and reason the gate last wrote, what it still waits for, when it attested and
@@ -22,13 +23,13 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
 from bootstrap.config import GateSettings
-from bootstrap.gate import holds, nodewright
+from bootstrap.gate import holds, kubectlboots, nodewright, podfailure
 from bootstrap.gate import kubectlopts as opts
 from bootstrap.gate.cache import ATTESTATIONS
-from bootstrap.gate.kubectlopts import age, kubeconfig_path
+from bootstrap.gate.kubectlopts import NodeNotFound, StatusError, UsageError, age, kubeconfig_path
 from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound, NotServed
 from bootstrap.names import is_node_name
 from bootstrap.times import optional_rfc3339, parse_time
@@ -47,20 +48,6 @@ _ITEMS_LIMIT = 1000  # packages per node read from one object; more is malformed
 # Where NodeWright's completion rule can end (docs/gate.md, "What decides"); used only when the
 # gate did not write its own verdict for a package.
 _DONE_STAGES = ("config", "post-interrupt")
-
-
-class StatusError(Exception):
-    code: ClassVar[str] = "status-error"
-    exit_code: ClassVar[int] = 2
-
-
-class NodeNotFound(StatusError):
-    code: ClassVar[str] = "node-not-found"
-    exit_code: ClassVar[int] = 1
-
-
-class UsageError(StatusError):
-    code: ClassVar[str] = "usage"
 
 
 # One entry of status.packages as the gate wrote it: the gate's own type.
@@ -112,6 +99,7 @@ class NodeRow:
             items.append(self.attestation_problem)
         pending = [_summary(p) for p in self.packages if not p.complete]
         if pending:
+            items.extend(podfailure.failure_causes(self.message))  # why a package failed: its pod
             items.extend(nodewright.blocked_causes(self.message))  # why those packages do not start
         items.extend(pending)
         held = self.hold is not None or self.phase in ("Held", "Quarantined")
@@ -423,6 +411,7 @@ def _parser() -> _Parser:
         "-w", "--watch", action="store_true", help="after the list, a row each time a node changes"
     )
     st.add_argument("--taint-key", default=DEFAULT_TAINT_KEY, help=f"default {DEFAULT_TAINT_KEY}")
+    kubectlboots.add_parser(sub)
     return p
 
 
@@ -430,9 +419,15 @@ async def _run(args: argparse.Namespace) -> tuple[str, str | None]:
     """(stdout text, a note for stderr or None)."""
     if args.node is not None and not is_node_name(args.node):
         raise UsageError(f"{args.node!r} is not a valid node name")
+    selectors = kubectlboots.selectors(args)
     kube = await Kube.from_config(kubeconfig_path(args.kubeconfig), context=args.context)
     if kube is None:
         raise StatusError("no kubeconfig found and not running in a cluster; pass --kubeconfig")
+    if args.command == "boots":
+        try:
+            return await kubectlboots.run(kube, args.node, selectors, args.output, args.namespace)
+        finally:
+            await kube.close()
     try:
         result = await status(kube, args.node, taint_key=args.taint_key, selector=args.selector)
         out = _render([r for r in result.rows if opts.held_for(r.hold, args.reason)], args.output)

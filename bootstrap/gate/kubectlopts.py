@@ -11,7 +11,7 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import yaml
 
@@ -19,6 +19,24 @@ from bootstrap.gate.cache import ATTESTATIONS
 from bootstrap.kube import WatchExpired
 
 OUTPUTS: Final = ("table", "wide", "json", "yaml")
+
+
+class StatusError(Exception):
+    """A one-line failure of ``kubectl nodegate`` (exit 2 unless the subclass says otherwise)."""
+
+    code: ClassVar[str] = "status-error"
+    exit_code: ClassVar[int] = 2
+
+
+class NodeNotFound(StatusError):
+    code: ClassVar[str] = "node-not-found"
+    exit_code: ClassVar[int] = 1
+
+
+class UsageError(StatusError):
+    code: ClassVar[str] = "usage"
+
+
 # --reason: a hold reason, or "none" for nodes the gate does not hold
 REASONS: Final = ("unattested", "packages-pending", "validation-failed", "quarantined", "none")
 WIDE_COLUMNS: Final = (

@@ -392,7 +392,11 @@ def blocked(cr: PackageCr, node: NodeView, report: NodeReport | None) -> str | N
     Upstream marks such a node ``blocked`` only when it comes up in a rollout batch; the cause is
     computed here the way its node picker does, so the gate says so before that too."""
     reported = report is not None and report.status == "blocked"
-    verb = "reports the node blocked" if reported else "cannot schedule its package pods here"
+    # One wording whether or not the operator reports the node blocked right now: the real operator
+    # flips status_<cr> between waiting and blocked on every reconcile while a held node waits for
+    # another CR (docs/gate.md, "The real operator's hot loop"), and a message that followed it
+    # would be rewritten as often. The cause computed here does not flip.
+    verb = "cannot schedule its package pods here"
     ignore = next((f"{p}/ignore" for p in PREFIXES if node.labels.get(f"{p}/ignore") == "true"), None)
     if ignore is not None:
         return (

@@ -1,11 +1,12 @@
 """The gate's work queue: node names to decide, each queued at most once and worked on by at most
 one worker at a time, by several workers.
 
-Several workers: a release is four writes (taint, Event, condition, status), each an API round
-trip; one worker would release a rack that completes at once one node after another, seconds to
-minutes behind (docs/gate.md, "Watching, and what is kept"). A node named again while a worker
-has it is taken again once that worker is done (the decision then reads the newer caches), never
-by a second worker at the same time: decisions and writes for one node stay in order.
+Several workers: a release is an API round trip (the taint; its Event, condition and status follow
+on the node's next turn); one worker would release a rack that completes at once one node after
+another, seconds to minutes behind (docs/gate.md, "Watching, and what is kept"). A node named
+again while a worker has it is taken again once that worker is done (the decision then reads the
+newer caches), never by a second worker at the same time: decisions and writes for one node stay
+in order.
 
 A failed node is retried after a backoff; a decision that must be taken again at a known time
 (the end of a stability window, an attestation's expiry) schedules an event-loop timer for it,

@@ -5,13 +5,20 @@ Node writes are read-modify-write guarded by the resourceVersion read (merge pat
 lists, so a write from a stale read must fail with 409 and be redone on a fresh read); taints and
 conditions of others are sent back exactly as read. Every write asks the Lease first, and none is
 made when a pass would change nothing.
+
+Write discipline (docs/gate.md, "How it writes"): the taint follows the decision at once. The
+NodegateReady condition is rewritten only when the decision itself changes (holds.decision_key:
+the hold, the reason, the attestation problem, the set of packages waited for), never for words
+alone: every Node write bumps the Node's resourceVersion and fails the operator's guarded patches
+in flight. The NodeAttestation follows a decision change at once; a change of its words or of a
+package's stage alone is written at most once per ``pace`` (10 s) per node, the newest one.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from bootstrap.config import GateSettings
@@ -28,6 +35,9 @@ log = logging.getLogger("nodegate.gate")
 CONDITION_TYPE = "NodegateReady"
 HELD_CONDITION = "Held"
 _GATE_STATUS_KEYS = ("phase", "reason", "message", "packages", "completeSince", "conditions")
+# At most one NodeAttestation write per node per PACE when only its words or a package's stage
+# changed (docs/gate.md states the bound).
+PACE = timedelta(seconds=10)
 
 
 def camel(reason: str | None) -> str:
@@ -49,6 +59,7 @@ class Writer:
         *,
         events_namespace: str,
         now: Callable[[], datetime],
+        pace: timedelta = PACE,
     ) -> None:
         self._kube = kube
         self._settings = settings
@@ -56,7 +67,21 @@ class Writer:
         self._lease = lease
         self._events_namespace = events_namespace
         self._now = now
+        self._pace = pace
+        self._conditioned: dict[str, holds.DecisionKey] = {}  # the decision each condition says
+        self._reported: dict[str, tuple[holds.DecisionKey, datetime]] = {}  # NodeAttestation: when
         self.count = 0
+
+    def forget(self, name: str) -> None:
+        """The node is gone: what was written for it no longer paces anything."""
+        self._conditioned.pop(name, None)
+        self._reported.pop(name, None)
+
+    def hold(self, node: Mapping[str, Any]) -> str | None:
+        """The value of the node's hold taint (None: not held)."""
+        key = self._settings.taint_key
+        taints = list_at(node, "spec", "taints")
+        return next((t.get("value") for t in taints if isinstance(t, dict) and t.get("key") == key), None)
 
     async def taint(self, node: dict[str, Any], decision: holds.Decision) -> dict[str, Any]:
         """One attempt; the node as stored afterwards. Conflict when the node changed since read."""
@@ -75,13 +100,13 @@ class Writer:
         self._lease.check()
         out = await self._kube.patch_node(name, patch)
         self.count += 1
-        before = next((t.get("value") for t in taints if t.get("key") == key), None)
-        log.info("hold %s -> %s", before or "none", reason or "released", extra={"node": name})
-        if before != reason:
-            await self._event(out, decision)
+        log.info("hold %s -> %s", self.hold(node) or "none", reason or "released", extra={"node": name})
+        self._cache.wrote_node(name, node, out)
         return out
 
-    async def _event(self, node: Mapping[str, Any], decision: holds.Decision) -> None:
+    async def event(self, node: Mapping[str, Any], decision: holds.Decision) -> None:
+        """The Event of a hold change (after the change, off its critical path; a lost one is
+        logged, never retried)."""
         if decision.reason is None:
             reason, type_ = "NodegateReleased", "Normal"
         elif decision.reason == "quarantined":
@@ -132,8 +157,16 @@ class Writer:
                 "reason": camel(decision.reason),
                 "message": decision.message,
             }
+            key = holds.decision_key(decision)
             if old is not None and all(old.get(k) == v for k, v in want.items()):
+                self._conditioned[name] = key
                 return
+            if (
+                old is not None
+                and self._conditioned.get(name) == key
+                and all(old.get(k) == want[k] for k in ("status", "reason"))
+            ):
+                return  # the words alone changed: the NodeAttestation carries them, not a Node write
             now = rfc3339(self._now())
             kept = old.get("lastTransitionTime") if old is not None and old.get("status") == status else None
             want["lastTransitionTime"] = kept or now
@@ -162,6 +195,7 @@ class Writer:
                 node = fresh
                 continue
             self.count += 1
+            self._conditioned[name] = key
             return
 
     def attestation_status(self, decision: holds.Decision, current: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,15 +226,21 @@ class Writer:
             "observedAt": now,
         }
 
-    async def attestation(self, name: str, decision: holds.Decision) -> None:
-        """The NodeAttestation's status, when the gate's keys of it would change."""
+    async def attestation(self, name: str, decision: holds.Decision) -> datetime | None:
+        """The NodeAttestation's status, when the gate's keys of it would change: at once when the
+        decision changed (holds.decision_key), else at most once per ``pace``. Returns when a
+        change held back by the pace is due (decide the node again then), else None."""
         obj = self._cache.attestation(name)
         if obj is None:
-            return  # the join service creates NodeAttestations; the gate only reports on them
+            return None  # the join service creates NodeAttestations; the gate only reports on them
         current = dict_at(obj, "status")
         want = self.attestation_status(decision, current)
         if all(current.get(k) == want[k] for k in _GATE_STATUS_KEYS):
-            return
+            return None
+        key, now = holds.decision_key(decision), self._now()
+        last = self._reported.get(name)
+        if last is not None and last[0] == key and now < last[1] + self._pace:
+            return last[1] + self._pace
         self._lease.check()
         group, version, plural = ATTESTATIONS
         try:
@@ -209,6 +249,8 @@ class Writer:
             )
         except NotFound:
             self._cache.drop_attestation(name)
-            return
+            return None
         self.count += 1
+        self._reported[name] = (key, now)
         self._cache.wrote_attestation(name, obj, out)
+        return None

@@ -12,23 +12,30 @@ from datetime import UTC, datetime
 
 from aiohttp import web
 
+from attest.bootrecord import fleet
 from bootstrap.service.pki import authority, startup
-from bootstrap.service.state import SERVICE, Service
+from bootstrap.service.state import SERVICE, BootCounts, Service
 from bootstrap.store import StoreUnavailable
 
 log = logging.getLogger("nodegate.server")
 
 RELOAD_SECONDS = 2.0
 PRUNE_SECONDS = 60.0
+BOOT_COUNT_SECONDS = 300.0  # the boot metrics move with joins and renewals: minutes are enough
 
 _TASKS = web.AppKey("tasks", list)
 
 
 async def start(app: web.Application) -> None:
     service = app[SERVICE]
+    try:
+        await count_boots(service)
+    except StoreUnavailable as exc:
+        log.warning("boot metrics not counted yet", extra={"error": str(exc)[:300]})
     tasks: list[asyncio.Task[None]] = [
         asyncio.get_running_loop().create_task(_every(RELOAD_SECONDS, lambda: _reload(service))),
         asyncio.get_running_loop().create_task(_every(PRUNE_SECONDS, lambda: _prune(service))),
+        asyncio.get_running_loop().create_task(_every(BOOT_COUNT_SECONDS, lambda: count_boots(service))),
     ]
     if service.spire is not None and service.spire.admin is not None:
         interval = service.settings.spire.ban_interval.total_seconds()
@@ -73,8 +80,15 @@ async def _reload(service: Service) -> None:
 
 
 async def _ban(service: Service) -> None:
-    if service.spire is not None:
-        await service.spire.ban_revoked(service.store, datetime.now(UTC))
+    if service.spire is not None:  # every agent SPIRE knows against the store (docs/spire.md)
+        await service.spire.reconcile(service.store, datetime.now(UTC))
+
+
+async def count_boots(service: Service) -> None:
+    """The store's boot records counted for the metrics (bounded series: fleet.metric_groups)."""
+    nodes = await service.store.list_nodes()
+    records = [n.boot_record for n in nodes if n.boot_record is not None]
+    service.boots = BootCounts(fleet.metric_groups(records), len(nodes) - len(records))
 
 
 async def _prune(service: Service) -> None:

@@ -45,7 +45,7 @@ from bootstrap.service.webhook.decisions import CountingDecider
 from bootstrap.service.webhook.policyload import load_policies, load_rbac
 from bootstrap.service.webhook.policywatch import NO_POLICY_SOURCE, PolicyWatcher
 from bootstrap.service.webhook.selectorwatch import SelectorWatcher
-from bootstrap.store import open_store
+from bootstrap.store import NodeRecord, open_store
 
 log = logging.getLogger("nodegate.server")
 
@@ -100,8 +100,11 @@ async def build_service(
     def current() -> ca.CaSet:
         return holder["s"].cas
 
-    async def refused(node: str, code: str, detail: str) -> None:
-        await holder["s"].refused(node, code, detail)
+    async def refused(node: str, code: str, detail: str, evidence: bool = False) -> None:
+        await holder["s"].refused(node, code, detail, evidence)
+
+    async def accepted(before: NodeRecord | None, after: NodeRecord, action: str) -> None:
+        await holder["s"].accepted(before, after, action)
 
     metrics.ek_roots_skipped.set(len(ek_trust.skipped))  # skipping a root never widens trust
     join = JoinService(
@@ -112,6 +115,7 @@ async def build_service(
         ek_trust=ek_trust,
         kube=kube,
         on_refusal=refused,
+        on_accepted=accepted,
     )
     admin = AdminAuth(
         trust_domain=settings.trust_domain,
@@ -148,7 +152,9 @@ async def build_service(
         sealer=sealer,
         vault=vault,
         count=lambda cls, code: metrics.disk_releases.labels(cls, code).inc(),
-        on_refusal=refused,
+        # Never as a refusal of the node's evidence (docs/spire.md): anyone who knows a node's name
+        # and EK public area can start a release and send a bad quote, so none bans its agents.
+        on_refusal=refused,  # called without ``evidence``: False
     )
     service.spire = spirelink.build(settings)
     if service.spire is not None:
@@ -205,6 +211,7 @@ def make_app(service: Service) -> web.Application:
     r.add_post("/v1/admin/nodes/{name}/revoke", adminroutes.admin_revoke, name="admin_revoke")
     r.add_get("/v1/admin/nodes/{name}", adminroutes.admin_show, name="admin_show")
     r.add_post("/v1/admin/nodes/{name}/forget", adminroutes.admin_forget, name="admin_forget")
+    r.add_post("/v1/admin/nodes/{name}/quarantine", adminroutes.admin_quarantine, name="admin_quarantine")
     r.add_post("/v1/admin/ca/rotate", adminroutes.admin_rotate, name="admin_rotate")
     r.add_get("/healthz", publicroutes.healthz, name="healthz")
     r.add_get("/readyz", publicroutes.readyz, name="readyz")

@@ -46,6 +46,24 @@ class FleetCollector(Collector):
         if serving is not None:
             expiry.add_metric(["serving"], (serving - now).total_seconds())
         yield expiry
+        boots = self._service.boots
+        if boots is not None:
+            records = GaugeMetricFamily(
+                "nodegate_boot_records",
+                "Nodes by attested boot: the pcr_policy and measured_boot classes that matched, the "
+                "boot chain id and the dbx identity (16 hex digits; at most 64 chain/dbx series, the "
+                "rest counted as other); from the store's boot records, every few minutes.",
+                labels=["pcr_class", "measured_boot_class", "chain", "dbx"],
+            )
+            for key, count in sorted(boots.groups.items()):
+                records.add_metric(list(key), float(count))
+            yield records
+            without = GaugeMetricFamily(
+                "nodegate_boot_records_missing",
+                "Nodes in the store without a boot record (attested before records were kept).",
+            )
+            without.add_metric([], float(boots.without))
+            yield without
         gate = self._service.gate
         if gate is not None:
             held = GaugeMetricFamily(

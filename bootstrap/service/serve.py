@@ -13,7 +13,7 @@ import contextlib
 import logging
 import resource
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,7 +24,8 @@ from bootstrap.files import write_atomic
 from bootstrap.names import is_loopback
 from bootstrap.service import preflight
 from bootstrap.service.compose import build_service, make_admission_app, make_app, tls_context
-from bootstrap.service.http.listener import ConnectionLimits, GuardedSite
+from bootstrap.service.http.guarded import GuardedSite
+from bootstrap.service.http.limits import ConnectionLimits, Network
 from bootstrap.service.pki.startup import StartupError, one_line
 from bootstrap.service.state import Service
 from bootstrap.service.webhook.site import ReviewSite
@@ -34,8 +35,17 @@ log = logging.getLogger("nodegate.server")
 _FD_RESERVE = 128  # descriptors kept for the store, CA files, the Kubernetes client and logs
 _FD_WANTED = 65536
 # The admission listener's connections: the API server is its only client (its keep-alive pool
-# to each replica), so one address may hold them all.
+# to each replica). One address that is not one of admission.api_server_sources holds at most
+# ADMISSION_PER_ADDRESS, and ADMISSION_RESERVED are kept for those sources (issue 41, finding 3).
 ADMISSION_CONNECTIONS = 512
+ADMISSION_PER_ADDRESS = 64
+ADMISSION_RESERVED = 128
+# Kernel send and receive buffers per admission connection, and a TLS connection's own buffers
+# each way: reviews are KiBs (etcd stores at most 1.5 MiB an object) and the API server reads its
+# answers at once, so these bound what a client that pipelines without reading holds (finding 4)
+# without slowing genuine reviews (docs/benchmarks.md).
+ADMISSION_SOCKET_BUFFER = 64 * 1024
+ADMISSION_TLS_BUFFER = 16 * 1024
 # From a review's first byte to its answer: the API server gives up after timeoutSeconds (at most
 # 30 s), so a request still incomplete after that is not the API server's.
 ADMISSION_REQUEST_SECONDS = 35.0
@@ -130,7 +140,7 @@ async def _start(
             adm_host,
             adm_port,
             tls=ctx,
-            limits=admission_limits or default_admission_limits(),
+            limits=admission_limits or default_admission_limits(settings.admission.api_server_sources),
             metrics=service.metrics,
         )
         try:
@@ -204,14 +214,24 @@ def default_limits() -> ConnectionLimits:
     return replace(limits, total=total)
 
 
-def default_admission_limits() -> ConnectionLimits:
+def default_admission_limits(sources: Sequence[Network] = ()) -> ConnectionLimits:
     """The admission listener's: the API server is its only client (NetworkPolicy), from a few
-    addresses; no maximum age or request count (meant for nodes' connections); the request
-    deadline covers headers, body and decision (the body also has its own, shorter one:
-    ``WebhookLimits.body_seconds``, armed by the connection only while a body is awaited)."""
+    addresses (``sources``, ``admission.api_server_sources``: no per-address cap and reserved
+    room; a network of prefix length 0 would exempt every address, so it counts as none); no
+    maximum age or request count (meant for nodes' connections); the request deadline covers
+    headers, body and decision (the body also has its own, shorter one:
+    ``WebhookLimits.body_seconds``, armed by the connection only while a body is awaited); under
+    pressure a busy connection of the address with the most is closed for a newcomer from an
+    address with fewer (``evict_busy``)."""
+    narrow = tuple(net for net in sources if net.prefixlen > 0)
     return ConnectionLimits(
-        per_address=ADMISSION_CONNECTIONS,
+        per_address=ADMISSION_PER_ADDRESS,
         total=ADMISSION_CONNECTIONS,
+        evict_busy=True,
+        sources=narrow,
+        reserved=ADMISSION_RESERVED if narrow else 0,
+        socket_buffer=ADMISSION_SOCKET_BUFFER,
+        tls_buffer=ADMISSION_TLS_BUFFER,
         handshake_timeout=10.0,
         header_timeout=ADMISSION_REQUEST_SECONDS,
         idle_timeout=ADMISSION_IDLE_SECONDS,

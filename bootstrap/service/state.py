@@ -27,11 +27,22 @@ from bootstrap.service.join.flow import JoinService
 from bootstrap.service.join.spirelink import SpireLink
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.pki import authority, tls
-from bootstrap.store import Store
+from bootstrap.spire import SpireUnavailable
+from bootstrap.store import NodeRecord, Store, StoreUnavailable
 
 log = logging.getLogger("nodegate.server")
 
 MAX_PENDING_EVENTS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class BootCounts:
+    """The fleet's boots as the metrics show them, counted from the store now and then
+    (``background``): nodes per (pcr class, measured-boot class, chain, dbx), and nodes without
+    a record."""
+
+    groups: dict[tuple[str, str, str, str], int]
+    without: int
 
 
 @dataclass
@@ -55,6 +66,7 @@ class Service:
     gate: Gate | None = None  # the hold gate, when a cluster is configured and gate.enabled
     spire: SpireLink | None = None  # bans and the x509pop bundle for SPIRE (docs/spire.md)
     disk: DiskService | None = None  # disk-key releases (docs/disk-keys.md); refuses all without disk_keys
+    boots: BootCounts | None = None  # None until the store was first counted
     tls_stamp: tuple[int, ...] = ()  # of tls.cert_file + tls.key_file as last loaded
     server_refresh_at: datetime | None = None
     _events: set[asyncio.Task[None]] = field(default_factory=set)
@@ -127,9 +139,23 @@ class Service:
                 f"too many admin requests from {client}; retry in {wait:.1f} s", retry_after=wait
             )
 
-    async def refused(self, node_name: str, code: str, detail: str) -> None:
+    async def refused(self, node_name: str, code: str, detail: str, evidence: bool = False) -> None:
+        """Audit a refusal (and a Kubernetes Event). A refusal of the node's evidence is stored
+        against its record and its SPIRE agents are banned before the node hears of it: a SPIRE
+        that cannot be reached is logged and the pass bans them (the store says so); a store that
+        cannot record it answers 503, so nothing about the refusal is lost (docs/spire.md)."""
         self.metrics.refusals.labels(code).inc()
-        await self.store.record_refusal(node_name, code, detail[:500])
+        spire = self.spire if evidence and self.spire is not None and self.spire.admin is not None else None
+        try:
+            await self.store.record_refusal(node_name, code, detail[:500], evidence=evidence)
+        except StoreUnavailable as exc:
+            if spire is None:
+                raise
+            raise Unavailable(
+                f"store: {exc}; the refusal ({code}) could not be recorded", retry_after=2
+            ) from None
+        if spire is not None:
+            await self._spire_sync(spire, node_name, "refused")
         if self.kube is None:
             return
         if len(self._events) >= MAX_PENDING_EVENTS:
@@ -138,6 +164,33 @@ class Service:
         task = asyncio.get_running_loop().create_task(self._event(node_name, code, detail))
         self._events.add(task)
         task.add_done_callback(self._events.discard)
+
+    async def accepted(self, before: NodeRecord | None, after: NodeRecord, action: str) -> None:
+        """A join or renewal was committed: SPIRE follows it (the agents of any other attestation
+        banned, a ban on this one lifted) before the node gets its answer; a renewal that changed
+        nothing SPIRE sees asks nothing. A SPIRE that cannot be reached leaves that to the pass
+        (fail closed: a banned agent stays banned until then)."""
+        spire = self.spire
+        if spire is None or spire.admin is None:
+            return
+        if action == "renew" and spire.in_step(before, after, datetime.now(UTC)):
+            return
+        await self._spire_sync(spire, after.node_name, "accepted")
+
+    async def spire_sync(self, node_name: str, why: str) -> None:
+        """After a revoke, an unrevoke or a forget (admin routes)."""
+        if self.spire is not None and self.spire.admin is not None:
+            await self._spire_sync(self.spire, node_name, why)
+
+    async def _spire_sync(self, spire: SpireLink, node_name: str, why: str) -> None:
+        try:
+            await spire.sync_node(self.store, node_name, datetime.now(UTC))
+        except (SpireUnavailable, StoreUnavailable) as exc:
+            what = "SPIRE server not reached" if isinstance(exc, SpireUnavailable) else "store not reached"
+            log.warning(
+                f"{what}; the next SPIRE pass brings the node's agents in line",
+                extra={"node": node_name, "code": why, "error": str(exc)[:300]},
+            )
 
     async def _event(self, node_name: str, code: str, detail: str) -> None:
         if self.kube is None:

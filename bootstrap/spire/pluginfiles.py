@@ -21,6 +21,8 @@ AGENT_PREFIX = "spiffe://{trust_domain}/spire/agent"
 _PLACEHOLDERS = {
     "{node_name}": '{{ index .URISanSelectors "node" }}',
     "{ek_sha256}": '{{ index .URISanSelectors "ek-sha256" }}',
+    # A certificate without it gives an ID with an empty last segment, which SPIRE refuses.
+    "{attestation}": '{{ index .URISanSelectors "attestation" }}',
 }
 _MAX_PID_FILE = 64
 

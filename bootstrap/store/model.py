@@ -12,14 +12,15 @@ Timestamps are timezone-aware; the stores return them in UTC.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, Protocol
 
+from attest.bootrecord.model import BootRecord
 from attest.tpm import Counters
 from bootstrap.names import is_node_name
-from bootstrap.problems import BootIdRequired
+from bootstrap.times import parse_time, rfc3339_exact
 
 __all__ = [
     "ACTIONS",
@@ -29,6 +30,7 @@ __all__ = [
     "Check",
     "DamagedRecord",
     "NodeRecord",
+    "Quarantine",
     "Store",
     "StoreSchemaError",
     "StoreUnavailable",
@@ -45,6 +47,7 @@ MAX_ANCHORS: Final = 32  # CA certificates remembered per store (a rotation adds
 MAX_BOOT_ID: Final = 64  # /proc/sys/kernel/random/boot_id is a 36-character UUID
 MAX_MEASURED_BOOT_CLASS: Final = 128
 MAX_NODE_UID: Final = 128  # the API server writes a 36-character UUID
+MAX_DBX_BYTES: Final = 32 * 8192  # a 2024 dbx holds ~430 image digests; the UEFI variable limit bounds it
 ACTIONS: Final = frozenset(
     {
         "join",
@@ -53,6 +56,7 @@ ACTIONS: Final = frozenset(
         "revoke",
         "unrevoke",
         "forget",
+        "quarantine",
         "disk-release",
         "disk-revoke",
         "disk-recover",
@@ -66,6 +70,7 @@ _SERIAL = re.compile(r"[0-9a-f]{1,64}")
 _CODE = re.compile(r"[a-z0-9_]{0,64}")
 _BOOT_ID = re.compile(r"[0-9a-f-]{1,64}")
 _NODE_UID = re.compile(r"[0-9A-Za-z._:-]{1,128}")
+_X509POP_ATTESTATION = re.compile(r"[0-9a-f]{32}")
 _U64 = 1 << 64
 
 
@@ -76,6 +81,45 @@ class StoreUnavailable(Exception):
 class StoreSchemaError(Exception):
     """The database was written by a newer nodegate (or is not a nodegate database): refusing it
     protects data that this version does not understand."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quarantine:
+    """An admin held the node (``nodegate nodes quarantine``): the gate holds it ``quarantined``
+    until an attestation of a new boot (the TPM's resetCount above ``reset_count``, the one of the
+    attestation quarantined) is accepted by the policy in force; renewals of the same boot keep it."""
+
+    reason: str
+    actor: str
+    at: datetime
+    reset_count: int
+
+    def lifted_by(self, reset_count: int) -> bool:
+        """Whether evidence with the TPM's ``reset_count`` is of a new boot (releases it)."""
+        return reset_count > self.reset_count
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "reason": self.reason,
+            "actor": self.actor,
+            "at": rfc3339_exact(self.at),
+            "resetCount": self.reset_count,
+        }
+
+
+def quarantine_of(value: object) -> Quarantine | None:
+    """A Quarantine from its JSON (``to_json``); ValueError when it is not one."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("quarantine is not an object")  # noqa: TRY004  (ValueError is the contract)
+    reason, actor, reset = value.get("reason"), value.get("actor"), value.get("resetCount")
+    at = parse_time(value.get("at"))
+    if not isinstance(reason, str) or not isinstance(actor, str) or at is None:
+        raise ValueError("quarantine lacks its reason, actor or time")
+    if not isinstance(reset, int) or isinstance(reset, bool) or not 0 <= reset < _U64:
+        raise ValueError("quarantine's resetCount is not a counter")
+    return Quarantine(clip(reason), check_actor(actor), at, reset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +143,16 @@ class NodeRecord:
     # kept when a later attestation found no Node. The gate holds a Node of this name with another
     # uid: it was deleted and re-created since (docs/gate.md). None: never recorded.
     node_uid: str | None = None
+    # SPIRE (docs/spire.md): the ``attestation`` fact of the x509pop certificates this attestation
+    # was given (None: none issued), and when a refusal of this node's evidence (its TPM answered,
+    # and the quote or the boot it describes was refused) was recorded since; a join or renewal
+    # clears it. Neither is ever guessed: a record written before either existed has None.
+    x509pop_attestation: str | None = None
+    refused_at: datetime | None = None
+    # The facts the latest accepted join or renewal verified (attest.bootrecord); None for records
+    # written before boot records existed. Each commit replaces it.
+    boot_record: BootRecord | None = None
+    quarantine: Quarantine | None = None  # held by an admin until a new boot attests
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +170,10 @@ class Attestation:
     boot_id: str | None = None  # /proc/sys/kernel/random/boot_id as the node reported it
     measured_boot_class: str | None = None  # the measured-boot policy class that matched
     node_uid: str | None = None  # metadata.uid of the Node labelled with it (None: no Node written)
+    x509pop_attestation: str | None = None  # the attestation fact of its x509pop certificate
+    boot_record: BootRecord | None = None  # what the verdict read (attest.bootrecord.build)
+    # The image digests of the record's dbx, by its identity: kept once per distinct dbx.
+    dbx: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +210,11 @@ class Store(Protocol):
 
     async def damaged_nodes(self) -> list[DamagedRecord]: ...
 
+    async def dbx_digests(self, identities: Collection[str]) -> dict[str, bytes]:
+        """The image digests (32 bytes each, sorted) of the dbx values with these identities
+        (SHA-256 of the value, hex), as commits kept them; an identity not kept is left out."""
+        ...
+
     async def commit(
         self, att: Attestation, *, session_id: str, session_expires_at: datetime, action: str, check: Check
     ) -> NodeRecord:
@@ -167,7 +230,10 @@ class Store(Protocol):
         kubernetes backend read one object instead of listing them all."""
         ...
 
-    async def record_refusal(self, node_name: str, code: str, detail: str) -> None: ...
+    async def record_refusal(self, node_name: str, code: str, detail: str, *, evidence: bool = False) -> None:
+        """Audit a refusal; ``evidence``: the node's own evidence was refused (docs/spire.md), so
+        its record (when it has one) gets ``refused_at`` until its next join or renewal."""
+        ...
 
     async def record_disk(
         self,
@@ -187,6 +253,12 @@ class Store(Protocol):
 
     async def revoke(self, node_name: str, *, actor: str, reason: str, revoked: bool = True) -> NodeRecord:
         """Set (or with ``revoked=False`` clear) the revoked flag; KeyError for an unknown node."""
+        ...
+
+    async def quarantine(self, node_name: str, *, actor: str, reason: str) -> NodeRecord:
+        """Hold the node ``quarantined`` (audited, actor ``actor``) until an attestation of a new
+        boot is accepted (see Quarantine); KeyError for an unknown node. Quarantining a node that
+        is already quarantined replaces the reason."""
         ...
 
     async def forget(self, node_name: str, *, actor: str, reason: str) -> bool:
@@ -254,24 +326,6 @@ def check_counters(value: object) -> Counters:
     return Counters(*value)
 
 
-def check_disk_event(
-    node_name: object,
-    action: object,
-    actor: object,
-    detail: object,
-    session_id: object,
-    session_expires_at: object,
-) -> tuple[str, tuple[str, datetime] | None]:
-    """``record_disk``'s arguments, as both backends check them: (the clipped detail, the
-    session and its expiry, or None)."""
-    check_node_name(node_name)
-    check_action(action, DISK_ACTIONS)
-    check_actor(actor)
-    if session_id is None and session_expires_at is None:
-        return clip(detail), None
-    return clip(detail), (check_session_id(session_id), check_time(session_expires_at, "session_expires_at"))
-
-
 def check_attestation(att: object) -> Attestation:
     if not isinstance(att, Attestation):
         raise ValueError("commit takes an Attestation")  # noqa: TRY004  (ValueError is the contract)
@@ -289,6 +343,9 @@ def check_attestation(att: object) -> Attestation:
     check_boot_id(att.boot_id)
     check_measured_boot_class(att.measured_boot_class)
     check_node_uid(att.node_uid)
+    check_x509pop_attestation(att.x509pop_attestation)
+    check_boot_record(att.boot_record)
+    check_dbx(att.dbx)
     attested = check_time(att.attested_at, "attested_at")
     expires = check_time(att.expires_at, "expires_at")
     if expires < attested:
@@ -302,9 +359,39 @@ def check_boot_id(value: object) -> str | None:
     return value
 
 
+def check_boot_record(value: object) -> BootRecord | None:
+    if value is not None and not isinstance(value, BootRecord):
+        raise ValueError("boot_record must be an attest.bootrecord.model.BootRecord")
+    return value
+
+
+def check_dbx_id(value: object) -> str:
+    if not isinstance(value, str) or _HEX64.fullmatch(value) is None:
+        raise ValueError("a dbx identity is 64 lowercase hex characters")
+    return value
+
+
+def check_dbx(value: object) -> tuple[tuple[str, bytes], ...]:
+    if not isinstance(value, tuple):
+        raise ValueError("dbx must be a tuple of (identity, digests)")  # noqa: TRY004
+    for item in value:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise ValueError("dbx must be a tuple of (identity, digests)")
+        check_dbx_id(item[0])
+        if not isinstance(item[1], bytes) or len(item[1]) % 32 or len(item[1]) > MAX_DBX_BYTES:
+            raise ValueError(f"dbx digests are whole 32-byte digests, at most {MAX_DBX_BYTES} bytes")
+    return value
+
+
 def check_node_uid(value: object) -> str | None:
     if value is not None and (not isinstance(value, str) or _NODE_UID.fullmatch(value) is None):
         raise ValueError(f"node_uid must be 1..{MAX_NODE_UID} characters of [0-9A-Za-z._:-]")
+    return value
+
+
+def check_x509pop_attestation(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or _X509POP_ATTESTATION.fullmatch(value) is None):
+        raise ValueError("x509pop_attestation must be 32 lowercase hex characters")
     return value
 
 
@@ -362,37 +449,6 @@ def clip(detail: object) -> str:
     if not isinstance(detail, str):
         raise ValueError("detail must be a string")  # noqa: TRY004  (ValueError is the contract)
     return detail[:MAX_DETAIL]
-
-
-def with_serial(serials: tuple[str, ...], serial: str) -> tuple[str, ...]:
-    return (*serials, serial)[-MAX_SERIALS:]
-
-
-def record_from(att: Attestation, *, action: str, existing: NodeRecord | None) -> NodeRecord:
-    """The record a commit writes, given the one it replaces: the revoked flag stays (only an
-    admin clears it); a renewal adds its serial to the history, a join starts a new one, so the
-    SVIDs of earlier joins can no longer renew (docs/protocol.md)."""
-    kept = existing.svid_serials if existing is not None and action == "renew" else ()
-    if existing is not None and existing.boot_id is not None and att.boot_id is None:
-        # Whatever the caller checked: a recorded boot id is never dropped (the gate's reboot
-        # hold compares the Node's boot with it), in every backend.
-        raise BootIdRequired(f"{att.node_name} has a recorded boot id; this attestation carries none")
-    return NodeRecord(
-        node_name=att.node_name,
-        ek_sha256=att.ek_sha256,
-        ak_public=att.ak_public,
-        spiffe_id=att.spiffe_id,
-        counters=Counters(*att.counters),
-        attested_at=att.attested_at.astimezone(UTC),
-        expires_at=att.expires_at.astimezone(UTC),
-        revoked=existing.revoked if existing is not None else False,
-        svid_serials=with_serial(kept, att.svid_serial),
-        boot_id=att.boot_id,
-        measured_boot_class=att.measured_boot_class,
-        # An attestation that wrote no Node (it was deleted) keeps the uid of the last one written:
-        # a Node its kubelet registers afterwards is another object, and the gate holds it.
-        node_uid=att.node_uid if att.node_uid is not None else (existing.node_uid if existing else None),
-    )
 
 
 def utcnow() -> datetime:

@@ -143,3 +143,23 @@ def test_the_facts_could_not_ride_on_the_svid() -> None:
     X509Svid.parse_raw(good.public_bytes(serialization.Encoding.DER), der_key)
     with pytest.raises(PySpiffeError):
         X509Svid.parse_raw(both.public_bytes(serialization.Encoding.DER), der_key)
+
+
+facts_st = st.dictionaries(
+    st.from_regex(r"[a-z0-9][a-z0-9-]{0,8}", fullmatch=True).filter(lambda k: k != x509pop.ATTESTATION),
+    st.from_regex(r"[A-Za-z0-9._-]{1,12}", fullmatch=True),
+    max_size=6,
+)
+
+
+@given(facts_st, facts_st)
+def test_the_attestation_id_names_exactly_the_facts(one: dict[str, str], other: dict[str, str]) -> None:
+    """The agent's ID ends with it (docs/spire.md): the same facts in any order give the same id,
+    any other fact set another (128 bits of SHA-256), and an ``attestation`` already among the
+    facts is not part of it; it is one fact value SPIRE reads back unchanged."""
+    got = x509pop.attestation_id(one)
+    assert got == x509pop.attestation_id(dict(reversed(list(one.items()))))
+    assert got == x509pop.attestation_id({**one, x509pop.ATTESTATION: "f" * 32})
+    assert (got == x509pop.attestation_id(other)) == (one == other)
+    assert len(got) == x509pop.ATTESTATION_HEX
+    assert x509pop.is_fact_value(got)

@@ -14,11 +14,15 @@ from collections.abc import Callable, Sequence
 
 from tests.bench import (
     admission,
+    admission_attacks,
     attest,
+    bootrecords,
     disk,
     ekcert,
     eventlog,
+    framing,
     gate,
+    gate_churn,
     gate_cluster,
     join,
     joinload,
@@ -29,6 +33,10 @@ from tests.bench import (
 BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "attest": attest.main,
     "admission": admission.main,
+    # Genuine reviews while issue 41's attacks run (nodegate serve, the attacker in its own process).
+    "admission_attacks": admission_attacks.main,
+    # The admission listener's framing against httptools (llhttp) and h11 (issue 41).
+    "framing": framing.main,
     "join": join.main,
     "gate": gate.main,
     "eventlog": eventlog.main,
@@ -37,7 +45,9 @@ BENCHMARKS: dict[str, Callable[[Sequence[str] | None], int]] = {
     "joinload": joinload.main,
     "spiffe": spiffe.main,
     "disk": disk.main,
+    "bootrecords": bootrecords.main,
     # The real control plane (tests/cluster/plane.py; `make cluster` builds it).
+    "gate_churn": gate_churn.main,
     "gate_cluster": gate_cluster.main,
 }
 

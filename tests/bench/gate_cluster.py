@@ -21,6 +21,8 @@ Reaction S times (default 100) one node's package completes: the annotation patc
 Burst    then every other node completes at once: all annotations (16 in flight), then one status
          patch carrying every node; lag = from sending it to each release. p99 is the figure
          issue 36 asks for (target <= 1 s).
+Churn    with ``--churn R``: during the samples, the real operator's waiting/blocked loop
+         (docs/gate.md) at R flips/s on the last 50 held nodes (tests/cluster/churn.py).
 RSS      of every process (etcd, kube-apiserver, kube-controller-manager, kwok, nodegate, load),
          after the burst.
 """
@@ -93,6 +95,7 @@ def node_body(name: str) -> dict[str, Any]:
 class Load:
     def __init__(self, base: str, ctx: ssl.SSLContext) -> None:
         self.base = base
+        self.ctx = ctx
         self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ctx, limit=64))
         self.released: dict[str, int] = {}
         self.waiters: dict[str, asyncio.Event] = {}
@@ -260,6 +263,36 @@ class Load:
                 await self.waiters[n].wait()
         return [(self.released[n] - t0) / 1e6 for n in names]
 
+    async def churn(self, names: list[str], per_second: float, stop: asyncio.Event) -> dict[str, int]:
+        """The real operator's waiting/blocked loop (docs/gate.md) on ``names`` until ``stop``:
+        ``per_second`` flips in all, each a GET, a guarded Node patch, a guarded Node status patch
+        and a CR status patch (tests/cluster/churn.py)."""
+        from tests.cluster import churn as ch
+
+        api = ch.Api(self.base, self.ctx)
+        counts = ch.Counts()
+        interval = len(names) / per_second
+        failed = 0
+
+        async def one(i: int, node: str) -> None:
+            nonlocal failed
+            k = 0
+            due = time.monotonic() + interval * i / len(names)
+            while not stop.is_set():
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
+                try:
+                    await ch.operator_flip(api, counts, node, CR, "waiting" if k % 2 == 0 else "blocked")
+                except RuntimeError:  # 504 from an overloaded API server: the operator retries too
+                    failed += 1
+                k += 1
+                due += interval
+
+        try:
+            await asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
+        finally:
+            await api.close()
+        return {"flips": counts.flips, "conflicts_409": counts.conflicts, "failed": failed}
+
 
 def _load_main(conn: Connection, base: str, ca: str, cert: tuple[str, str]) -> None:
     async def serve() -> None:
@@ -267,6 +300,8 @@ def _load_main(conn: Connection, base: str, ca: str, cert: tuple[str, str]) -> N
         ctx.load_cert_chain(*cert)
         load = Load(base, ctx)
         watcher: asyncio.Task[None] | None = None
+        churning: asyncio.Task[dict[str, int]] | None = None
+        stop_churn = asyncio.Event()
         loop = asyncio.get_running_loop()
         while True:
             cmd, arg = await loop.run_in_executor(None, conn.recv)
@@ -284,6 +319,12 @@ def _load_main(conn: Connection, base: str, ca: str, cert: tuple[str, str]) -> N
                 out = await load.sample(arg)
             elif cmd == "burst":
                 out = await load.burst(arg)
+            elif cmd == "churn":
+                churning = asyncio.create_task(load.churn(*arg, stop_churn))
+                out = True
+            elif cmd == "churn_stop":
+                stop_churn.set()
+                out = await churning if churning is not None else None
             elif cmd == "rss":
                 out = _rss_kib(os.getpid())
             else:
@@ -306,7 +347,7 @@ def _rss_kib(pid: int) -> int:
 # ---- the run ---------------------------------------------------------------------------------
 
 
-def run(nodes: int, samples: int) -> dict[str, Any]:
+def run(nodes: int, samples: int, churn: float = 0.0, churn_nodes: int = 50) -> dict[str, Any]:
     from tests.cluster import nodegate as ng
     from tests.cluster import plane as cp
 
@@ -327,6 +368,9 @@ def run(nodes: int, samples: int) -> dict[str, Any]:
 
     def ask(cmd: str, arg: Any = None) -> Any:
         parent.send((cmd, arg))
+        while not parent.poll(1.0):
+            if not proc.is_alive():
+                raise SystemExit(f"gate_cluster: the load process ended during {cmd!r} (its error above)")
         return parent.recv()
 
     try:
@@ -354,9 +398,12 @@ def run(nodes: int, samples: int) -> dict[str, Any]:
         first_pass_s = time.monotonic() - t
         reactions: list[float] = []
         base: list[float] = []
+        if churn > 0:  # on the last held nodes: the burst releases them, the samples do not
+            ask("churn", (names[-churn_nodes:], churn))
         for i in range(samples):
             base += ask("baseline", (3, names[-1]))
             reactions.append(ask("sample", names[i]))
+        churned = ask("churn_stop") if churn > 0 else None
         lags = ask("burst", names[samples:])
         rss = {k: v for k, v in plane.rss_kib().items()}
         rss["nodegate"] = server.proc.rss_kib()
@@ -383,6 +430,7 @@ def run(nodes: int, samples: int) -> dict[str, Any]:
                 "p99": round(percentile(lags, 0.99), 1),
                 "max": round(max(lags), 1),
             },
+            "churn": {"flips_per_s": churn, "nodes": churn_nodes, **churned} if churned else None,
             "rss_mib": {k: round(v / 1024, 1) for k, v in rss.items()},
             "loadavg_before": round(load_before[0], 2),
             "loadavg_after": round(os.getloadavg()[0], 2),
@@ -409,11 +457,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=1_000)
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="200 nodes, 30 samples")
+    ap.add_argument(
+        "--churn",
+        type=float,
+        default=0.0,
+        help="flips/s of the operator's waiting/blocked loop on 50 held nodes during the samples",
+    )
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--rounds", type=int, default=1, help="accepted for the runner; unused")
     args, _ = ap.parse_known_args(list(argv) if argv is not None else None)
     nodes, samples = (200, 30) if args.quick else (args.nodes, args.samples)
-    result = run(nodes, samples)
+    result = run(nodes, samples, args.churn)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -436,6 +490,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"  burst of {result['burst_nodes']}: lag median {b['median']} ms  p99 {b['p99']} ms"
         f"  max {b['max']} ms (target p99 <= 1000 ms)"
     )
+    if result["churn"]:
+        c = result["churn"]
+        print(
+            f"  during the samples: {c['flips']} waiting/blocked flips on {c['nodes']} held nodes, "
+            f"409s {c['conflicts_409']}, failed (API server timeouts) {c['failed']}"
+        )
     print("  RSS MiB: " + ", ".join(f"{k} {v}" for k, v in result["rss_mib"].items()))
     return 0
 

@@ -539,6 +539,13 @@ def test_config_is_accepted_by_nodegate(scenario: tuple[str, Doc, str, list[Doc]
     assert settings.gate.lease_namespace == namespace
     assert settings.admission.owner == service_account(docs, namespace)
     assert settings.trust_domain == with_required(values)["config"]["trust_domain"]
+    # The webhooks' listener keeps room for the sources its NetworkPolicy admits (issue 41).
+    policy = with_required(values)["networkPolicy"]
+    if policy.get("enabled", True):
+        admitted = policy["apiServer"].get("webhookSourceCidrs") or policy["apiServer"].get("cidrs")
+        assert [str(n) for n in settings.admission.api_server_sources] == admitted
+    else:
+        assert settings.admission.api_server_sources == ()
     # TLS files are where the TLS Secret is mounted; the CA Secret is mounted at state_dir/ca.
     mounts = {m["mountPath"]: m for m in container(docs)["volumeMounts"]}
     assert settings.tls.cert_file is not None
@@ -736,6 +743,12 @@ def test_service_pdb_networkpolicy(scenario: tuple[str, Doc, str, list[Doc]]) ->
     assert {("TCP", p) for p in api_ports} <= egress_ports
 
 
+def test_the_api_server_sources_a_user_sets_win(helm: str, tmp_path: Path) -> None:
+    values = {"config": {"admission": {"api_server_sources": ["198.51.100.7/32"]}}}
+    settings = settings_from_obj(rendered_config(render(helm, tmp_path, values)))
+    assert [str(n) for n in settings.admission.api_server_sources] == ["198.51.100.7/32"]
+
+
 def test_service_monitor(helm: str, tmp_path: Path) -> None:
     for name in ("service-monitor", "service-monitor-token-secret"):
         values, namespace, release = SCENARIOS[name]
@@ -771,6 +784,7 @@ CLUSTER_GRANTS = (
     {("", "nodes", v) for v in ("get", "list", "watch", "create", "patch")}
     | {
         ("", "nodes/status", "patch"),
+        ("", "pods", "list"),  # read-only: a failing package pod's container (issue 45)
         ("certificates.k8s.io", "certificatesigningrequests", "create"),
         ("certificates.k8s.io", "certificatesigningrequests", "get"),
         ("certificates.k8s.io", "certificatesigningrequests", "list"),
@@ -923,6 +937,11 @@ def test_rbac_decisions(scenario: tuple[str, Doc, str, list[Doc]]) -> None:
     assert not can("update", "", "secrets", name=ca_secret, ns=namespace)
     assert not can("delete", "", "secrets", name=ca_secret, ns=namespace)
     assert not can("create", "", "pods", ns=namespace)
+    assert can("list", "", "pods", ns="gpu-operator")  # the package pods, read-only
+    for verb in ("get", "watch", "create", "update", "patch", "delete", "deletecollection"):
+        assert not can(verb, "", "pods", ns="gpu-operator"), verb
+    assert not can("get", "", "pods", sub="log", name="x", ns="gpu-operator")
+    assert not can("create", "", "pods", sub="exec", name="x", ns="gpu-operator")
     assert not can("create", "", "serviceaccounts", sub="token", name="x", ns=namespace)
     for kind in ("nodewrights", "skyhooks"):
         group = "nodewright.nvidia.com" if kind == "nodewrights" else "skyhook.nvidia.com"

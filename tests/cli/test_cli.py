@@ -18,7 +18,7 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     out = captured.out
     lines = out.splitlines()
     assert [line.split(" ")[0] for line in lines if line.startswith("[")] == [
-        f"[{n}/11]" for n in range(1, 12)
+        f"[{n}/12]" for n in range(1, 13)
     ]
     assert "emulated Kubernetes API (kmock)" in out
     assert "swtpm: emulated TPM hardware" in out
@@ -48,7 +48,7 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert "gpu-node-3: held: nodegate.io/hold=validation-failed; phase Held" in out
     # a reboot: the TPM reset, the gate holds the node as rebooted, `nodegate attest` proves the
     # new boot (resetCount grew) and the gate releases it, each phase timed
-    assert "[8/11] NodeWright reboots gpu-node-1 for a package with a reboot interrupt" in out
+    assert "[8/12] NodeWright reboots gpu-node-1 for a package with a reboot interrupt" in out
     assert "3 nodes: 1 released; held: unattested 1, validation-failed 1;" in out
     held = "gpu-node-1: held: nodegate.io/hold=unattested; unattested: rebooted since its last attestation"
     assert f"{held} (boot " in out
@@ -92,7 +92,13 @@ def test_demo_tells_the_whole_story(capsys: pytest.CaptureFixture[str]) -> None:
         "and released gpu-node-3: 3 of 3 nodes released"
     )
     # cleaned up: the temp dir is gone and no process still uses it
-    (cleanup,) = [line for line in lines if line.startswith("[11/11]")]
+    # a what-if of a stricter policy names every node it would refuse, with the rule and event
+    assert "[11/12] before a stricter policy goes out: `nodegate policy whatif` on the attested boots" in out
+    assert "would be refused (3):" in out
+    for n in (1, 2, 3):
+        assert f"gpu-node-{n}: measured_boot_violation" in out
+    assert "rule dbx_required: (the log lacks it): dbx lacks 1 required entries, e.g. 80b4d969" in out
+    (cleanup,) = [line for line in lines if line.startswith("[12/12]")]
     tmp = cleanup.rsplit(", ", 1)[1]
     assert "nodegate-demo-" in tmp
     assert not Path(tmp).exists()

@@ -184,3 +184,56 @@ async def test_usage_mistakes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     )
     assert code == 2
     assert f"CA bundle {missing} does not exist" in err
+
+
+async def test_list_and_quarantine_by_selector(
+    served: tuple[Serving, list[str], Path], ek_ca: EkCa, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--where`` selects on the boot records (issue 43); ``quarantine --dry-run`` lists and
+    writes nothing; ``quarantine`` holds exactly the matching nodes, each audited with the reason
+    and the selector."""
+    serving, flags, _ = served
+    async with http(serving) as h:
+        for name in ("gpu-1", "gpu-2", "cpu-1"):
+            status, out = await join(h, base(serving), ek_ca.node(name))
+            assert status == 200, out
+    code, out, err = await nodes(
+        capsys, "list", *flags, "--where", "node=gpu-*", "--where", "tpm-model=swtpm", "-o", "json"
+    )
+    assert code == 0, err
+    assert [n["node_name"] for n in json.loads(out)["nodes"]] == ["gpu-1", "gpu-2"]
+    code, out, _ = await nodes(capsys, "list", *flags, "--where", "tpm-model=ST33*")
+    assert (code, out.strip()) == (0, "no nodes")
+
+    store = serving.service.store
+    before = [await store.get(n) for n in ("gpu-1", "gpu-2", "cpu-1")]
+    code, out, _ = await nodes(
+        capsys, "quarantine", *flags, "--where", "node=gpu-*", "--reason", "shim CVE", "--dry-run"
+    )
+    assert code == 0
+    assert out.splitlines() == [
+        "would quarantine 2 node(s) (--dry-run: nothing written):",
+        "  gpu-1",
+        "  gpu-2",
+    ]
+    assert [await store.get(n) for n in ("gpu-1", "gpu-2", "cpu-1")] == before
+    assert not [a for a in await store.audit() if a.action == "quarantine"]
+
+    code, out, err = await nodes(
+        capsys, "quarantine", *flags, "--where", "node=gpu-*", "--reason", "shim CVE"
+    )
+    assert code == 0, err
+    assert out.splitlines() == ["quarantined 2 node(s):", "  gpu-1", "  gpu-2"]
+    for name in ("gpu-1", "gpu-2"):
+        rec = await store.get(name)
+        assert rec is not None
+        assert rec.quarantine is not None
+        assert (rec.quarantine.reason, rec.quarantine.actor) == ("shim CVE (--where node=gpu-*)", ADMIN)
+    assert (await store.get("cpu-1")).quarantine is None  # type: ignore[union-attr]
+    code, out, _ = await nodes(capsys, "show", "gpu-1", *flags, "-o", "json")
+    shown = json.loads(out)
+    assert shown["quarantine"]["reason"] == "shim CVE (--where node=gpu-*)"
+    assert any(a["action"] == "quarantine" and a["actor"] == ADMIN for a in shown["audit"])
+    code, _, err = await nodes(capsys, "quarantine", *flags, "--reason", "everything")
+    assert code == 2
+    assert "--where FIELD=VALUE is required" in err

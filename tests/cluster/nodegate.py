@@ -256,3 +256,17 @@ def wait_ready(ng: Nodegate, timeout: float = 60.0) -> None:
         time.sleep(0.2)
     ng.proc.stop()
     raise PlaneError(f"{ng.proc.name} not ready in {timeout:.0f} s; log {ng.proc.log}:\n{ng.proc.tail()}")
+
+
+def start_gate(plane: ControlPlane, inst: Installed, name: str, *, lease: str = "15s") -> Nodegate:
+    """``nodegate serve`` with the gate on (kubernetes store, stability window 0), as the gate
+    benchmarks and tests/cluster/test_gate_churn.py run it; ``--new-ca``: their NodeAttestations
+    are synthetic, no CA issued them."""
+    return start_nodegate(
+        plane,
+        inst,
+        name,
+        args=("--new-ca",),
+        store="kubernetes",
+        gate={"enabled": True, "stability_window": "0s", "lease_duration": lease},
+    )

@@ -14,14 +14,19 @@ import json
 import ssl
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
 import pytest
 
+from attest.bootrecord.model import BootRecord
 from bootstrap.kube import Conflict, Kube, WatchExpired
+from bootstrap.store.kube import KubeStore
 from tests.cluster.plane import ControlPlane
+from tests.store.common import commit, make_att
+from tests.support import bootrecords
+from tests.support import eventlogs as el
 from tests.support.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)
@@ -334,3 +339,30 @@ async def test_crd_validation_errors_name_the_field(api: Api) -> None:
     assert (status, out.get("reason")) == (422, "Invalid"), out
     fields = sorted(c["field"] for c in out["details"]["causes"])
     assert fields == ["spec.ekSha256", "spec.revoked"], out
+
+
+@BOTH
+async def test_a_boot_record_is_stored_and_replaced_whole_under_the_crd_schema(api: Api) -> None:
+    """Issue 43: the kubernetes store writes the boot record in an annotation and publishes it as
+    status.boot; the CRD's schema admits it as is (the real API server validates and prunes
+    nothing of it), and a smaller record replaces a larger one without leftovers."""
+    store = KubeStore(api.kube, backoff=0.0)
+    name = unique("boot")
+    try:
+        big = bootrecords.synthetic()
+        att = replace(make_att(name, "cd" * 32), boot_record=big.record, dbx=tuple(big.dbx.items()))
+        await commit(store, att, unique("s"))
+        got = await api.kube.get_cluster_object(G, V, P, name)
+        assert got is not None
+        assert BootRecord.model_validate(got["status"]["boot"]) == big.record
+        small = bootrecords.synthetic(el.boot(secure=False), ek=False)
+        later = replace(make_att(name, "cd" * 32, serial="02"), boot_record=small.record)
+        await commit(store, later, unique("s"), "renew")
+        got = await api.kube.get_cluster_object(G, V, P, name)
+        assert got is not None
+        assert "ek" not in got["status"]["boot"]
+        assert BootRecord.model_validate(got["status"]["boot"]) == small.record
+        assert (await store.get(name)) is not None
+        assert await store.dbx_digests(big.dbx) == big.dbx
+    finally:
+        await api.kube.delete_cluster_object(G, V, P, name)

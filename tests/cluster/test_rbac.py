@@ -90,3 +90,42 @@ def test_a_grant_takes_effect_without_restarting_nodegate(
     finally:
         plane.kubectl("delete", "clusterrolebinding", "dave-deploys", check=False)
         plane.kubectl("delete", "skyhooks.skyhook.nvidia.com", "demo", "--wait=false", check=False)
+
+
+async def test_the_gate_lists_a_nodes_pods_and_can_do_nothing_else_with_them(
+    plane: ControlPlane, kube: Kube
+) -> None:
+    """The chart grants pods list only (the gate names a failing package pod, issue 45): the
+    API server filters by spec.nodeName, and a get or a delete is refused."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pkg-pod", "namespace": "default", "labels": {"skyhook.nvidia.com/name": "x"}},
+        "spec": {
+            "nodeName": "rbac-pods-node",
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.9"}],
+        },
+    }
+    status, out = plane.request("POST", "/api/v1/namespaces/default/pods", pod)
+    assert status == 201, out
+    try:
+        listed = await kube.list_node_pods("rbac-pods-node")
+        assert [p["metadata"]["name"] for p in listed] == ["pkg-pod"]
+        assert await kube.list_node_pods("another-node") == []
+        token = installed_token(plane)
+        for method, path in (
+            ("GET", "/api/v1/namespaces/default/pods/pkg-pod"),
+            ("DELETE", "/api/v1/namespaces/default/pods/pkg-pod"),
+            ("GET", "/api/v1/namespaces/default/pods/pkg-pod/log"),
+        ):
+            status, _ = plane.request(
+                method, path, ctx=plane.ssl_context(), headers={"Authorization": f"Bearer {token}"}
+            )
+            assert status == 403, (method, path, status)
+    finally:
+        plane.request("DELETE", "/api/v1/namespaces/default/pods/pkg-pod?gracePeriodSeconds=0")
+
+
+def installed_token(plane: ControlPlane) -> str:
+    return plane.kubectl("create", "token", "nodegate", "-n", ng.NAMESPACE, "--duration=10m").stdout.strip()

@@ -36,7 +36,7 @@ def test_ctrl_c_ends_the_demo_as_interrupted() -> None:
     try:
         for line in proc.stdout:
             seen.append(line)
-            if line.startswith("[4/11]"):  # swtpm and `nodegate serve` are running, joins start
+            if line.startswith("[4/12]"):  # swtpm and `nodegate serve` are running, joins start
                 break
         else:
             pytest.fail("the demo ended before step 4: " + "".join(seen[-5:]))

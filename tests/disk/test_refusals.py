@@ -18,6 +18,7 @@ import aiohttp
 import pytest
 
 from attest import diskkey
+from bootstrap.demo import swtpm as harness
 from bootstrap.node.disk.release import release
 from bootstrap.node.errors import JoinFailed
 from bootstrap.node.tpm import Agent
@@ -193,6 +194,33 @@ async def test_a_quarantined_node_gets_nothing(
     refused(*await ds.exchange(http, svc, swtpm.tcti), "node_quarantined")
     disk._now = lambda: datetime.now(UTC) + timedelta(hours=7)
     released_to((await ds.exchange(http, svc, swtpm.tcti))[1])
+
+
+async def test_an_admin_quarantine_holds_the_boot_it_was_set_in(tmp_path: Path, fresh_tpm: TpmInfo) -> None:
+    """``nodegate nodes quarantine`` (issue 43): the boot it was set in gets no key; after a real
+    reboot (TPM reset: resetCount grows) the release is judged like any other and the keys go
+    out, or a machine with an encrypted root could never attest again to lift it."""
+    async with running(ds.settings(tmp_path, fresh_tpm)) as r, r.http() as http:
+        await ds.joined(r, fresh_tpm, tmp_path)
+        await r.service.store.quarantine("disk-node", actor="alice", reason="shim CVE-2023-40547")
+        status, body = await ds.exchange(http, r, fresh_tpm.tcti)
+        refused(status, body, "node_quarantined")
+        assert "shim CVE-2023-40547" in body["detail"]
+        fresh_tpm.server.power_off()
+        rebooted = harness.start(fresh_tpm.server.ca, fresh_tpm.server.state)
+        try:
+            ek, _ak = ds.tpm_keys(rebooted.tcti)
+            status, start = await ds.post(http, r, DISK_START_PATH, ds.start_body("disk-node", ek))
+            assert status == 200, start
+            finish = ds.quote_body(rebooted.tcti, start, "disk-node", boot=ds.BOOT_B)
+            status, body = await ds.post(http, r, DISK_FINISH_PATH, finish)
+        finally:
+            rebooted.stop()
+        assert status == 200, body
+        released_to(body)
+        record = await r.service.store.get("disk-node")
+        assert record is not None
+        assert record.quarantine is not None  # only the node's next join or renewal lifts it
 
 
 async def test_a_class_without_keys_gets_nothing(tmp_path: Path, swtpm: TpmInfo) -> None:

@@ -46,11 +46,13 @@ class Clock:
         self.t += timedelta(**kw)
 
 
-def register(kmock: Any, *, nodewright: bool = True, skyhook: bool = True) -> None:
+def register(kmock: Any, *, nodewright: bool = True, skyhook: bool = True, pods: bool = True) -> None:
     kmock.resources[NODES] = {"kind": "Node", "namespaced": False}
     kmock.resources[ATT] = {"kind": "NodeAttestation", "namespaced": False}
     kmock.resources[LEASES] = {"kind": "Lease", "namespaced": True}
     kmock.resources["v1/events"] = {"kind": "Event", "namespaced": True}
+    if pods:
+        kmock.resources["v1/pods"] = {"kind": "Pod", "namespaced": True}
     if skyhook:
         kmock.resources[SKYHOOKS] = {"kind": "Skyhook", "namespaced": False}
     if nodewright:
@@ -355,7 +357,7 @@ async def test_packages_progress_then_release_after_the_window(
             {"gpu-driver": ("550.1", stage, state), "tuning": ("2", "config", "complete")},
         )
         assert await gate.load() == []  # what the CR watch would bring
-        clock.advance(seconds=5)
+        clock.advance(seconds=10)  # a stage alone changed: written at most once per 10 s
         decision = await gate.reconcile("w1")
         assert decision is not None
         assert decision.reason == "packages-pending"

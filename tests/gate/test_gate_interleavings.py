@@ -154,6 +154,9 @@ class World:
     async def create_event(self, **_kw: Any) -> dict[str, Any]:
         return {}
 
+    async def list_node_pods(self, _node: str) -> list[dict[str, Any]]:
+        return []  # NodeWright's package pods are gone (the gate says so)
+
     def check_release(self, name: str, node: dict[str, Any]) -> None:
         """At the moment the gate removes the hold: the boot is attested, and every package the
         gate judged complete was reported complete by the operator at some time."""
@@ -400,8 +403,8 @@ def hold(node: dict[str, Any]) -> str | None:
     return next((t["value"] for t in node["spec"].get("taints", []) if t.get("key") == KEY), None)
 
 
-async def scenario(steps: list[tuple[Any, ...]]) -> World:
-    world = World()
+def gate_of(world: World) -> Gate:
+    """A gate on the double, its clock the world's."""
     clock: Callable[[], datetime] = lambda: world.now  # noqa: E731
     gate = Gate(
         cast(Kube, world),
@@ -411,6 +414,12 @@ async def scenario(steps: list[tuple[Any, ...]]) -> World:
         identity="gate",
     )
     world.gate = gate
+    return gate
+
+
+async def scenario(steps: list[tuple[Any, ...]]) -> World:
+    world = World()
+    gate = gate_of(world)
     world.pending.clear()
     assert await gate.load() == []
 

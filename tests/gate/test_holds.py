@@ -259,8 +259,8 @@ def test_blocked_by_a_taint_names_the_cr_the_taint_and_the_fix() -> None:
     d = decide(node(taints=[GPU_TAINT]), [blocked])
     assert d.reason == "packages-pending"
     assert (
-        "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (TaintNotTolerable): its package "
-        "pods do not tolerate nvidia.com/gpu=present:NoSchedule; fix: tolerate "
+        "skyhook.nvidia.com/drivers: NodeWright cannot schedule its package pods here (TaintNotTolerable): "
+        "its package pods do not tolerate nvidia.com/gpu=present:NoSchedule; fix: tolerate "
         "nvidia.com/gpu=present:NoSchedule in the CR's spec.additionalTolerations or remove it from the "
         "node" in d.message
     )
@@ -313,9 +313,9 @@ def test_ignored_and_unexplained_blocks() -> None:
         node(labels={"skyhook.nvidia.com/ignore": "true"}), [cr(reported={}, node_status="blocked")]
     )
     assert (
-        "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (NodesIgnored): the node has label "
-        "skyhook.nvidia.com/ignore=true; fix: remove it (kubectl label node n1 skyhook.nvidia.com/ignore-)"
-        in ignored.message
+        "skyhook.nvidia.com/drivers: NodeWright cannot schedule its package pods here (NodesIgnored): "
+        "the node has label skyhook.nvidia.com/ignore=true; fix: remove it "
+        "(kubectl label node n1 skyhook.nvidia.com/ignore-)" in ignored.message
     )
     why = [
         {"type": "skyhook.nvidia.com/TaintNotTolerable", "status": "True", "message": "12 nodes have taints"}
@@ -353,6 +353,26 @@ def test_a_rebooted_node_is_unattested_until_the_new_boot_attests() -> None:
     # Quarantine still comes first: the node must join again, not just attest its boot.
     expired = holds.AttestationView(False, NOW - timedelta(hours=2), NOW - timedelta(hours=1), BOOT_A)
     assert decide(n, [done_cr()], expired).reason == "quarantined"
+
+
+def test_an_admins_quarantine_holds_the_node_whatever_its_packages() -> None:
+    """spec.quarantine (nodegate nodes quarantine): held quarantined, with the admin's reason and
+    how it ends; present but unreadable still holds (fail closed)."""
+    view = holds.attestation_view(
+        {"spec": {"revoked": False, "quarantine": {"reason": "shim CVE-2023-40547", "actor": "a"}},
+         "status": {"attestedAt": "2026-12-03T11:55:00Z", "expiresAt": "2026-12-03T13:00:00Z"}}
+    )  # fmt: skip
+    assert view is not None
+    assert view.quarantine == "shim CVE-2023-40547"
+    d = decide(node("config", "complete"), [done_cr()], view, complete_since=NOW - WINDOW)
+    assert (d.reason, d.phase) == ("quarantined", "Quarantined")
+    assert (
+        "quarantined by an admin (shim CVE-2023-40547): released when the node attests a new boot"
+        in d.message
+    )
+    odd = holds.attestation_view({"spec": {"quarantine": "yes"}})
+    assert odd is not None
+    assert odd.quarantine == "(no reason given)"
 
 
 def test_attestation_view_reads_boot_and_reset_count() -> None:
@@ -465,6 +485,7 @@ def test_never_released_unless_the_operator_reports_complete(
     state=states,
     interrupt=st.booleans(),
     revoked=st.booleans(),
+    quarantined=st.booleans(),
     attested=st.booleans(),
     since=st.sampled_from([None, NOW, NOW - WINDOW]),
     attested_boot=st.sampled_from([None, BOOT_A, BOOT_B]),
@@ -477,6 +498,7 @@ def test_never_releases_an_unattested_rebooted_or_incomplete_node(
     state: str | None,
     interrupt: bool,
     revoked: bool,
+    quarantined: bool,
     attested: bool,
     since: datetime | None,
     attested_boot: str | None,
@@ -490,13 +512,19 @@ def test_never_releases_an_unattested_rebooted_or_incomplete_node(
         stage, state = ("post-interrupt" if interrupt else "config"), "complete"
         since = NOW - WINDOW
     expires = NOW - timedelta(seconds=1) if expired else GOOD.expires_at
-    att = holds.AttestationView(revoked, GOOD.attested_at, expires, attested_boot) if attested else None
+    held = "shim CVE" if quarantined else None
+    att = (
+        holds.AttestationView(revoked, GOOD.attested_at, expires, attested_boot, quarantine=held)
+        if attested
+        else None
+    )
     reported = {"dexter|1.2.3": {"stage": stage, "state": state}} if stage and state else {}
     n = node(stage, state, boot=node_boot)
     d = decide(n, [cr(interrupt=interrupt, reported=reported)], att, complete_since=since)
     if d.reason is None:
         assert att is not None
         assert not att.revoked
+        assert att.quarantine is None
         assert not expired
         assert att.boot_id is None or att.boot_id == node_boot
         assert state == "complete"

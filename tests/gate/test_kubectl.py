@@ -42,6 +42,7 @@ def rfc(when: datetime) -> str:
 def serve(kmock: Any, *, attestations: bool = True) -> None:
     kmock.resources[NODES] = {"kind": "Node", "namespaced": False}
     kmock.resources["v1/events"] = {"kind": "Event", "namespaced": True}
+    kmock.resources["v1/pods"] = {"kind": "Pod", "namespaced": True}  # the gate reads package pods
     kmock.resources[SKYHOOKS] = {"kind": "Skyhook", "namespaced": False}
     if attestations:
         kmock.resources[ATT] = {"kind": "NodeAttestation", "namespaced": False}
@@ -866,7 +867,11 @@ async def test_status_tells_the_gates_story(kmock: Any, kube: Kube) -> None:
         4,
     )
     assert rows["pending"].waiting == (f"{DRIVERS}: gpu-driver 550.1 (apply/in_progress)",)
-    assert rows["failing"].waiting == (f"{DRIVERS}: gpu-driver 550.1 (apply/erroring)",)
+    assert rows["failing"].waiting == (
+        f"{DRIVERS}: gpu-driver 550.1 failed: its package pod is gone (NodeWright deleted it, or it was "
+        "never created)",
+        f"{DRIVERS}: gpu-driver 550.1 (apply/erroring)",
+    )
     assert rows["revoked"].waiting == ("attestation revoked: the node must join again",)
     assert rows["stranger"].waiting == ("no NodeAttestation: the node has not joined through nodegate",)
     assert rows["done"].waiting == ()

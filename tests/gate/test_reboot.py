@@ -114,7 +114,7 @@ async def reboot_interrupt_until_the_reboot(kmock: Any, kube: Kube, gate: Gate, 
     assert await decide(gate) == "packages-pending"
     for stage, state in (("upgrade", "in_progress"), ("config", "complete"), ("interrupt", "in_progress")):
         await operator_writes(kube, "w1", "drivers", {"gpu-driver": ("560.2", stage, state)})
-        clock.advance(seconds=5)
+        clock.advance(seconds=10)  # a stage alone changed: written at most once per 10 s
         assert await decide(gate) == "packages-pending"
         assert f"gpu-driver 560.2 stage {stage} state {state}" in message(kmock)
     await boot(kube, "w1", BOOT_2)  # the interrupt pod ran `reboot`
@@ -233,12 +233,12 @@ async def test_a_blocked_node_says_which_cr_why_and_the_fix(kmock: Any, api: Kub
     assert await decide(gate) == "packages-pending"
     text = message(kmock)
     assert (
-        "skyhook.nvidia.com/drivers: NodeWright reports the node blocked (TaintNotTolerable): its package "
-        "pods do not tolerate example.com/keep=x:NoExecute, nodegate.io/hold=packages-pending:NoSchedule; "
-        "fix: tolerate example.com/keep=x:NoExecute in the CR's spec.additionalTolerations or remove it "
-        "from the node; add to spec.additionalTolerations (operator Equal): "
-        "nodegate.io/hold=packages-pending:NoSchedule, nodegate.io/hold=validation-failed:NoSchedule; "
-        "nodewright.inject_tolerations adds them on a spec change" in text
+        "skyhook.nvidia.com/drivers: NodeWright cannot schedule its package pods here (TaintNotTolerable): "
+        "its package pods do not tolerate example.com/keep=x:NoExecute, "
+        "nodegate.io/hold=packages-pending:NoSchedule; fix: tolerate example.com/keep=x:NoExecute in the "
+        "CR's spec.additionalTolerations or remove it from the node; add to spec.additionalTolerations "
+        "(operator Equal): nodegate.io/hold=packages-pending:NoSchedule, "
+        "nodegate.io/hold=validation-failed:NoSchedule; nodewright.inject_tolerations adds them" in text
     )
 
 

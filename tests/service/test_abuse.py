@@ -30,7 +30,8 @@ from hypothesis import strategies as st
 from attest import svid
 from bootstrap.config import Settings
 from bootstrap.service.http import bodies
-from bootstrap.service.http.listener import ConnectionLimits, Connections
+from bootstrap.service.http.limits import ConnectionLimits
+from bootstrap.service.http.listener import Connections
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.serve import Serving, start
 from tests.support.service import EkCa, settings_for

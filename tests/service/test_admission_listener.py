@@ -174,7 +174,7 @@ async def test_bodies_the_webhook_does_not_take(
 
 
 async def test_a_stalled_review_is_cut_at_the_request_deadline(tmp_path: Path, ek_ca: EkCa) -> None:
-    from bootstrap.service.http.listener import ConnectionLimits
+    from bootstrap.service.http.limits import ConnectionLimits
 
     limits = ConnectionLimits(
         per_address=8, total=8, header_timeout=0.5, max_age=None, max_requests=None, sweep=0.1

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.service.test_measured_boot import BOOT_A, BOOT_B, _renew, join
+from tests.service.test_measured_boot import BOOT_A, BOOT_B, join, renew
 from tests.support.service import EkCa, Running, running, settings_for
 
 
@@ -37,7 +37,7 @@ async def test_a_renewal_without_a_boot_id_is_refused_once_one_is_recorded(
     status, out = await join(plain, node, boot_id=BOOT_A)
     assert status == 200, out
     node.tpm.reset_count += 1  # the machine rebooted (a NodeWright reboot interrupt)
-    status, refused = await _renew(plain, node, out, tmp_path, None)
+    status, refused = await renew(plain, node, out, tmp_path, None)
     assert (status, refused["code"]) == (400, "boot_id_required")
     assert "boot_id" in refused["detail"]
     record = await plain.service.store.get("bid-1")
@@ -46,7 +46,7 @@ async def test_a_renewal_without_a_boot_id_is_refused_once_one_is_recorded(
     audit = await plain.service.store.audit("bid-1")
     assert ("refused", "boot_id_required") in [(e.action, e.code) for e in audit]
     # The new boot, proven: accepted (the TPM was reset), and recorded.
-    status, renewed = await _renew(plain, node, out, tmp_path, BOOT_B)
+    status, renewed = await renew(plain, node, out, tmp_path, BOOT_B)
     assert status == 200, renewed
     record = await plain.service.store.get("bid-1")
     assert record is not None
@@ -71,9 +71,9 @@ async def test_a_node_that_never_sent_a_boot_id_renews_without_one(
     node = ek_ca.node("bid-3")
     status, out = await join(plain, node)
     assert status == 200, out
-    status, renewed = await _renew(plain, node, out, tmp_path, None)
+    status, renewed = await renew(plain, node, out, tmp_path, None)
     assert status == 200, renewed
-    status, renewed = await _renew(plain, node, renewed, tmp_path, BOOT_A)  # from now on: required
+    status, renewed = await renew(plain, node, renewed, tmp_path, BOOT_A)  # from now on: required
     assert status == 200, renewed
-    status, refused = await _renew(plain, node, renewed, tmp_path, None)
+    status, refused = await renew(plain, node, renewed, tmp_path, None)
     assert (status, refused["code"]) == (400, "boot_id_required")

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bootstrap.service.http.listener import ConnectionLimits, Connections
+from bootstrap.service.http.limits import ConnectionLimits
+from bootstrap.service.http.listener import Connections
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.serve import Serving
 from tests.service.test_abuse import GENUINE, base, closed_by_server, counter, http, open_tls, serving

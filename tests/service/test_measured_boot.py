@@ -146,9 +146,11 @@ async def test_a_boot_id_the_quote_was_not_made_over_is_refused(plain: Running, 
     assert (status, out["code"]) == (403, "nonce_mismatch")
 
 
-async def _renew(
-    r: Running, node: SoftNode, out: dict[str, Any], tmp: Path, boot_id: str | None
+async def renew(
+    r: Running, node: SoftNode, out: dict[str, Any], tmp: Path, boot_id: str | None, **evidence: Any
 ) -> tuple[int, Any]:
+    """A renewal with the node's SVID from ``out`` (a join's or renewal's answer) and a fresh key;
+    ``evidence``: more of the finish body (``event_log``)."""
     cert, key = tmp / f"{node.name}.pem", tmp / f"{node.name}.key"
     cert.write_text(out["svid"])
     key.write_bytes(
@@ -161,7 +163,11 @@ async def _renew(
         status, start = await post(http, f"{r.base}/v1/nodes/self/renew", {"csr": fresh.csr_pem.decode()})
         assert status == 200, start
         body = fresh.evidence(
-            start["session"], base64.b64decode(start["nonce"]), start["pcr_selection"], boot_id=boot_id
+            start["session"],
+            base64.b64decode(start["nonce"]),
+            start["pcr_selection"],
+            boot_id=boot_id,
+            **evidence,
         )
         status, renewed = await post(http, f"{r.base}/v1/nodes/self/renew", body)
     if status == 200:
@@ -177,14 +183,14 @@ async def test_a_new_boot_needs_a_tpm_reset(plain: Running, ek_ca: EkCa, tmp_pat
     node = ek_ca.node("b-2")
     status, out = await join(plain, node, boot_id=BOOT_A)
     assert status == 200, out
-    status, renewed = await _renew(plain, node, out, tmp_path, BOOT_B)  # no reboot of the TPM
+    status, renewed = await renew(plain, node, out, tmp_path, BOOT_B)  # no reboot of the TPM
     assert (status, renewed["code"]) == (403, "boot_not_reset")
     node.tpm.reset_count += 1  # the machine rebooted: TPM Reset
-    status, renewed = await _renew(plain, node, out, tmp_path, BOOT_B)
+    status, renewed = await renew(plain, node, out, tmp_path, BOOT_B)
     assert status == 200, renewed
     record = await plain.service.store.get("b-2")
     assert record is not None
     assert record.boot_id == BOOT_B
     node.tpm.reset_count += 1  # rebooted again but claims the old boot
-    status, again = await _renew(plain, node, renewed, tmp_path, BOOT_B)
+    status, again = await renew(plain, node, renewed, tmp_path, BOOT_B)
     assert (status, again["code"]) == (403, "boot_not_reset")

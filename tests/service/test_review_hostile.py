@@ -15,7 +15,8 @@ import aiohttp
 from admission.rbac.evaluator import RbacEvaluator
 from admission.webhook import Decider, LocalRbac, StaticPolicies
 from bootstrap.service.http.framing import RequestHead, parse_head
-from bootstrap.service.http.listener import Connection, ConnectionLimits, Connections
+from bootstrap.service.http.limits import ConnectionLimits
+from bootstrap.service.http.listener import Connection, Connections
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.webhook.app import Answer, ReadBody, ReviewApp, WebhookLimits
 from bootstrap.service.webhook.protocol import Clock, OpenSet, ReviewProtocol

@@ -67,6 +67,17 @@ def _hcl(value: str) -> str:
     return json.dumps(value)
 
 
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not ended within 15 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 @dataclass
 class Process:
     proc: subprocess.Popen[bytes]
@@ -76,13 +87,7 @@ class Process:
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc)
 
     def exited(self) -> int | None:
         return self.proc.poll()
@@ -183,6 +188,18 @@ plugins {{
             return None
         doc: dict[str, Any] = json.loads(proc.stdout)
         return doc
+
+    def agents_of(self, node: str) -> list[dict[str, Any]]:
+        """Every agent SPIRE knows for the node (its x509pop ``san:node`` selector), banned ones
+        too, each with its ``spiffe_id`` added."""
+        proc = self.cli(
+            "agent", "list", "-selector", f"x509pop:san:node:{node}", "-output", "json", check=False
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        found: list[dict[str, Any]] = json.loads(proc.stdout or "{}").get("agents") or []
+        for agent in found:
+            agent["spiffe_id"] = f"spiffe://{agent['id']['trust_domain']}{agent['id']['path']}"
+        return found
 
     def reconfigured(self) -> int:
         """How often the server has reconfigured a plugin from changed plugin data."""

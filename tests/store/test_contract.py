@@ -31,7 +31,9 @@ from bootstrap.store import MAX_SERIALS, Attestation, NodeRecord, Store
 from bootstrap.store.kube import ATTEMPTS, CLAIM_STALE, KubeStore
 from bootstrap.store.model import MAX_ANCHORS
 from bootstrap.store.sqlite import SqliteStore
-from tests.store.common import EK_A, EK_B, RES, T0, Ticker, allow, commit, make_att
+from tests.store.common import C0, EK_A, EK_B, RES, T0, Ticker, allow, commit, make_att
+from tests.support import bootrecords
+from tests.support import eventlogs as el
 from tests.support.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)
@@ -226,6 +228,44 @@ async def test_the_node_uid_round_trips_and_survives_an_attestation_without_a_no
     assert (await again.list_nodes())[0].node_uid == uid_b
     never = await commit(again, make_att("gpu-2", EK_B), "s9")
     assert never.node_uid is None  # a join service without a cluster labels no Node
+
+
+async def test_a_refusal_of_the_evidence_marks_the_record_until_the_next_attestation(
+    backend: Backend,
+) -> None:
+    """docs/spire.md: a refusal of the node's evidence is kept on its record (``refused_at``), which
+    only its next join or renewal clears; other refusals leave the record as it was; the x509pop
+    attestation fact of each commit replaces the last, and both survive a restart."""
+    clock = Ticker()
+    store = await backend.open(clock)
+    pop_a, pop_b = "a" * 32, "b" * 32
+    rec = await commit(store, replace(make_att(), x509pop_attestation=pop_a), "s1")
+    assert (rec.x509pop_attestation, rec.refused_at) == (pop_a, None)
+    await store.record_refusal("gpu-1", "proof_invalid", "anyone can send this")
+    assert await store.get("gpu-1") == rec
+    await store.record_refusal("gpu-1", "measured_boot_violation", "a refused boot", evidence=True)
+    refused = await store.get("gpu-1")
+    assert refused is not None
+    assert refused.refused_at is not None
+    assert refused == replace(rec, refused_at=refused.refused_at)
+    await store.record_refusal("gpu-2", "pcr_policy_violation", "no record: nothing to mark", evidence=True)
+    assert await store.get("gpu-2") is None
+    await store.close()
+    store = await backend.open(clock)
+    assert await store.get("gpu-1") == refused  # a restart keeps it
+    assert (await store.list_nodes())[0].refused_at == refused.refused_at
+    renewed = await commit(
+        store,
+        replace(make_att(serial="02", at=T0 + timedelta(minutes=1)), x509pop_attestation=pop_b),
+        "s2",
+        "renew",
+    )
+    assert (renewed.x509pop_attestation, renewed.refused_at) == (pop_b, None)
+    assert await store.get("gpu-1") == renewed
+    revoked = await store.revoke("gpu-1", actor="admin", reason="r")
+    assert (revoked.x509pop_attestation, revoked.refused_at) == (pop_b, None)
+    plain = await commit(store, make_att(serial="03", at=T0 + timedelta(minutes=2)), "s3", "renew")
+    assert plain.x509pop_attestation is None  # no x509pop certificate with this one
 
 
 async def test_a_recorded_boot_id_is_never_dropped(backend: Backend) -> None:
@@ -576,6 +616,9 @@ async def test_prune_drops_expired_sessions_only(store: Store) -> None:
         {"node_uid": ""},
         {"node_uid": "a b"},
         {"node_uid": "u" * 129},
+        {"x509pop_attestation": ""},
+        {"x509pop_attestation": "A" * 32},
+        {"x509pop_attestation": "a" * 64},
     ],
 )
 async def test_bad_attestations_are_value_errors(store: Store, change: dict[str, object]) -> None:
@@ -783,3 +826,63 @@ async def test_disk_events_refuse_other_actions_and_half_a_session(store: Store)
         await store.record_disk("gpu-1", action="join", actor="node", detail="")
     with pytest.raises(ValueError, match="session"):
         await store.record_disk("gpu-1", action="disk-release", actor="node", detail="", session_id="x")
+
+
+# -- boot records (issue 43) ------------------------------------------------------------------------
+
+
+async def test_the_boot_record_and_its_dbx_round_trip_and_each_commit_replaces_it(backend: Backend) -> None:
+    store = await backend.open()
+    first = bootrecords.synthetic()
+    dbx_id = next(iter(first.dbx))
+    att = replace(make_att(), boot_record=first.record, dbx=tuple(first.dbx.items()))
+    rec = await commit(store, att, "s1")
+    assert rec.boot_record == first.record
+    assert await store.get("gpu-1") == rec
+    assert await store.dbx_digests([dbx_id, "f" * 64]) == first.dbx  # an unknown identity: left out
+    second = bootrecords.synthetic(el.boot(kernel="/vmlinuz-6.9 ro"), boot_id="ab-1")
+    later = replace(make_att(serial="02", at=T0 + timedelta(minutes=5)), boot_record=second.record)
+    renewed = await commit(store, later, "s2", "renew")
+    assert renewed.boot_record == second.record
+    without = await commit(store, make_att(serial="03", at=T0 + timedelta(minutes=6)), "s3", "renew")
+    assert without.boot_record is None  # the record is what the latest attestation showed
+    await store.close()
+    again = await backend.open()
+    assert await again.get("gpu-1") == without
+    assert await again.dbx_digests([dbx_id]) == first.dbx  # kept once, by identity, for good
+
+
+async def test_a_quarantine_holds_until_a_new_boot_is_accepted(backend: Backend) -> None:
+    """``nodegate nodes quarantine``: audited; a renewal of the same boot (the TPM's resetCount
+    unchanged) keeps it; the first accepted attestation of a new boot releases it, and says so."""
+    store = await backend.open()
+    await commit(store, make_att(), "s1")
+    held = await store.quarantine("gpu-1", actor="alice", reason="shim CVE-2023-40547")
+    assert held.quarantine is not None
+    assert (held.quarantine.reason, held.quarantine.actor, held.quarantine.reset_count) == (
+        "shim CVE-2023-40547",
+        "alice",
+        C0.reset_count,
+    )
+    assert await store.get("gpu-1") == held
+    same_boot = make_att(serial="02", counters=Counters(C0.reset_count, 0, 200), at=T0 + timedelta(minutes=5))
+    renewed = await commit(store, same_boot, "s2", "renew")
+    assert renewed.quarantine == held.quarantine
+    new_boot = make_att(
+        serial="03", counters=Counters(C0.reset_count + 1, 0, 10), at=T0 + timedelta(minutes=9)
+    )
+    released = await commit(store, new_boot, "s3", "renew")
+    assert released.quarantine is None
+    trail = await store.audit("gpu-1")
+    assert [(a.action, a.actor) for a in trail[:3]] == [
+        ("renew", "node"),
+        ("renew", "node"),
+        ("quarantine", "alice"),
+    ]
+    assert "released from quarantine" in trail[0].detail
+    assert "released" not in trail[1].detail
+    with pytest.raises(KeyError):
+        await store.quarantine("gpu-9", actor="alice", reason="x")
+    await store.close()
+    again = await backend.open()
+    assert (await again.get("gpu-1")) == released

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kmock._internal import enums
 
+from attest.bootrecord.model import BootRecord
 from attest.errors import CounterRegressed
 from attest.tpm import Counters
 from bootstrap.kube import Kube, KubeUnavailable
@@ -24,6 +25,7 @@ from bootstrap.store import NodeRecord, StoreUnavailable, open_store
 from bootstrap.store.kube import (
     ANN_AUDIT,
     ANN_BOOT_ID,
+    ANN_BOOT_RECORD,
     ANN_COUNTERS,
     ANN_MEASURED_BOOT_CLASS,
     ANN_SESSIONS,
@@ -32,6 +34,8 @@ from bootstrap.store.kube import (
     KubeStore,
 )
 from tests.store.common import C0, EK_A, EK_B, PATH, RES, T0, Ticker, allow, commit, make_att
+from tests.support import bootrecords
+from tests.support import eventlogs as el
 from tests.support.kshim import ShimEmulator
 
 pytestmark = pytest.mark.kmock(cls=ShimEmulator)
@@ -612,3 +616,58 @@ async def test_empty_boot_annotations_written_by_older_versions_read_as_unset(
     )
     assert await store.get("gpu-1") == rec
     assert await store.damaged_nodes() == []
+
+
+# -- boot records (issue 43) ------------------------------------------------------------------------
+
+
+async def test_the_boot_record_is_published_whole_as_status_boot(kmock: Any, store: KubeStore) -> None:
+    """status.boot is a merge patch that replaces the whole record: nothing of an earlier record
+    (its EK facts, a PCR bank or index it had) survives into the next one."""
+    big = bootrecords.synthetic()
+    await commit(store, replace(make_att(), boot_record=big.record), "s1")
+    assert BootRecord.model_validate(stored(kmock)["status"]["boot"]) == big.record
+    kmock.objects[RES, None, "gpu-1"].patch({"status": {"boot": {"pcrs": {"sha1": {"9": "00" * 20}}}}})
+    small = bootrecords.synthetic(el.boot(secure=False), ek=False)
+    later = replace(make_att(serial="02", at=T0 + timedelta(minutes=1)), boot_record=small.record)
+    await commit(store, later, "s2", "renew")
+    boot = stored(kmock)["status"]["boot"]
+    assert "ek" not in boot
+    assert set(boot["pcrs"]) == {"sha256"}
+    assert BootRecord.model_validate(boot) == small.record
+    assert (
+        BootRecord.model_validate_json(stored(kmock)["metadata"]["annotations"][ANN_BOOT_RECORD])
+        == small.record
+    )
+
+
+async def test_a_status_boot_left_behind_is_republished_from_the_annotation(
+    kmock: Any, kubes: tuple[HookedKube, HookedKube], store: KubeStore
+) -> None:
+    built = bootrecords.synthetic()
+    rec = await commit(store, replace(make_att(), boot_record=built.record), "s1")
+    kmock.objects[RES, None, "gpu-1"].patch({"status": {"attestedAt": None, "boot": None}})
+    assert await store.get("gpu-1") == rec
+    assert BootRecord.model_validate(stored(kmock)["status"]["boot"]) == built.record
+
+
+async def test_each_dbx_is_kept_once_in_a_lease_and_a_damaged_one_is_not_at_hand(
+    kmock: Any, store: KubeStore
+) -> None:
+    built = bootrecords.synthetic()
+    ((dbx_id, digests),) = built.dbx.items()
+    await commit(store, replace(make_att(), boot_record=built.record, dbx=tuple(built.dbx.items())), "s1")
+    key = ("coordination.k8s.io/v1/leases", "nodegate", f"nodegate-dbx-{dbx_id}")
+    assert kmock.objects[key].raw["metadata"]["labels"] == {"nodegate.io/kind": "dbx"}
+    assert await store.dbx_digests([dbx_id]) == {dbx_id: digests}
+    kmock.objects[key].patch({"metadata": {"annotations": {"nodegate.io/dbx-digests": "not base64!"}}})
+    assert await store.dbx_digests([dbx_id]) == {}
+
+
+async def test_an_unreadable_boot_record_makes_the_node_record_damaged(kmock: Any, store: KubeStore) -> None:
+    await commit(store, replace(make_att(), boot_record=bootrecords.synthetic().record), "s1")
+    kmock.objects[RES, None, "gpu-1"].patch(
+        {"metadata": {"annotations": {ANN_BOOT_RECORD: '{"version": 9}'}}}
+    )
+    with pytest.raises(NodeRecordDamaged, match="boot-record"):
+        await store.get("gpu-1")

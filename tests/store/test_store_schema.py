@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attest.tpm import Counters
-from bootstrap.store import Attestation, StoreSchemaError, StoreUnavailable
+from bootstrap.store import Attestation, NodeRecord, StoreSchemaError, StoreUnavailable
 from bootstrap.store.sqlite import SCHEMA, SCHEMA_VERSION, Migration, SqliteStore, read_schema_version
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -238,16 +238,18 @@ async def test_a_file_of_the_first_release_gains_the_boot_columns(tmp_path: Path
     assert version(path) == SCHEMA_VERSION
 
 
-async def test_a_schema_3_file_gains_the_node_uid_column(tmp_path: Path) -> None:
-    """Schema 3 -> 4: the Node uid column arrives empty (NULL: not recorded), the data stays."""
+async def migrated_row(tmp_path: Path, version_before: int, extra: dict[str, str]) -> NodeRecord:
+    """A file at ``version_before`` holding one node row (with ``extra`` columns as SQL literals),
+    opened by this nodegate (migrated to the current schema): that node's record."""
     path = tmp_path / "nodegate.db"
-    await (await SqliteStore.open(path, _migrations=SCHEMA[:3])).close()
-    assert "node_uid" not in columns(path, "nodes")
+    await (await SqliteStore.open(path, _migrations=SCHEMA[:version_before])).close()
+    names = ", ".join(extra)
+    values = ", ".join(extra.values())
     db = sqlite3.connect(path)
     db.execute(
-        "INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, "
-        "revoked, svid_serials, boot_id) VALUES ('gpu-1', ?, x'0010', 'spiffe://example.org/node/gpu-1', "
-        "'[1, 0, 100]', 0, 3600000000, 0, '[\"01\"]', 'ab-1')",
+        "INSERT INTO nodes (node_name, ek_sha256, ak_public, spiffe_id, counters, attested_at, expires_at, "  # noqa: S608  (test literals)
+        f"revoked, svid_serials, {names}) VALUES ('gpu-1', ?, x'0010', 'spiffe://example.org/node/gpu-1', "
+        f"'[1, 0, 100]', 0, 3600000000, 0, '[\"01\"]', {values})",
         ("c" * 64,),
     )
     db.commit()
@@ -255,10 +257,39 @@ async def test_a_schema_3_file_gains_the_node_uid_column(tmp_path: Path) -> None
     store = await SqliteStore.open(path)
     try:
         rec = await store.get("gpu-1")
-        assert rec is not None
-        assert rec.node_uid is None
-        assert (rec.ek_sha256, rec.svid_serials, rec.boot_id) == ("c" * 64, ("01",), "ab-1")
     finally:
         await store.close()
-    assert "node_uid" in columns(path, "nodes")
-    assert version(path) == SCHEMA_VERSION == 4
+    assert rec is not None
+    assert (rec.ek_sha256, rec.svid_serials) == ("c" * 64, ("01",))
+    assert version(path) == SCHEMA_VERSION
+    return rec
+
+
+async def test_a_schema_3_file_gains_the_node_uid_column(tmp_path: Path) -> None:
+    """Schema 3 -> 4: the Node uid column arrives empty (NULL: not recorded), the data stays."""
+    rec = await migrated_row(tmp_path, 3, {"boot_id": "'ab-1'"})
+    assert (rec.node_uid, rec.boot_id) == (None, "ab-1")
+    assert "node_uid" in columns(tmp_path / "nodegate.db", "nodes")
+
+
+async def test_a_schema_4_file_gains_the_spire_columns(tmp_path: Path) -> None:
+    """Schema 4 -> 5: the x509pop attestation and refused-at columns arrive empty (NULL: no x509pop
+    certificate recorded, no refusal), the data stays, and a node of such a file is not refused."""
+    rec = await migrated_row(tmp_path, 4, {"boot_id": "'ab-1'", "node_uid": "'u-1'"})
+    assert (rec.x509pop_attestation, rec.refused_at) == (None, None)
+    assert (rec.boot_id, rec.node_uid) == ("ab-1", "u-1")
+    assert {"x509pop_attestation", "refused_at"} <= set(columns(tmp_path / "nodegate.db", "nodes"))
+
+
+async def test_a_schema_5_file_gains_boot_records_and_the_dbx_table(tmp_path: Path) -> None:
+    """Schema 5 -> 6 (issue 43): the boot record and quarantine columns arrive empty (NULL: none
+    kept yet) and the dbx table empty; the node's record reads back unchanged."""
+    rec = await migrated_row(tmp_path, 5, {"boot_id": "'ab-1'", "node_uid": "'u-1'"})
+    assert (rec.boot_record, rec.quarantine, rec.node_uid, rec.boot_id) == (None, None, "u-1", "ab-1")
+    assert {"boot_record", "quarantine"} <= set(columns(tmp_path / "nodegate.db", "nodes"))
+    store = await SqliteStore.open(tmp_path / "nodegate.db")
+    try:
+        assert await store.dbx_digests(["d" * 64]) == {}
+    finally:
+        await store.close()
+    assert SCHEMA_VERSION == 6

@@ -6,10 +6,11 @@ start   the node names itself, the volume (its LUKS UUID), the epoch and key ver
         server still has. The answer is a nonce in a sealed session, as for a renewal.
 finish  a quote by the AK of the node's attestation over that nonce (and the volume, epoch and
         version), the PCRs, the event log and the boot id: judged exactly like a join's
-        (quote, counters, PCR policy, measured boot, boot id), then the boot must belong to a
-        class of ``disk_keys.classes``. Only then are the keys derived and the session marked
-        used with an audit entry (one step in the store); the answer seals them with a fresh
-        secret that only the node's TPM recovers (MakeCredential to its EK and that AK).
+        (quote, counters, PCR policy, measured boot, boot id); the boot must not be one an admin
+        quarantined, and must belong to a class of ``disk_keys.classes``. Only then are the keys
+        derived and the session marked used with an audit entry (one step in the store); the
+        answer seals them with a fresh secret that only the node's TPM recovers (MakeCredential
+        to its EK and that AK).
 
 Every release and every refusal of a session we issued is one audit line (``nodegate.disk``:
 node, volume, class, verdict, code) and one count of ``nodegate_disk_releases_total``.
@@ -162,6 +163,7 @@ class DiskService:
                 )
             self._check_standing(record)
             judged = await self._judge(session, req, record)
+            _check_admin_quarantine(record, judged.quote.counters.reset_count)
             found = disk_class(
                 self.keys,
                 self.settings.pcr_policy,
@@ -349,3 +351,16 @@ class DiskService:
             log.warning(
                 "could not record a refusal", extra={"node": session.node_name, "error": str(err)[:200]}
             )
+
+
+def _check_admin_quarantine(record: NodeRecord, reset_count: int) -> None:
+    """An admin's quarantine (``nodegate nodes quarantine``) holds the boot it quarantined: that
+    boot gets no key. A new boot (the quote's resetCount above the quarantined one) that the policy
+    in force accepts does, as it lifts the gate's hold at its join: refusing it would leave a
+    machine with an encrypted root unable ever to attest again (docs/disk-keys.md)."""
+    held = record.quarantine
+    if held is not None and not held.lifted_by(reset_count):
+        raise NodeQuarantined(
+            f"node {record.node_name} was quarantined by an admin ({held.reason[:200]}) in this boot: "
+            "it gets keys after a reboot into a boot the policy accepts (docs/disk-keys.md)"
+        )

@@ -101,6 +101,13 @@ async def read_body(
         ) from None
     except (RequestPayloadError, HttpProcessingError):
         raise BodyRefused(400, "malformed_request", "the body's HTTP framing is broken") from None
+    except RuntimeError:
+        # aiohttp's payload raises RuntimeError("Connection closed.") when the connection was
+        # already lost as the read began (a client that closed right after sending its head).
+        transport = request.transport
+        if transport is not None and not transport.is_closing():
+            raise
+        raise ClientGone("aborted", "the client closed the connection mid-body (closed)") from None
     if conn is not None:
         conn.working()
     return clone

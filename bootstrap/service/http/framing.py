@@ -126,6 +126,8 @@ def skip_blank_lines(buffer: bytes | bytearray, start: int) -> int:
     """Past the CRLFs a client may send before a request line (RFC 9112 section 2.2);
     FramingError past MAX_HEAD_BYTES of them (without a bound, a stream of CRLFs would be read
     for the whole request deadline, each byte costing more than a body's)."""
+    if buffer[start : start + 1] != b"\r":  # the usual case: no empty line (0.3 µs a review)
+        return start
     found = _BLANK_LINES.match(buffer, start, start + MAX_HEAD_BYTES + 2)
     end = found.end() if found is not None else start
     if end - start > MAX_HEAD_BYTES:
@@ -222,22 +224,40 @@ class HeadReader:
         self._known: dict[bytes, RequestHead] = {}
 
     def parse(self, head: bytes) -> RequestHead:
-        found = _ONE_LENGTH.search(head)
-        if found is None or len(_ANY_LENGTH.findall(head)) != 1:
+        span = _length_digits(head)
+        if span is None:
             return parse_head(head)
-        start, end = found.span(1)
+        start, end = span
         key = head[:start] + head[end:]
         known = self._known.get(key)
+        # Only the key of a head with one ``content-length`` is kept (below). Cutting digits
+        # neither makes nor unmakes the name, so a head with two keeps both in its key, which
+        # then matches no kept one: the lookup needs no count of its own (0.9 µs a review).
         if known is not None:
             k = known
-            length = int(found.group(1))
+            length = int(head[start:end])
             return RequestHead(
                 k.method, k.path, length, k.content_type, k.content_encoding, k.expect_continue, k.keep_alive
             )
         parsed = parse_head(head)
-        if len(self._known) < self._size:
+        if len(self._known) < self._size and len(_ANY_LENGTH.findall(head)) == 1:
             self._known[key] = parsed
         return parsed
+
+
+def _length_digits(head: bytes) -> tuple[int, int] | None:
+    """Where the digits of the head's first ``content-length`` field are, when they are all its
+    value. Go writes it ``Content-Length: N``, found without a regex (0.15 µs a review); any other
+    spelling by ``_ONE_LENGTH``, which finds the same digits in that one."""
+    at = head.find(b"\r\nContent-Length: ")
+    if at >= 0:
+        begin = at + 18
+        stop = head.find(b"\r\n", begin)
+        stop = len(head) if stop < 0 else stop
+        if 0 < stop - begin <= 18 and head[begin:stop].isdigit():
+            return begin, stop
+    found = _ONE_LENGTH.search(head)
+    return None if found is None else found.span(1)
 
 
 def _content_length(values: list[bytes]) -> int:

@@ -22,9 +22,27 @@ listener by ``bootstrap.service.http.bodies``, on the admission listener by
 - at the ``total`` cap a new connection is still admitted when some connection is idle: the one
   idle the longest is closed for it (``nodegate_connections_recycled_total{reason="evicted"}``).
   Holding the cap then takes a busy connection per slot, not one request per idle timeout
-  (issue 21, finding 7: 33 addresses x 64 connections refreshed every 40 s kept joins out).
+  (issue 21, finding 7: 33 addresses x 64 connections refreshed every 40 s kept joins out);
+- with ``evict_busy`` (the admission listener), when nothing is idle either, a busy connection of
+  the address that holds the most is closed for the newcomer, provided that address holds at
+  least two more than the newcomer's (``reason="evicted_busy"``); one that waits on its client
+  (its handshake, a request's head or body, or answers it does not read) before one being
+  answered. An address then keeps at most a fair share of a full listener, whatever it sends
+  (issue 41, finding 3: 512 connections from one address, each with one pipelined byte, kept
+  every other client out);
+- ``sources`` (the admission listener: the API server's addresses, ``admission.api_server_sources``)
+  have no per-address cap, ``reserved`` connections that only they may take, and their newcomers
+  close other addresses' connections first; no other newcomer closes theirs.
 
-Python's ``asyncio`` TLS is used as is (``loop.start_tls``), after the address check. Once a
+Memory per connection is bounded too (issue 41, findings 4 and 4b): one read brings at most
+``READ_BYTES``; ``socket_buffer`` sets the kernel's send and receive buffers of the accepted sockets
+(no autotuning: a client that does not read its answers stops the writes there, and one that
+sends without end fills that much), and a TLS connection holds at most ``tls_buffer`` of
+ciphertext each way.
+
+TLS is the connection's own (``bootstrap.service.http.tls``: ``ssl.SSLObject`` on memory BIOs),
+after the address check, not ``loop.start_tls``, whose buffers made an idle TLS connection cost
+about 270 KiB. Once a
 connection is admitted, the listener's handler serves it: aiohttp's request handler on the join
 listener, whose middleware tells the connection where its request is (``connection_of(request)``:
 body, handler, answered); ``bootstrap.service.webhook.protocol.ReviewProtocol`` on the admission
@@ -34,49 +52,24 @@ listener, which tells it when an answer is out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
-from aiohttp import web
-
+from bootstrap.service.http.crowding import busy_victim, is_source
+from bootstrap.service.http.limits import ConnectionLimits
+from bootstrap.service.http.tls import PENDING_BYTES, TlsFailed, TlsSession, TlsTransport
 from bootstrap.service.metrics import Metrics
 
 log = logging.getLogger("nodegate.server")
 
 Phase = Literal["accepting", "idle", "headers", "body", "working", "closed"]
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    per_address: int = 64
-    total: int = 2048
-    handshake_timeout: float = 10.0
-    header_timeout: float = 10.0
-    idle_timeout: float = 60.0
-    body_grace: float = 5.0
-    max_age: float | None = 600.0  # None: no limit (the admission listener: the API server only)
-    max_requests: int | None = 1000
-    # None: a timer per phase (exact deadlines). A number: deadlines are recorded per phase and one
-    # sweep per listener every ``sweep`` seconds enforces them, so a request arms no timer (the
-    # admission listener: the deadlines are tens of seconds, the reviews hundreds of µs).
-    sweep: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.per_address < 1 or self.total < self.per_address:
-            raise ValueError("connection limits: per_address >= 1 and total >= per_address")
-        times = (self.handshake_timeout, self.header_timeout, self.idle_timeout, self.body_grace)
-        if min(times) <= 0 or (self.max_age is not None and self.max_age <= 0):
-            raise ValueError("connection limits: every timeout is positive")
-        if self.max_requests is not None and self.max_requests < 1:
-            raise ValueError("connection limits: max_requests >= 1")
-        if self.sweep is not None and self.sweep <= 0:
-            raise ValueError("connection limits: sweep is positive")
+READ_BYTES = 64 * 1024  # the most one read off a connection brings
+# Phases in which a connection waits on its client (under pressure, closed before those answered).
+_STALLED: frozenset[Phase] = frozenset({"accepting", "headers", "body"})
 
 
 class Connections:
@@ -93,8 +86,10 @@ class Connections:
         self.metrics = metrics
         self.tls = tls
         self._handler_factory = handler_factory
+        self.read_buffer = memoryview(bytearray(READ_BYTES))  # every connection's reads (Connection)
         self._open: set[Connection] = set()
         self._by_address: Counter[str] = Counter()
+        self._others = 0  # open connections not from ``limits.sources``
         # Idle connections, the one idle the longest first (dicts keep insertion order).
         self._idle: dict[Connection, None] = {}
 
@@ -106,26 +101,46 @@ class Connections:
         return self._handler_factory()
 
     def admit(self, conn: Connection) -> bool:
-        if self._by_address[conn.address] >= self.limits.per_address:
+        limits = self.limits
+        conn.source = is_source(conn.address, limits.sources)
+        if not conn.source and self._by_address[conn.address] >= limits.per_address:
             self.metrics.connections_refused.labels("address_limit").inc()
             return False
-        if len(self._open) >= self.limits.total and not self._evict_idle():
+        # Another address's connection is room only when it is not a source's, if the newcomer is
+        # not one either and the connections others may hold (total - reserved) are all taken.
+        others_full = not conn.source and self._others >= limits.total - limits.reserved
+        if (len(self._open) >= limits.total or others_full) and not self._make_room(conn):
             self.metrics.connections_refused.labels("total_limit").inc()
             return False
         self._open.add(conn)
         self._by_address[conn.address] += 1
+        self._others += not conn.source
         self.metrics.connections.inc()
         return True
 
-    def _evict_idle(self) -> bool:
-        """Close the connection idle the longest to make room; False when none is idle."""
-        if not self._idle:
+    def _make_room(self, newcomer: Connection) -> bool:
+        """Close a connection for ``newcomer``: the one idle the longest, else (``evict_busy``)
+        a busy one (``busy_victim``); False when there is none to close."""
+        # Any newcomer closes another address's connection first; only a source's newcomer may
+        # close a source's.
+        idle = next((c for c in self._idle if not c.source), None)
+        if idle is None and newcomer.source:
+            idle = next(iter(self._idle), None)
+        if idle is not None:
+            self._close_for(idle, "evicted")
+            return True
+        if not self.limits.evict_busy:
             return False
-        victim = next(iter(self._idle))
-        self.recycled("evicted")
+        victim = busy_victim(self._open, self._by_address, newcomer)
+        if victim is None:
+            return False
+        self._close_for(victim, "evicted_busy")
+        return True
+
+    def _close_for(self, victim: Connection, reason: str) -> None:
+        self.recycled(reason)
         victim.abort()
         self.release(victim)  # now: the new connection takes its place before connection_lost runs
-        return True
 
     def idle(self, conn: Connection) -> None:
         self._idle.pop(conn, None)
@@ -142,6 +157,7 @@ class Connections:
         if conn not in self._open:
             return
         self._open.discard(conn)
+        self._others -= not conn.source
         self._by_address[conn.address] -= 1
         if self._by_address[conn.address] <= 0:
             del self._by_address[conn.address]
@@ -155,6 +171,9 @@ class Connections:
         for conn in [c for c in self._open if c.deadline <= now]:
             conn.expire()
 
+    def members(self) -> frozenset[Connection]:
+        return frozenset(self._open)
+
     def idle_count(self) -> int:
         return len(self._idle)
 
@@ -167,9 +186,13 @@ class Connections:
             conn.abort_if_unserved()
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     """One client connection: the raw TCP protocol until TLS is up, then the TLS transport's
-    protocol in front of aiohttp's request handler, with the deadline of its current phase."""
+    protocol in front of aiohttp's request handler, with the deadline of its current phase.
+
+    Its reads land in the listener's one buffer of ``READ_BYTES`` and are copied out at once (the
+    loop runs one read at a time), so one read brings at most that much, whatever the kernel has
+    queued or TLS has decrypted (issue 41, finding 4b)."""
 
     def __init__(self, owner: Connections) -> None:
         self._owner = owner
@@ -181,17 +204,23 @@ class Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self.deadline = float("inf")  # with limits.sweep: when the current phase's time is up
         self._timer_reason = ""
-        self._early: list[bytes] = []
-        self._early_eof = False
-        self._upgrade: asyncio.Task[None] | None = None
+        self._tls: TlsSession | None = None  # with a TLS listener: this connection's TLS
+        self._tls_reading = True  # the handler takes what TLS decrypts (it has not paused reading)
         self.requests = 0
         self._old = False  # max_age or max_requests reached: closed after the current answer
         self._age_timer: asyncio.TimerHandle | None = None
+        self.source = False  # from one of limits.sources
+        self.since = time.monotonic()  # when its current phase began (evict_busy: the oldest first)
+        self._unread = False  # the client does not read its answers (the transport paused writing)
+
+    def stalled(self) -> bool:
+        """It waits on its client: its handshake, a request's head or body, or answers unread."""
+        return self._unread or self.phase in _STALLED
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """The TCP accept (a TLS transport never calls this: ``start_tls`` does not)."""
+        """The TCP accept."""
         raw = transport if isinstance(transport, asyncio.Transport) else None
         peer = transport.get_extra_info("peername")
         self.address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
@@ -203,27 +232,43 @@ class Connection(asyncio.Protocol):
         if self._owner.tls is None:
             self._serve(raw)
             return
-        raw.pause_reading()  # no byte reaches this protocol before start_tls takes the transport
-        self._upgrade = asyncio.get_running_loop().create_task(self._handshake(raw, self._owner.tls))
+        self._tls = TlsSession(self._owner.tls)
+        size = self._owner.limits.tls_buffer
+        if size is not None:  # ciphertext the kernel has not taken: the handler sees this limit
+            raw.set_write_buffer_limits(high=size)
+        # A handshake that fails or takes too long counts as failed (docs/troubleshooting.md).
+        self._arm(self._owner.limits.handshake_timeout, "handshake_failed")
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._owner.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(bytes(self._owner.read_buffer[:nbytes]))
 
     def data_received(self, data: bytes) -> None:
-        if self._handler is None:  # TLS data that arrived with the handshake's last flight
-            self._early.append(data)
+        tls = self._tls
+        if tls is not None:
+            tls.feed(data)
+            if tls.handshaken or self._handshake(tls):
+                self._decrypt(tls)
             return
-        self.started()
-        self._handler.data_received(data)
+        if self._handler is not None:
+            self.started()
+            self._handler.data_received(data)
 
     def eof_received(self) -> bool | None:
-        if self._handler is None:
-            self._early_eof = True
-            return None
+        if self._handler is None or (self._tls is not None and self._tls.peer_closed):
+            return None  # before the handshake's end, or after close_notify: nothing to finish
         return self._handler.eof_received()
 
     def pause_writing(self) -> None:
+        if not self._unread:
+            self._unread, self.since = True, time.monotonic()
         if self._handler is not None:
             self._handler.pause_writing()
 
     def resume_writing(self) -> None:
+        self._unread = False
         if self._handler is not None:
             self._handler.resume_writing()
 
@@ -243,6 +288,7 @@ class Connection(asyncio.Protocol):
         (pipelined). Either way it is under the request deadline, and the connection is busy."""
         if self.phase == "idle":
             self.phase = "headers"
+            self.since = time.monotonic()
             self._owner.busy(self)
             if self._timer_reason != "header_timeout":  # a fresh connection's clock keeps running
                 self._arm(self._owner.limits.header_timeout, "header_timeout")
@@ -250,6 +296,12 @@ class Connection(asyncio.Protocol):
     def reading_body(self, seconds: float) -> None:
         self.phase = "body"
         self._arm(seconds + self._owner.limits.body_grace, "body_timeout")
+
+    def judging(self) -> None:
+        """The request is in whole and being answered (the admission listener): not stalled, and
+        its deadline, which covers the answer too, keeps running."""
+        if self.phase != "closed":
+            self.phase, self.since = "working", time.monotonic()
 
     def working(self) -> None:
         self.phase = "working"
@@ -282,33 +334,76 @@ class Connection(asyncio.Protocol):
             transport.abort()
 
     def abort_if_unserved(self) -> None:
-        if self._handler is None:
-            if self._upgrade is not None:
-                self._upgrade.cancel()
-            if self._raw is not None:
-                self._raw.abort()
+        if self._handler is None and self._raw is not None:
+            self._raw.abort()  # a TLS handshake in flight
+
+    # -- TLS (bootstrap.service.http.tls) ---------------------------------------------------------
+
+    def _handshake(self, tls: TlsSession) -> bool:
+        """Advance the handshake; True once it is done and the handler serves the connection."""
+        try:
+            done = tls.handshake()
+        except TlsFailed:
+            self._owner.client_error("handshake_failed")
+            self.tls_send()  # the alert, when OpenSSL wrote one
+            self.abort()
+            return False
+        self.tls_send()
+        if done and self._raw is not None and self.phase != "closed":
+            self._serve(TlsTransport(self, tls, self._raw, self))
+            return True
+        return False
+
+    def _decrypt(self, tls: TlsSession) -> None:
+        """Hand the handler what is decrypted while it reads; read the socket only while it does
+        and little ciphertext waits."""
+        while self._tls_reading and self._handler is not None and self.phase != "closed":
+            try:
+                data = tls.read()
+            except TlsFailed:
+                self.abort()
+                return
+            if data is None:  # the client's close_notify: its end of the stream, and ours
+                self._handler.eof_received()
+                if self._transport is not None:
+                    self._transport.close()
+                break
+            if not data:
+                break
+            self.started()
+            self._handler.data_received(data)
+        self.tls_send()  # what reading made OpenSSL answer (a key update, an alert)
+        raw = self._raw
+        if raw is not None and not raw.is_closing():
+            limit = self._owner.limits.tls_buffer or PENDING_BYTES
+            if self._tls_reading and tls.pending() < limit:
+                raw.resume_reading()
+            else:
+                raw.pause_reading()
+
+    def tls_pause_reading(self) -> None:
+        self._tls_reading = False
+        if self._raw is not None and not self._raw.is_closing():
+            self._raw.pause_reading()
+
+    def tls_resume_reading(self) -> None:
+        self._tls_reading = True
+        tls = self._tls
+        if tls is not None:  # what waits decrypted first, on the loop's next turn
+            asyncio.get_running_loop().call_soon(self._decrypt, tls)
+
+    def tls_send(self) -> None:
+        tls, raw = self._tls, self._raw
+        if tls is not None and raw is not None and not raw.is_closing():
+            data = tls.take()
+            if data:
+                raw.write(data)
+
+    def tls_close(self) -> None:
+        if self._raw is not None:
+            self._raw.close()  # once what was written is sent
 
     # -- internals ----------------------------------------------------------------------------
-
-    async def _handshake(self, raw: asyncio.Transport, ctx: ssl.SSLContext) -> None:
-        if self.phase == "closed" or raw.is_closing():
-            return
-        loop = asyncio.get_running_loop()
-        try:
-            tls = await loop.start_tls(
-                raw, self, ctx, server_side=True, ssl_handshake_timeout=self._owner.limits.handshake_timeout
-            )
-        except (OSError, ConnectionError, RuntimeError, ssl.SSLError):
-            # start_tls closed the transport; connection_lost releases the slot
-            self._owner.client_error("handshake_failed")
-            self.phase = "closed"
-            self._owner.release(self)
-            return
-        if tls is None or self._closed():
-            if tls is not None:
-                tls.abort()
-            return
-        self._serve(tls)
 
     def _serve(self, transport: asyncio.Transport) -> None:
         self._transport = transport
@@ -320,11 +415,6 @@ class Connection(asyncio.Protocol):
         if self._owner.limits.max_age is not None:
             self._age_timer = asyncio.get_running_loop().call_later(self._owner.limits.max_age, self._aged)
         self._arm(self._owner.limits.header_timeout, "header_timeout")
-        early, self._early = self._early, []
-        for data in early:
-            self.data_received(data)
-        if self._early_eof:
-            handler.eof_received()
 
     def _aged(self) -> None:
         self._age_timer = None
@@ -337,9 +427,6 @@ class Connection(asyncio.Protocol):
             self.phase = "closed"
             self._transport.close()  # idle: nothing in flight, a clean close
         # busy: closed after its current answer (answered() says so)
-
-    def _closed(self) -> bool:
-        return self.phase == "closed"  # a method: connection_lost may change it across an await
 
     def _arm(self, seconds: float, reason: str) -> None:
         if self._owner.limits.sweep is not None:  # recorded only: the sweep enforces it
@@ -372,94 +459,3 @@ class Connection(asyncio.Protocol):
         transport = self._transport or self._raw
         if transport is not None:
             transport.abort()  # not close(): a client that stopped reading never drains it
-
-
-async def listen(
-    connections: Connections, host: str, port: int, backlog: int
-) -> tuple[asyncio.Server, asyncio.Task[None] | None]:
-    """The bound socket whose connections go through ``connections``, and the task that enforces
-    their deadlines when ``limits.sweep`` is set (None: a timer per phase instead)."""
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(connections.protocol, host, port, backlog=backlog, reuse_address=True)
-    interval = connections.limits.sweep
-    return server, None if interval is None else loop.create_task(_sweep(connections, interval))
-
-
-async def _sweep(connections: Connections, interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        connections.sweep(time.monotonic())
-
-
-async def stop_sweeping(sweeper: asyncio.Task[None] | None) -> None:
-    if sweeper is not None:
-        sweeper.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweeper
-
-
-def bound_port(server: asyncio.AbstractServer | None, configured: int) -> int:
-    """The port ``server`` is bound to (``configured`` until it is)."""
-    for sock in getattr(server, "sockets", None) or []:
-        return int(sock.getsockname()[1])
-    return configured
-
-
-def connection_of(request: web.BaseRequest) -> Connection | None:
-    """The guarded connection a request came on (None under a plain aiohttp site, in tests)."""
-    transport = request.transport
-    if transport is None:
-        return None
-    with contextlib.suppress(AttributeError, NotImplementedError):
-        proto = transport.get_protocol()
-        if isinstance(proto, Connection):
-            return proto
-    return None
-
-
-class GuardedSite(web.BaseSite):
-    """An aiohttp site whose connections go through ``Connections`` (TLS done there)."""
-
-    def __init__(
-        self,
-        runner: web.BaseRunner,
-        host: str,
-        port: int,
-        *,
-        tls: ssl.SSLContext | None,
-        limits: ConnectionLimits,
-        metrics: Metrics,
-        backlog: int = 1024,
-    ) -> None:
-        super().__init__(runner, backlog=backlog)
-        self._host = host
-        self._port = port
-        self._tls = tls
-        self._limits = limits
-        self._metrics = metrics
-        self.connections: Connections | None = None
-        self._sweeper: asyncio.Task[None] | None = None
-
-    @property
-    def name(self) -> str:
-        scheme = "https" if self._tls is not None else "http"
-        return f"{scheme}://{self._host}:{self.port}"
-
-    @property
-    def port(self) -> int:
-        """The bound port (the configured one until started)."""
-        return bound_port(self._server, self._port)
-
-    async def start(self) -> None:
-        await super().start()
-        server = self._runner.server
-        if server is None:
-            raise RuntimeError("call runner.setup() first")
-        self.connections = Connections(self._limits, self._metrics, server, self._tls)
-        self._server, self._sweeper = await listen(self.connections, self._host, self._port, self._backlog)
-
-    async def stop(self) -> None:
-        await stop_sweeping(self._sweeper)
-        await super().stop()
-        if self.connections is not None:
-            self.connections.abort_unserved()

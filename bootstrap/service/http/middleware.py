@@ -16,7 +16,7 @@ from aiohttp import web
 from attest.errors import AttestationError
 from bootstrap.problems import MethodNotAllowed, NotFound, PayloadTooLarge, ServiceError, attestation_status
 from bootstrap.service.http.bodies import BodyRefused, ClientGone, read_body
-from bootstrap.service.http.listener import connection_of
+from bootstrap.service.http.guarded import connection_of
 from bootstrap.service.http.plumbing import PLUMBING, Plumbing
 from bootstrap.service.http.problemjson import problem
 

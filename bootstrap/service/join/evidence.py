@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Final
 
 from attest import eventlog, pcr, tpm
-from attest.errors import BootNotReset, MeasuredBootViolation
+from attest.bootrecord.build import Built, build_record, record_facts
+from attest.bootrecord.model import EkFacts
+from attest.bootrecord.verdict import measured_boot_verdict
+from attest.errors import BootNotReset
 from attest.measuredboot import facts as bootfacts
 from attest.measuredboot import policy as measuredboot
 from bootstrap.config import Settings
@@ -21,14 +26,39 @@ from bootstrap.service.join.sessions import Session
 log = logging.getLogger("nodegate.join")
 
 
+# The refusals of a node's own evidence: the quote, the PCRs, the event log and the boot they
+# describe. They are reached only after the TPM proved itself (the credential proof of a join) or
+# the node's current SVID authenticated it (a renewal), so nobody else can cause one; each takes the
+# node's SPIRE agents away until it attests again (docs/spire.md). Client faults, session and
+# binding refusals are not among them.
+REFUSES_THE_BOOT: Final = frozenset(
+    {
+        "quote_invalid",
+        "quote_signature_invalid",
+        "nonce_mismatch",
+        "pcr_selection_mismatch",
+        "pcr_digest_mismatch",
+        "pcr_policy_violation",
+        "clock_unsafe",
+        "counter_regressed",
+        "event_log_invalid",
+        "event_log_mismatch",
+        "measured_boot_violation",
+        "boot_not_reset",
+        "boot_id_required",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Evidence:
     quote: tpm.QuoteResult
     pcr_class: str | None  # the PCR policy class that matched
     measured_boot_class: str | None  # the measured_boot class that matched
     boot_id: str | None
-    # The facts the measured_boot policy judged (None: no log, or a policy that enforces nothing);
-    # a disk-key release checks its own classes on them (bootstrap.service.disk.eligibility).
+    log: eventlog.EventLog | None = None  # the replayed event log (None: the node sent none)
+    # Its facts, as the verdict read them: the boot record keeps them, and a disk-key release
+    # checks its own classes on them (bootstrap.service.disk.eligibility).
     facts: bootfacts.BootFacts | None = None
 
 
@@ -47,8 +77,8 @@ def judge(
     )
     verdict = pcr.enforce(settings.pcr_policy, quote.pcrs)
     _warn_pcrs(session.node_name, verdict)
-    mb_class, facts = judge_log(settings.measured_boot, req.event_log, quote.pcrs, session.node_name)
-    return Evidence(quote, verdict.matched_class, mb_class, req.boot_id, facts)
+    log, facts, mb_class = judge_log(settings.measured_boot, req.event_log, quote.pcrs, session.node_name)
+    return Evidence(quote, verdict.matched_class, mb_class, req.boot_id, log, facts)
 
 
 def judge_event_log(
@@ -59,7 +89,7 @@ def judge_event_log(
 ) -> str | None:
     """Replay ``raw`` against the verified (signed) PCR values and judge it; returns the class
     that matched. Without a log: refused when the policy enforces anything, else nothing to do."""
-    return judge_log(policy, raw, quoted, node_name)[0]
+    return judge_log(policy, raw, quoted, node_name)[2]
 
 
 def judge_log(
@@ -67,26 +97,40 @@ def judge_log(
     raw: bytes | None,
     quoted: dict[str, dict[int, bytes]],
     node_name: str,
-) -> tuple[str | None, bootfacts.BootFacts | None]:
-    """``judge_event_log``, and the facts it judged."""
-    if raw is None:
-        if policy.enforces_anything:
-            raise MeasuredBootViolation(
-                "the node sent no event log; the measured_boot policy needs the firmware's "
-                "(binary_bios_measurements)"
-            )
-        return None, None
-    parsed = eventlog.parse(raw)
-    eventlog.verify_replay(parsed, quoted)
-    if not policy.enforces_anything:
-        return None, None
-    bank = measuredboot.judged_bank(policy, quoted)  # 403 naming the banks, never StopIteration
-    facts = bootfacts.facts(parsed.events, bank=bank, pcrs=frozenset(quoted[bank]))
-    result = measuredboot.enforce(policy, facts)
+) -> tuple[eventlog.EventLog | None, bootfacts.BootFacts | None, str | None]:
+    """:func:`judge_event_log`, also returning the log and its facts (what the boot record
+    keeps: the verdict read exactly these)."""
+    parsed = facts = None
+    if raw is not None:
+        parsed = eventlog.parse(raw)
+        eventlog.verify_replay(parsed, quoted)
+        facts = record_facts(parsed, quoted)
+    result = measured_boot_verdict(policy, facts, quoted, sent_log=raw is not None)
+    if result is None:
+        return parsed, facts, None
     if result.warnings:
         text = "; ".join(str(w) for w in result.warnings[:5])
         log.warning("the event log breaks a warn-mode class", extra={"node": node_name, "error": text[:500]})
-    return result.matched_class, facts
+    return parsed, facts, result.matched_class
+
+
+def boot_record(
+    judged: Evidence, policy: measuredboot.MeasuredBootPolicy, *, attested_at: datetime, ek: EkFacts | None
+) -> Built:
+    """The boot record of an accepted attestation: what its verdict read (docs/fleet.md)."""
+    return build_record(
+        attested_at=attested_at,
+        quoted=judged.quote.pcrs,
+        boot_id=judged.boot_id,
+        counters=judged.quote.counters,
+        pcr_class=judged.pcr_class,
+        firmware_version=judged.quote.firmware_version,
+        ek=ek,
+        log=judged.log,
+        facts=judged.facts,
+        policy=policy,
+        matched_class=judged.measured_boot_class,
+    )
 
 
 def check_boot(

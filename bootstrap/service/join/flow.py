@@ -20,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from attest import ca, credential, svid, tpm, x509pop
+from attest.bootrecord import ekfacts
+from attest.bootrecord.model import EkFacts
 from attest.csr import parse_node_csr
 from attest.errors import AttestationError, MalformedInput
 from bootstrap.config import POOL_LABEL, Settings
@@ -51,7 +53,8 @@ from bootstrap.service.join.aia import AiaFetcher
 from bootstrap.service.join.ekroots import EkTrust
 from bootstrap.service.join.ekroots import load_ek_trust as load_ek_trust  # noqa: PLC0414  (moved there; re-exported)
 from bootstrap.service.join.evidence import Evidence
-from bootstrap.service.join.sessions import Sealer, Session
+from bootstrap.service.join.popcert import x509pop_facts, x509pop_pem
+from bootstrap.service.join.sessions import Sealer, Session, sealed_ek_facts
 from bootstrap.store import Attestation, NodeRecord, Store, StoreUnavailable
 from bootstrap.times import rfc3339
 
@@ -59,7 +62,8 @@ log = logging.getLogger("nodegate.join")
 _USED_CACHE = 100_000  # session ids this replica committed, kept until they expire
 _INLINE_EVENT_LOG = 64 * 1024  # larger logs are judged on a worker thread
 
-Refusal = Callable[[str, str, str], Awaitable[None]]  # node_name, code, detail
+Refusal = Callable[[str, str, str, bool], Awaitable[None]]  # node_name, code, detail, evidence
+Accepted = Callable[[NodeRecord | None, NodeRecord, str], Awaitable[None]]  # before, after, action
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +83,7 @@ class JoinService:
         ek_trust: EkTrust,
         kube: Kube | None = None,
         on_refusal: Refusal | None = None,
+        on_accepted: Accepted | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         aia: AiaFetcher | None = None,
     ) -> None:
@@ -92,6 +97,7 @@ class JoinService:
         self._aia = aia
         self.kube = kube
         self._on_refusal = on_refusal
+        self._on_accepted = on_accepted
         self._now = now
         self._selection = settings.pcr_policy.selection
         self._inventory = settings.inventory_index
@@ -131,6 +137,7 @@ class JoinService:
             selection=self._selection,
             ttl=self.settings.session_ttl.total_seconds(),
             secret=secret,
+            ek_facts=ekfacts.ek_facts(ek).model_dump_json(by_alias=True, exclude_none=True),
         )
         return StartResponse(
             session=token,
@@ -166,7 +173,9 @@ class JoinService:
         # gate holds any other Node of this name). A commit that fails afterwards leaves a Node
         # with the hold taint and nothing that releases it.
         node_uid = await self._node(session, judged.pcr_class) if self.kube is not None else None
-        issued = await self._issue(session, sid, judged, action="join", node_uid=node_uid)
+        issued = await self._issue(
+            session, sid, judged, action="join", node_uid=node_uid, ek=sealed_ek_facts(session)
+        )
         if self.kube is None:
             return issued.response
         kubeconfig = await self._kubelet(session, str(sid))
@@ -208,7 +217,9 @@ class JoinService:
             # kubelet registers onto nodegate's Node; a renewal on the same boot creates nothing.
             new_boot = judged.boot_id is not None and judged.boot_id != record.boot_id
             node_uid = await self._relabel(session, judged.pcr_class, create=new_boot)
-            issued = await self._issue(session, sid, judged, action="renew", node_uid=node_uid)
+            # The EK is the one the join verified (the binding): its facts carry over.
+            ek = record.boot_record.ek if record.boot_record is not None else None
+            issued = await self._issue(session, sid, judged, action="renew", node_uid=node_uid, ek=ek)
         except AttestationError as exc:
             await self._refused(session.node_name, exc)
             raise
@@ -259,12 +270,24 @@ class JoinService:
         return judged
 
     async def _issue(
-        self, session: Session, sid: svid.SpiffeId, judged: Evidence, *, action: str, node_uid: str | None
+        self,
+        session: Session,
+        sid: svid.SpiffeId,
+        judged: Evidence,
+        *,
+        action: str,
+        node_uid: str | None,
+        ek: EkFacts | None,
     ) -> Issued:
         counters = judged.quote.counters
         now = self._now()
         cas = self._authorities()
         public_key = x509.load_der_x509_csr(session.csr_der).public_key()
+        facts = None
+        if self.settings.spire.x509pop:
+            entry = self._inventory.get(session.ek_sha256)
+            pool = entry.labels.get(POOL_LABEL) if entry is not None else None
+            facts = x509pop_facts(session.node_name, session.ek_sha256, pool, judged)
         leaf = svid.issue_svid(
             cas.signer,
             spiffe_id=sid,
@@ -272,6 +295,7 @@ class JoinService:
             now=now,
             ttl=self.settings.svid_ttl,
         )
+        boot = evidence.boot_record(judged, self.settings.measured_boot, attested_at=now, ek=ek)
         att = Attestation(
             node_name=session.node_name,
             ek_sha256=session.ek_sha256,
@@ -284,11 +308,16 @@ class JoinService:
             boot_id=judged.boot_id,
             measured_boot_class=judged.measured_boot_class,
             node_uid=node_uid,
+            x509pop_attestation=facts[x509pop.ATTESTATION] if facts is not None else None,
+            boot_record=boot.record,
+            dbx=tuple(boot.dbx.items()),
         )
+        before: list[NodeRecord | None] = []
 
         def check(existing: NodeRecord | None) -> None:
             # Re-run against what the store holds at commit time: another replica may have
             # committed a join of this node since we read it.
+            before[:] = [existing]
             _check_binding(existing, session.ek_sha256, session.node_name)
             if existing is not None and existing.counters is not None:
                 tpm.check_counters(existing.counters, counters)
@@ -305,6 +334,8 @@ class JoinService:
         except StoreUnavailable as exc:
             raise Unavailable(f"store: {exc}", retry_after=2) from None
         self._remember(session)
+        if self._on_accepted is not None:  # before the answer: SPIRE follows the new attestation
+            await self._on_accepted(before[0] if before else None, record, action)
         # one line per success, every value a field (alerts and searches need no parsing of msg)
         log.info(
             "node %s",
@@ -319,7 +350,17 @@ class JoinService:
             },
         )
         chain = leaf.public_bytes(serialization.Encoding.PEM).decode()
-        pop = self._x509pop(cas, session, judged, public_key, now, leaf.not_valid_after_utc)
+        pop = None
+        if facts is not None:
+            pop = x509pop_pem(
+                cas.signer,
+                self.settings.spire_trust_domain,
+                session.node_name,
+                facts,
+                public_key,
+                now,
+                leaf.not_valid_after_utc,
+            )
         return Issued(
             record,
             FinishResponse(
@@ -363,42 +404,6 @@ class JoinService:
             return await kubelet.ensure_node(self.kube, session.node_name, labels, key)
         except (KubeUnavailable, KubeConflict, KubeNotFound) as exc:
             raise Unavailable(f"kubelet credentials: {exc}"[:500], retry_after=5) from None
-
-    def _x509pop(
-        self,
-        cas: ca.CaSet,
-        session: Session,
-        judged: Evidence,
-        public_key: object,
-        now: datetime,
-        not_after: datetime,
-    ) -> str | None:
-        """The certificate for SPIRE's x509pop attestor (docs/spire.md): the same key and lifetime
-        as the SVID, so it is renewed exactly while the node is (never for a revoked node), and
-        the attested facts as URI SANs."""
-        if not self.settings.spire.x509pop:
-            return None
-        facts = {x509pop.NODE: session.node_name, x509pop.EK_SHA256: session.ek_sha256}
-        entry = self._inventory.get(session.ek_sha256)
-        if entry is not None and POOL_LABEL in entry.labels:
-            facts[x509pop.POOL] = entry.labels[POOL_LABEL]
-        for key, value in (
-            (x509pop.PCR_CLASS, judged.pcr_class),
-            (x509pop.MEASURED_BOOT_CLASS, judged.measured_boot_class),
-            (x509pop.BOOT_ID, judged.boot_id),
-        ):
-            if value is not None:
-                facts[key] = value
-        cert = x509pop.issue_x509pop(
-            cas.signer,
-            public_key=public_key,  # type: ignore[arg-type]  # parse_node_csr admitted only EC/RSA
-            trust_domain=self.settings.spire_trust_domain,
-            node_name=session.node_name,
-            facts=facts,
-            now=now,
-            not_after=not_after,
-        )
-        return cert.public_bytes(serialization.Encoding.PEM).decode()
 
     async def _kubelet(self, session: Session, spiffe_id: str) -> str:
         if self.kube is None:
@@ -456,12 +461,14 @@ class JoinService:
 
     async def _refused(self, node_name: str, exc: AttestationError) -> None:
         """Refusals of sessions we issued are audited (start-step refusals are not: anyone can
-        send them, and the store must not fill up with an attacker's noise)."""
+        send them, and the store must not fill up with an attacker's noise). A refusal of the
+        node's own evidence (``evidence.REFUSES_THE_BOOT``: only the TPM or the SVID holder gets
+        that far) also takes the node's SPIRE agents away, before the node hears of it."""
         log.info("join refused", extra={"node": node_name, "code": exc.code})
         if self._on_refusal is None:
             return
         try:
-            await self._on_refusal(node_name, exc.code, exc.detail)
+            await self._on_refusal(node_name, exc.code, exc.detail, exc.code in evidence.REFUSES_THE_BOOT)
         except (StoreUnavailable, KubeUnavailable) as err:
             log.warning("could not record a refusal", extra={"node": node_name, "error": str(err)[:200]})
 

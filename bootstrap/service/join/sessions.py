@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -25,9 +27,12 @@ from typing import Any, Literal
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from attest.bootrecord.model import EkFacts
 from bootstrap.files import create_exclusive, read_limited
 from bootstrap.problems import SessionExpired, SessionUnknown
 from bootstrap.protocol import disk_qualifying_data, qualifying_data
+
+log = logging.getLogger("nodegate.join")
 
 PREFIX = "ngs1."
 MAX_TOKEN_CHARS = 8192
@@ -57,6 +62,9 @@ class Session:
     epoch: int = 0
     key_version: int = 0
     ek_public: bytes = b""
+    # joins: what the EK certificate verified at the start says (issuer, TPM model...), as the
+    # compact JSON of attest.bootrecord.model.EkFacts, for the boot record; "" for renewals and disk releases
+    ek_facts: str = ""
 
     @property
     def qualifying_data(self) -> bytes:
@@ -109,6 +117,7 @@ class Sealer:
         epoch: int = 0,
         key_version: int = 0,
         ek_public: bytes = b"",
+        ek_facts: str = "",
     ) -> tuple[Session, str]:
         session = Session(
             id=secrets.token_hex(16),
@@ -126,7 +135,17 @@ class Sealer:
             epoch=epoch,
             key_version=key_version,
             ek_public=ek_public,
+            ek_facts=ek_facts,
         )
+        try:
+            return session, self.seal(session)
+        except ValueError:
+            if not ek_facts:
+                raise
+        # An RSA-8192 CSR and an EK certificate with long names: no room for the EK's facts. The
+        # join goes on without them; its boot record then has no ``ek``.
+        log.warning("EK facts left out of a join session (token size)", extra={"node": node_name})
+        session = dataclasses.replace(session, ek_facts="")
         return session, self.seal(session)
 
     def seal(self, s: Session) -> str:
@@ -145,6 +164,8 @@ class Sealer:
         }
         if s.kind == "disk":
             doc.update({"vol": s.volume, "ep": s.epoch, "kv": s.key_version, "ekp": _b64(s.ek_public)})
+        if s.ek_facts:
+            doc["ekf"] = s.ek_facts
         iv = os.urandom(12)
         plain = json.dumps(doc, separators=(",", ":")).encode()
         sealed = self._keys[self._current].encrypt(iv, plain, _AAD)
@@ -204,9 +225,22 @@ def _decode(plain: bytes) -> Session:
             epoch=int(d["ep"]) if disk else 0,
             key_version=int(d["kv"]) if disk else 0,
             ek_public=_unb64(d["ekp"]) if disk else b"",
+            ek_facts=str(d.get("ekf", "")),
         )
     except (ValueError, KeyError, TypeError, binascii.Error):
         raise SessionUnknown("the session token's content is not understood") from None
+
+
+def sealed_ek_facts(session: Session) -> EkFacts | None:
+    """What the join start sealed about the EK; None when it sealed nothing (no room, or a token
+    from a replica that did not know boot records): the record then lacks them, nothing else."""
+    if not session.ek_facts:
+        return None
+    try:
+        return EkFacts.model_validate_json(session.ek_facts)
+    except ValueError:
+        log.warning("a join session's EK facts do not read back", extra={"node": session.node_name})
+        return None
 
 
 def load_keys(state_dir: Path) -> list[bytes]:

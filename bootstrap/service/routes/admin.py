@@ -13,7 +13,7 @@ from aiohttp import web
 from attest.errors import MalformedInput
 from bootstrap.names import is_node_name
 from bootstrap.problems import NotFound, Unavailable
-from bootstrap.protocol import RevokeRequest, parse_request
+from bootstrap.protocol import QuarantineRequest, RevokeRequest, parse_request
 from bootstrap.service.http.inputs import client_address, peer_certificate, read_json
 from bootstrap.service.pki import authority, startup
 from bootstrap.service.state import SERVICE, Service
@@ -38,10 +38,12 @@ async def admin_list(request: web.Request) -> web.StreamResponse:
         damaged = await store.damaged_nodes()
     except StoreUnavailable as exc:
         raise Unavailable(f"store: {exc}", retry_after=2) from None
-    # Damaged records are shown apart: they are nodes, but nothing in them can be trusted.
+    # Damaged records are shown apart: they are nodes, but nothing in them can be trusted. The
+    # boot records (~2 KB a node) only when asked for (``?boot=true``: --where selects on them).
+    boot = request.query.get("boot") == "true"
     return web.json_response(
         {
-            "nodes": [_record_json(r) for r in sorted(nodes, key=lambda r: r.node_name)],
+            "nodes": [_record_json(r, boot=boot) for r in sorted(nodes, key=lambda r: r.node_name)],
             "damaged": [{"node_name": d.node_name, "problem": d.problem} for d in damaged],
         }
     )
@@ -61,9 +63,24 @@ async def admin_revoke(request: web.Request) -> web.StreamResponse:
         raise NotFound(f"no node {name}") from None
     except StoreUnavailable as exc:
         raise Unavailable(f"store: {exc}", retry_after=2) from None
-    spire = request.app[SERVICE].spire
-    if spire is not None:  # the node's SPIRE agent goes (or may come back) with it
-        await spire.revoked(record)
+    # the node's SPIRE agents go (or, unrevoked and still current, may come back) with it
+    await request.app[SERVICE].spire_sync(name, "revoke" if req.revoked else "unrevoke")
+    return web.json_response(_record_json(record))
+
+
+async def admin_quarantine(request: web.Request) -> web.StreamResponse:
+    """Hold a node ``quarantined`` until it attests a new boot the policy allows (docs/fleet.md);
+    the ``revoke`` permission (a softer revocation: its renewals go on)."""
+    name = _name(request)
+    actor = await _admin(request, "revoke", name)
+    req = parse_request(QuarantineRequest, await read_json(request))
+    try:
+        record = await request.app[SERVICE].store.quarantine(name, actor=actor, reason=req.reason)
+    except KeyError:
+        raise NotFound(f"no node {name}") from None
+    except StoreUnavailable as exc:
+        raise Unavailable(f"store: {exc}", retry_after=2) from None
+    log.warning("node quarantined", extra={"actor": actor, "node": name})
     return web.json_response(_record_json(record))
 
 
@@ -94,6 +111,7 @@ async def admin_forget(request: web.Request) -> web.StreamResponse:
     if not forgotten:
         raise NotFound(f"no node {name}")
     log.warning("node forgotten", extra={"actor": actor, "node": name})
+    await request.app[SERVICE].spire_sync(name, "forget")  # no record: no agent
     return web.json_response({"node_name": name, "forgotten": True})
 
 
@@ -148,8 +166,8 @@ async def _admin(request: web.Request, permission: str, name: str = "") -> str:
     return caller.actor
 
 
-def _record_json(r: NodeRecord) -> dict[str, Any]:
-    return {
+def _record_json(r: NodeRecord, *, boot: bool = True) -> dict[str, Any]:
+    out = {
         "node_name": r.node_name,
         "ek_sha256": r.ek_sha256,
         "spiffe_id": r.spiffe_id,
@@ -160,4 +178,8 @@ def _record_json(r: NodeRecord) -> dict[str, Any]:
         "svid_serials": list(r.svid_serials),
         "boot_id": r.boot_id,
         "measured_boot_class": r.measured_boot_class,
+        "quarantine": r.quarantine.to_json() if r.quarantine is not None else None,
     }
+    if boot:
+        out["boot"] = r.boot_record.to_obj() if r.boot_record is not None else None
+    return out

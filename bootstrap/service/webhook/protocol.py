@@ -14,7 +14,10 @@ TLS, and the deadlines of every phase. This protocol tells it when an answer is 
 (``answered``), and closes the connection when it says so.
 
 Flow control: one request at a time. While one is answered, later bytes wait in the buffer;
-past ``_HOLD_BYTES`` reading pauses (so does it while the client does not read its answers).
+past ``_HOLD_BYTES`` reading pauses (so does it while the client does not read its answers). With
+the listener's socket and TLS buffers (``ConnectionLimits.socket_buffer``, ``tls_buffer``), one
+read brings at most about that much, so a connection that pipelines without reading its answers
+holds a bounded amount (issue 41, findings 4 and 4b).
 
 Bodies: the app reads a review's body before it takes a review slot or the heavy lane (issue 41,
 findings 1 and 2), so a body has a deadline of its own (the ``seconds`` the app gives ``read``; a
@@ -38,7 +41,9 @@ from bootstrap.service.webhook.app import Answer, BodyLate, NoRoom, Reviews, pro
 
 log = logging.getLogger("nodegate.admission")
 
-_HOLD_BYTES: Final = 256 * 1024  # buffered beyond the request being read: reading pauses
+_HOLD_BYTES: Final = 64 * 1024  # buffered beyond the request being read: reading pauses
+# A body at most this large is counted in BodyBytes but never refused for its cap.
+_SMALL_BODY: Final = 256 * 1024
 # The bytes of bodies held by the listener, from their first byte until their answer: reviews
 # being read, waiting for a slot (up to 2 s) or judged. Genuine load holds a few MiB (64 slots of
 # small reviews, large ones one at a time); 512 connections each holding a 4 MiB review would be
@@ -85,12 +90,11 @@ def encode_answer(answer: Answer, date: bytes, close: bool, body: bool = True) -
 
 class BodyBytes:
     """The bytes of request bodies held across a listener's connections, from their first byte
-    until their answer (``held``), and their cap. At the cap, a body larger than a connection's
-    buffer (``_HOLD_BYTES``) that is not in whole yet is refused (``NoRoom``: 503) when it is
-    asked for or when its next bytes come, and its bytes freed: never paused, for bodies that
-    wait for each other's room would all wait until their deadlines. Smaller bodies are counted
-    but never refused (a connection buffers as much anyway), so one chunk per connection beyond
-    the cap (256 KiB) is the most it is overshot by."""
+    until their answer (``held``), and their cap. At the cap, a body larger than ``_SMALL_BODY``
+    that is not in whole yet is refused (``NoRoom``: 503) when it is asked for or when its next
+    bytes come, and its bytes freed: never paused, for bodies that wait for each other's room
+    would all wait until their deadlines. Smaller bodies are counted but never refused, so
+    ``_SMALL_BODY`` per connection beyond the cap is the most it is overshot by."""
 
     __slots__ = ("cap", "held")
 
@@ -100,7 +104,7 @@ class BodyBytes:
 
     def refuses(self, size: int) -> bool:
         """A body of ``size`` bytes, not in whole, is refused now."""
-        return size > _HOLD_BYTES and self.held >= self.cap
+        return size > _SMALL_BODY and self.held >= self.cap
 
 
 class OpenSet:
@@ -149,6 +153,20 @@ class ReviewProtocol(asyncio.Protocol):
         self._draining = False  # the listener stops: close after the current answer
         self._read_paused = False
         self._write_paused = False
+
+    def buffered(self) -> int:
+        """Bytes read off the connection and not yet handed to the app: the buffer, and the part
+        of a body being awaited (the most a connection holds: docs/admission.md, "Connections")."""
+        return len(self._buf) + self._have
+
+    @property
+    def transport(self) -> asyncio.Transport | None:
+        return self._transport
+
+    @property
+    def reading(self) -> bool:
+        """False while reading is paused (a request is answered, or answers are not read)."""
+        return not self._read_paused
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
@@ -232,6 +250,14 @@ class ReviewProtocol(asyncio.Protocol):
         task = asyncio.get_running_loop().create_task(self._app.answer(head, self._read))
         self._busy = True
         task.add_done_callback(self._done)
+        if self._taken:  # no body: the request is in whole
+            self._judging()
+
+    def _judging(self) -> None:
+        """The request is in whole: the listener no longer counts its connection as waiting on
+        the client (``Connection.stalled``)."""
+        if self._conn is not None:
+            self._conn.judging()
 
     def _done(self, task: asyncio.Task[Answer]) -> None:
         self._busy = False
@@ -288,6 +314,7 @@ class ReviewProtocol(asyncio.Protocol):
             bodies.held += need
             if self._buf:
                 self._hold()
+            self._judging()
             return buf[:need]
         if bodies.refuses(need):
             self._taken = False  # never read: the connection closes after the answer
@@ -315,6 +342,7 @@ class ReviewProtocol(asyncio.Protocol):
             self._held -= len(self._buf)  # the next request's bytes: not this body's
             self._protocols.bodies.held -= len(self._buf)
             self._hold()
+        self._judging()
         if waiter is not None and not waiter.done():
             waiter.set_result(data[:need])
 

@@ -9,7 +9,9 @@ import ssl
 from typing import Final
 
 from bootstrap.service.http.framing import HeadReader
-from bootstrap.service.http.listener import ConnectionLimits, Connections, bound_port, listen, stop_sweeping
+from bootstrap.service.http.guarded import bound_port, listen, stop_sweeping
+from bootstrap.service.http.limits import ConnectionLimits
+from bootstrap.service.http.listener import Connections
 from bootstrap.service.metrics import Metrics
 from bootstrap.service.webhook.app import Reviews
 from bootstrap.service.webhook.protocol import Clock, OpenSet, ReviewProtocol
@@ -52,6 +54,11 @@ class ReviewSite:
     def port(self) -> int:
         """The bound port (the configured one until started)."""
         return bound_port(self._server, self._port)
+
+    @property
+    def protocols(self) -> frozenset[ReviewProtocol]:
+        """The connections being served (what each holds: ``ReviewProtocol.buffered``)."""
+        return frozenset(self._protocols.members)
 
     @property
     def name(self) -> str:

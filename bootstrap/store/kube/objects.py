@@ -10,6 +10,10 @@ object, so one write carries the binding, the used session and the audit entry t
 - ``ak-public`` (base64), ``counters`` (JSON), ``svid-serials`` (JSON, newest 32),
 - ``boot-id``, ``measured-boot-class``: what the last join or renewal reported (absent: nothing),
 - ``node-uid``: the uid of the Node object nodegate labelled at the last join or renewal,
+- ``x509pop-attestation``: the attestation fact of its x509pop certificates, and ``refused-at``:
+  when its evidence was last refused since (docs/spire.md; absent: none),
+- ``boot-record``: the boot record of the last join or renewal (attest.bootrecord, compact JSON),
+  published whole as ``status.boot``,
 - ``used-sessions`` (JSON list of ``{id, exp}``, expired entries dropped on every write),
 - ``audit`` (JSON, newest 20),
 - ``attested-at`` / ``expires-at``: copies of the status times. The status subresource cannot be
@@ -32,9 +36,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from attest.bootrecord.model import BootRecord
 from attest.tpm import Counters
 from bootstrap.kube import Kube
 from bootstrap.problems import NodeRecordDamaged
+from bootstrap.store.kube.bootstatus import ANN_BOOT_RECORD, BootRecordUnreadable, boot_record, boot_status
 from bootstrap.store.model import (
     NodeRecord,
     StoreUnavailable,
@@ -43,11 +49,14 @@ from bootstrap.store.model import (
     check_ek,
     check_measured_boot_class,
     check_node_uid,
+    check_x509pop_attestation,
+    quarantine_of,
 )
 from bootstrap.times import parse_time, rfc3339_exact
 
 __all__ = [
     "ANN_AK",
+    "ANN_BOOT_RECORD",
     "ANN_ATTESTED",
     "ANN_AUDIT",
     "ANN_BOOT_ID",
@@ -55,8 +64,10 @@ __all__ = [
     "ANN_EXPIRES",
     "ANN_MEASURED_BOOT_CLASS",
     "ANN_NODE_UID",
+    "ANN_REFUSED_AT",
     "ANN_SERIALS",
     "ANN_SESSIONS",
+    "ANN_X509POP_ATTESTATION",
     "GROUP",
     "KIND",
     "LABEL_EK",
@@ -102,6 +113,8 @@ ANN_EXPIRES: Final = "nodegate.io/expires-at"
 ANN_BOOT_ID: Final = "nodegate.io/boot-id"
 ANN_MEASURED_BOOT_CLASS: Final = "nodegate.io/measured-boot-class"
 ANN_NODE_UID: Final = "nodegate.io/node-uid"
+ANN_X509POP_ATTESTATION: Final = "nodegate.io/x509pop-attestation"
+ANN_REFUSED_AT: Final = "nodegate.io/refused-at"
 MAX_AUDIT: Final = 20
 MAX_ANNOTATION: Final = 256 * 1024  # the API server's limit for all annotations together
 
@@ -148,13 +161,14 @@ class Session:
 @dataclass(frozen=True, slots=True)
 class Published:
     """The status fields this store writes: ``attestedAt``, ``expiresAt``, ``bootID``, ``resetCount``,
-    ``nodeUID``."""
+    ``nodeUID``, ``boot``."""
 
     attested_at: datetime | None = None
     expires_at: datetime | None = None
     boot_id: str | None = None
     reset_count: int | None = None
     node_uid: str | None = None
+    boot: BootRecord | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,10 +260,17 @@ def _record(
         boot_id = check_boot_id(_unset_if_empty(annotations.get(ANN_BOOT_ID)))
         mb_class = check_measured_boot_class(_unset_if_empty(annotations.get(ANN_MEASURED_BOOT_CLASS)))
         uid = check_node_uid(_unset_if_empty(annotations.get(ANN_NODE_UID)))
+        pop = check_x509pop_attestation(_unset_if_empty(annotations.get(ANN_X509POP_ATTESTATION)))
     except ValueError as exc:
         raise Corrupt(
-            f"annotation {ANN_BOOT_ID}, {ANN_MEASURED_BOOT_CLASS} or {ANN_NODE_UID}: {exc}"
+            f"annotation {ANN_BOOT_ID}, {ANN_MEASURED_BOOT_CLASS}, {ANN_NODE_UID} or "
+            f"{ANN_X509POP_ATTESTATION}: {exc}"
         ) from None
+    refused = optional_time(annotations.get(ANN_REFUSED_AT), ANN_REFUSED_AT)
+    try:
+        held = quarantine_of(spec.get("quarantine"))
+    except ValueError as exc:
+        raise Corrupt(f"spec.quarantine: {exc}") from None
     return NodeRecord(
         node_name=name,
         ek_sha256=ek,
@@ -263,6 +284,10 @@ def _record(
         boot_id=boot_id,
         measured_boot_class=mb_class,
         node_uid=uid,
+        x509pop_attestation=pop,
+        refused_at=refused,
+        boot_record=_record_of(annotations),
+        quarantine=held,
     )
 
 
@@ -289,7 +314,7 @@ def parse(obj: dict[str, Any]) -> NodeObject:
             copies[1] is not None and published[1] is None
         )
         ours_set = published != (None, None) or any(
-            status.get(k) is not None for k in ("bootID", "resetCount", "nodeUID")
+            status.get(k) is not None for k in ("bootID", "resetCount", "nodeUID", "boot")
         )
         if not bound:
             behind = ours_set  # a forgotten node must not look attested
@@ -319,6 +344,13 @@ def parse(obj: dict[str, Any]) -> NodeObject:
             status_set=bool(field(obj, "status")),
             damaged=f"NodeAttestation {name}: {exc}; fix or forget it",
         )
+
+
+def _record_of(annotations: dict[str, Any]) -> BootRecord | None:
+    try:
+        return boot_record(annotations, MAX_ANNOTATION)
+    except BootRecordUnreadable as exc:
+        raise Corrupt(str(exc)) from None
 
 
 def refuse_damaged(obj: NodeObject | None) -> None:
@@ -362,6 +394,7 @@ def published_copies(obj: dict[str, Any]) -> Published:
         boot_id,
         counters.reset_count if counters is not None else None,
         uid,
+        _record_of(ann),
     )
 
 
@@ -370,7 +403,7 @@ def published_from(rec: NodeRecord | None) -> Published:
     if rec is None:
         return Published()
     reset = rec.counters.reset_count if rec.counters is not None else None
-    return Published(rec.attested_at, rec.expires_at, rec.boot_id, reset, rec.node_uid)
+    return Published(rec.attested_at, rec.expires_at, rec.boot_id, reset, rec.node_uid, rec.boot_record)
 
 
 def status_patch(rv: str, pub: Published) -> dict[str, Any]:
@@ -383,6 +416,7 @@ def status_patch(rv: str, pub: Published) -> dict[str, Any]:
             "bootID": pub.boot_id,
             "resetCount": pub.reset_count,
             "nodeUID": pub.node_uid,
+            "boot": boot_status(pub.boot),
         },
     }
 
@@ -431,6 +465,9 @@ def written_annotations(rec: NodeRecord, *, sessions: str, audit: str) -> dict[s
         ANN_BOOT_ID: rec.boot_id,
         ANN_MEASURED_BOOT_CLASS: rec.measured_boot_class,
         ANN_NODE_UID: rec.node_uid,
+        ANN_X509POP_ATTESTATION: rec.x509pop_attestation,
+        ANN_REFUSED_AT: rfc3339_exact(rec.refused_at) if rec.refused_at else None,
+        ANN_BOOT_RECORD: rec.boot_record.to_json() if rec.boot_record is not None else None,
     }
 
 
@@ -446,11 +483,14 @@ def forget_patch(*, sessions: str, audit: str) -> dict[str, Any]:
             ANN_BOOT_ID,
             ANN_MEASURED_BOOT_CLASS,
             ANN_NODE_UID,
+            ANN_X509POP_ATTESTATION,
+            ANN_REFUSED_AT,
+            ANN_BOOT_RECORD,
         )
     )
     ann[ANN_SESSIONS] = sessions
     ann[ANN_AUDIT] = audit
     return {
         "metadata": {"labels": {LABEL_EK: None}, "annotations": ann},
-        "spec": {"ekSha256": None, "spiffeId": None, "revoked": None},
+        "spec": {"ekSha256": None, "spiffeId": None, "revoked": None, "quarantine": None},
     }

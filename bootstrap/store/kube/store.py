@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, Final, TypeVar
@@ -20,8 +20,10 @@ from bootstrap.kube import Conflict, Kube, KubeUnavailable, NotFound
 from bootstrap.problems import NodeNameConflict, SessionReused
 from bootstrap.store.kube.anchors import TrustAnchors
 from bootstrap.store.kube.claims import EkClaims
+from bootstrap.store.kube.dbx import DbxLeases
 from bootstrap.store.kube.objects import (
     ANN_AUDIT,
+    ANN_REFUSED_AT,
     ANN_SESSIONS,
     GROUP,
     KIND,
@@ -61,15 +63,16 @@ from bootstrap.store.model import (
     check_anchors,
     check_attestation,
     check_code,
-    check_disk_event,
+    check_dbx_id,
     check_limit,
     check_node_name,
     check_session_id,
     check_time,
     clip,
-    record_from,
     utcnow,
 )
+from bootstrap.store.records import check_disk_event, commit_detail, quarantined, record_from
+from bootstrap.times import rfc3339_exact
 
 __all__ = ["ATTEMPTS", "KubeStore"]
 
@@ -97,6 +100,7 @@ class KubeStore:
         self._backoff = backoff
         self._claims = EkClaims(kube, namespace=namespace, clock=clock, attempts=attempts, pause=self._pause)
         self._anchors = TrustAnchors(kube, namespace=namespace, attempts=attempts, pause=self._pause)
+        self._dbx = DbxLeases(kube, namespace=namespace)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -192,6 +196,9 @@ class KubeStore:
             key=lambda d: d.node_name,
         )
 
+    async def dbx_digests(self, identities: Collection[str]) -> dict[str, bytes]:
+        return await self._unavailable(self._dbx.read([check_dbx_id(i) for i in identities]))
+
     async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
         check_session_id(session_id)
         if node_name is not None:
@@ -245,6 +252,7 @@ class KubeStore:
 
     async def _commit(self, att: Attestation, session: Session, action: str, check: Check) -> NodeRecord:
         name = att.node_name
+        await self._dbx.keep(att.dbx)  # before the record that names it
         for attempt in range(self._attempts):
             obj = await self._read(name)
             refuse_damaged(obj)  # neither trusted nor overwritten
@@ -258,14 +266,19 @@ class KubeStore:
                 await self._claims.claim(att.ek_sha256, name)
             check(existing)
             rec = record_from(att, action=action, existing=existing)
-            detail = f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
+            detail = commit_detail(rec, att, existing)
             annotations = written_annotations(
                 rec,
                 sessions=self._sessions_value(obj, session),
                 audit=self._audit_value(obj, action, "node", "", detail),
             )
             labels = {LABEL_EK: att.ek_sha256[:63]}
-            spec = {"ekSha256": rec.ek_sha256, "spiffeId": rec.spiffe_id, "revoked": rec.revoked}
+            spec = {
+                "ekSha256": rec.ek_sha256,
+                "spiffeId": rec.spiffe_id,
+                "revoked": rec.revoked,
+                "quarantine": rec.quarantine.to_json() if rec.quarantine is not None else None,
+            }
             try:
                 if obj is None:
                     body = {
@@ -276,7 +289,7 @@ class KubeStore:
                             "labels": labels,
                             "annotations": without_unset(annotations),
                         },
-                        "spec": spec,
+                        "spec": without_unset(spec),
                     }
                     written = await self._kube.create_cluster_object(GROUP, VERSION, PLURAL, body)
                 else:
@@ -309,13 +322,15 @@ class KubeStore:
                 await self._pause(attempt)
         raise self._exhausted(name)
 
-    async def record_refusal(self, node_name: str, code: str, detail: str) -> None:
+    async def record_refusal(self, node_name: str, code: str, detail: str, *, evidence: bool = False) -> None:
         check_node_name(node_name)
         check_code(code)
         text = clip(detail)
 
         def build(obj: NodeObject) -> dict[str, Any]:
             ann = {ANN_AUDIT: self._audit_value(obj, "refused", "node", code, text)}
+            if evidence and obj.record is not None:
+                ann[ANN_REFUSED_AT] = rfc3339_exact(self._clock())
             return {"metadata": {"annotations": ann}}
 
         done = await self._unavailable(self._update(node_name, build))
@@ -370,6 +385,26 @@ class KubeStore:
         read, _written = done
         assert read.record is not None  # noqa: S101  (build refused a tombstone)
         return replace(read.record, revoked=revoked)
+
+    async def quarantine(self, node_name: str, *, actor: str, reason: str) -> NodeRecord:
+        check_node_name(node_name)
+        check_actor(actor)
+        text = clip(reason)
+        held: list[NodeRecord] = []
+
+        def build(obj: NodeObject) -> dict[str, Any]:
+            refuse_damaged(obj)
+            if obj.record is None:
+                raise KeyError(node_name)
+            q = quarantined(obj.record, actor=actor, reason=text, at=self._clock())
+            held[:] = [replace(obj.record, quarantine=q)]
+            ann = {ANN_AUDIT: self._audit_value(obj, "quarantine", actor, "", text)}
+            return {"metadata": {"annotations": ann}, "spec": {"quarantine": q.to_json()}}
+
+        done = await self._unavailable(self._update(node_name, build))
+        if done is None or not held:
+            raise KeyError(node_name)
+        return held[0]
 
     async def forget(self, node_name: str, *, actor: str, reason: str) -> bool:
         check_node_name(node_name)

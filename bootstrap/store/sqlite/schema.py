@@ -72,8 +72,24 @@ def _v4(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE nodes ADD COLUMN node_uid TEXT")
 
 
+def _v5(db: sqlite3.Connection) -> None:
+    """SPIRE (docs/spire.md): the attestation fact of the node's x509pop certificates, and when
+    its evidence was last refused since its last join or renewal (NULL: never, or not recorded)."""
+    db.execute("ALTER TABLE nodes ADD COLUMN x509pop_attestation TEXT")
+    db.execute("ALTER TABLE nodes ADD COLUMN refused_at INTEGER")
+
+
+def _v6(db: sqlite3.Connection) -> None:
+    """Boot records (issue 43): the facts of the last accepted attestation, as JSON (NULL for
+    records written before), each distinct dbx's image digests, kept once by its identity, and an
+    admin's quarantine of the node (JSON; NULL: none)."""
+    db.execute("ALTER TABLE nodes ADD COLUMN boot_record TEXT")
+    db.execute("ALTER TABLE nodes ADD COLUMN quarantine TEXT")
+    db.execute("CREATE TABLE dbx (sha256 TEXT PRIMARY KEY, digests BLOB NOT NULL)")
+
+
 Migration = Callable[[sqlite3.Connection], None]
-SCHEMA: Final[tuple[Migration, ...]] = (_v1, _v2, _v3, _v4)
+SCHEMA: Final[tuple[Migration, ...]] = (_v1, _v2, _v3, _v4, _v5, _v6)
 SCHEMA_VERSION: Final = len(SCHEMA)
 
 

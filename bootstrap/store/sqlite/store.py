@@ -20,8 +20,9 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -40,22 +41,24 @@ from bootstrap.store.model import (
     check_anchors,
     check_attestation,
     check_code,
-    check_disk_event,
+    check_dbx_id,
     check_limit,
     check_node_name,
     check_session_id,
     check_time,
     clip,
     merged_anchors,
-    record_from,
     utcnow,
 )
+from bootstrap.store.records import check_disk_event, commit_detail, quarantined, record_from
 from bootstrap.store.sqlite.rows import (
     COLUMNS,
     create_private,
-    from_us,
+    put_dbx,
     put_record,
     read_anchors,
+    read_audit,
+    read_dbx,
     record_of,
     to_us,
 )
@@ -283,6 +286,11 @@ class SqliteStore:
 
         return await self._run(run)
 
+    async def dbx_digests(self, identities: Collection[str]) -> dict[str, bytes]:
+        wanted = sorted({check_dbx_id(i) for i in identities})
+
+        return await self._run(lambda: read_dbx(self._conn, wanted))
+
     async def session_used(self, session_id: str, *, node_name: str | None = None) -> bool:
         check_session_id(session_id)
         if node_name is not None:
@@ -298,22 +306,7 @@ class SqliteStore:
         check_limit(limit)
         if node_name is not None:
             check_node_name(node_name)
-
-        def run() -> list[AuditEntry]:
-            cols = "at, node_name, action, actor, code, detail"
-            if node_name is None:
-                sql, args = f"SELECT {cols} FROM audit ORDER BY id DESC LIMIT ?", (limit,)  # noqa: S608
-            else:
-                sql = f"SELECT {cols} FROM audit WHERE node_name = ? ORDER BY id DESC LIMIT ?"  # noqa: S608
-                args = (node_name, limit)  # type: ignore[assignment]
-            out = []
-            for at, node, action, actor, code, detail in self._conn.execute(sql, args):
-                when = from_us(at)
-                assert when is not None  # noqa: S101  (NOT NULL column)
-                out.append(AuditEntry(when, node, action, actor, code, detail))
-            return out
-
-        return await self._run(run)
+        return await self._run(lambda: read_audit(self._conn, node_name, limit))
 
     # -- writes -----------------------------------------------------------------------------------
 
@@ -345,18 +338,25 @@ class SqliteStore:
             except sqlite3.IntegrityError:
                 raise SessionReused("this session already finished") from None
             put_record(db, rec)
-            self._audit(
-                db, rec.node_name, action, "node", "", f"spiffe_id={rec.spiffe_id} serial={att.svid_serial}"
-            )
+            put_dbx(db, att.dbx)
+            self._audit(db, rec.node_name, action, "node", "", commit_detail(rec, att, existing))
             return rec
 
         return await self._grouped(run)
 
-    async def record_refusal(self, node_name: str, code: str, detail: str) -> None:
+    async def record_refusal(self, node_name: str, code: str, detail: str, *, evidence: bool = False) -> None:
         check_node_name(node_name)
         check_code(code)
         text = clip(detail)
-        await self._run(self._write, lambda db: self._audit(db, node_name, "refused", "node", code, text))
+
+        def run(db: sqlite3.Connection) -> None:
+            if evidence:
+                db.execute(
+                    "UPDATE nodes SET refused_at = ? WHERE node_name = ?", (to_us(self._clock()), node_name)
+                )
+            self._audit(db, node_name, "refused", "node", code, text)
+
+        await self._run(self._write, run)
 
     async def record_disk(
         self,
@@ -395,6 +395,24 @@ class SqliteStore:
             rec = self._get(db, node_name)
             assert rec is not None  # noqa: S101  (inside the same transaction)
             return rec
+
+        return await self._run(self._write, run)
+
+    async def quarantine(self, node_name: str, *, actor: str, reason: str) -> NodeRecord:
+        check_node_name(node_name)
+        check_actor(actor)
+        text = clip(reason)
+
+        def run(db: sqlite3.Connection) -> NodeRecord:
+            rec = self._get(db, node_name)
+            if rec is None:
+                raise KeyError(node_name)
+            held = quarantined(rec, actor=actor, reason=text, at=self._clock())
+            db.execute(
+                "UPDATE nodes SET quarantine = ? WHERE node_name = ?", (json.dumps(held.to_json()), node_name)
+            )
+            self._audit(db, node_name, "quarantine", actor, "", text)
+            return replace(rec, quarantine=held)
 
         return await self._run(self._write, run)
 

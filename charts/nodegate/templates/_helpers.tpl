@@ -135,6 +135,12 @@ so a bad combination fails the whole render with one message.
 {{- $adm := get $cfg "admission" | default dict -}}
 {{- $_ := set $adm "owner" (include "nodegate.username" .) -}}
 {{- $_ := set $adm "listen" (printf "0.0.0.0:%d" (int .Values.admissionContainerPort)) -}}
+{{- /* The API server's sources, as the NetworkPolicy admits them: the webhooks' listener keeps
+room for them (docs/admission.md, "Connections"); a value the user set wins. */ -}}
+{{- $np := .Values.networkPolicy -}}
+{{- if and $np.enabled (not (hasKey $adm "api_server_sources")) -}}
+{{- $_ := set $adm "api_server_sources" ($np.apiServer.webhookSourceCidrs | default $np.apiServer.cidrs) -}}
+{{- end -}}
 {{- $_ := set $cfg "admission" $adm -}}
 {{- if .Values.ekRoots.configMap -}}
 {{- $roots := get $cfg "ek_roots" | default list -}}
