@@ -224,7 +224,8 @@ async def test_spire_down_does_not_fail_the_revocation(
         status, answer = await post(http, f"{svc.base}/v1/admin/nodes/s-4/revoke", {"reason": "stolen"})
     assert (status, answer["revoked"]) == (200, True)  # stored; the periodic pass bans it later
     await spire.start()
-    assert await link(svc).reconcile(svc.service.store, dt.datetime.now(dt.UTC)) == _outcome(banned=1)
+    # this pass bans it, unless the service's own periodic pass got there first since the start
+    await link(svc).reconcile(svc.service.store, dt.datetime.now(dt.UTC))
     assert spire.banned() == {agent}
 
 
@@ -330,7 +331,8 @@ async def test_spire_unreachable_at_a_refusal_the_refusal_stands_and_the_pass_ba
     assert not spire.agents[agent].banned
     assert await link(svc).reconcile(svc.service.store, dt.datetime.now(dt.UTC)) == _outcome()  # unreachable
     await spire.start()
-    assert await link(svc).reconcile(svc.service.store, dt.datetime.now(dt.UTC)) == _outcome(banned=1)
+    # this pass bans it, unless the service's own periodic pass got there first since the start
+    await link(svc).reconcile(svc.service.store, dt.datetime.now(dt.UTC))
     assert spire.banned() == {agent}
 
 
