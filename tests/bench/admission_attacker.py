@@ -39,7 +39,11 @@ async def _connect(port: int, source: str) -> socket.socket:
     sock = socket.socket()
     sock.setblocking(False)
     sock.bind((source, 0))
-    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    try:  # a listener whose accept queue is full leaves a SYN unanswered for minutes
+        await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port)), 10)
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 
@@ -75,7 +79,7 @@ async def _once(attack: str, port: int, source: str, tls: ssl.SSLContext, tried:
 
 async def _slot(attack: str, port: int, source: str, tls: ssl.SSLContext, tried: asyncio.Event) -> None:
     while True:
-        with contextlib.suppress(OSError, ssl.SSLError, asyncio.IncompleteReadError):
+        with contextlib.suppress(OSError, ssl.SSLError, asyncio.IncompleteReadError, TimeoutError):
             await _once(attack, port, source, tls, tried)
         tried.set()
         await asyncio.sleep(0.05)  # closed or refused: opened again, not in a spin

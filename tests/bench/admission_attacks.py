@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import select
 import ssl
 import statistics
 import subprocess
@@ -137,7 +138,8 @@ def _attacker(attack: str, port: int, conns: int, addresses: int, ca: Path) -> s
     deadline = time.monotonic() + READY_SECONDS
     assert proc.stdout is not None
     os.set_blocking(proc.stdout.fileno(), True)
-    line = proc.stdout.readline()  # "ready", or "" if it died
+    ready, _, _ = select.select([proc.stdout], [], [], READY_SECONDS)
+    line = proc.stdout.readline() if ready else ""  # "ready", or "" if it died or is late
     if line.strip() != "ready" or time.monotonic() > deadline:
         proc.kill()
         raise RuntimeError(f"the attacker ({attack}) did not start: {line!r}")
@@ -160,7 +162,11 @@ def scenario(
     finally:
         if attacker is not None:
             attacker.terminate()
-            attacker.wait(timeout=30)
+            try:
+                attacker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                attacker.kill()
+                attacker.wait()
         stop_servers([server])
     median = statistics.median(times) * 1000
     return Outcome(

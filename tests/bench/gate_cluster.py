@@ -47,47 +47,21 @@ from typing import Any
 
 import aiohttp
 
+from tests.bench import procstat
 from tests.bench.common import percentile
-
-HOLD = "nodegate.io/hold"
-CR = "bench"
-CRS = "/apis/skyhook.nvidia.com/v1alpha1/skyhooks"
-ANNOTATION = f"skyhook.nvidia.com/nodeState_{CR}"
-PKG = "driver"
-VERSION = "1.0.0"
-IN_FLIGHT = 16
-MERGE = {"Content-Type": "application/merge-patch+json"}
-
-
-def _stamp(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def node_state(done: bool) -> dict[str, Any]:
-    stage, state = ("config", "complete") if done else ("apply", "in_progress")
-    return {
-        f"{PKG}|{VERSION}": {
-            "name": PKG,
-            "version": VERSION,
-            "image": "ghcr.io/nvidia/bench",
-            "stage": stage,
-            "state": state,
-        }
-    }
-
-
-def node_body(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {"pool": "bench", "kubernetes.io/hostname": name, "type": "kwok"},
-            "annotations": {"kwok.x-k8s.io/node": "fake", ANNOTATION: json.dumps(node_state(False))},
-        },
-        "spec": {"taints": [{"key": HOLD, "value": "packages-pending", "effect": "NoSchedule"}]},
-    }
-
+from tests.bench.gate_cluster_objects import (
+    ANNOTATION,
+    CR,
+    CRS,
+    HOLD,
+    IN_FLIGHT,
+    MERGE,
+    PKG,
+    VERSION,
+    _stamp,
+    node_body,
+    node_state,
+)
 
 # ---- the load process ------------------------------------------------------------------------
 
@@ -326,7 +300,7 @@ def _load_main(conn: Connection, base: str, ca: str, cert: tuple[str, str]) -> N
                 stop_churn.set()
                 out = await churning if churning is not None else None
             elif cmd == "rss":
-                out = _rss_kib(os.getpid())
+                out = procstat.rss_kib(os.getpid()) or 0
             else:
                 out = None
             conn.send(out)
@@ -335,13 +309,6 @@ def _load_main(conn: Connection, base: str, ca: str, cert: tuple[str, str]) -> N
         await load.http.close()
 
     asyncio.run(serve())
-
-
-def _rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 # ---- the run ---------------------------------------------------------------------------------
