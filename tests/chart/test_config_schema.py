@@ -30,7 +30,9 @@ def _model_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
     for name, field in model.model_fields.items():
         out.add(prefix + name)
         kind = field.annotation
-        if isinstance(kind, type) and issubclass(kind, BaseModel) and kind.__module__ == Settings.__module__:
+        # the config's own sections (bootstrap.config and the modules it is split into)
+        ours = isinstance(kind, type) and kind.__module__.startswith("bootstrap.")
+        if ours and isinstance(kind, type) and issubclass(kind, BaseModel):
             out |= _model_keys(kind, f"{prefix}{name}.")
     return out
 
