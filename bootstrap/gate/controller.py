@@ -278,6 +278,16 @@ class Gate:
     def reconcile_errors(self) -> int:
         return self._queue.errors
 
+    @property
+    def backlog(self) -> int:
+        """Nodes waiting to be decided or being decided now."""
+        return self._queue.backlog()
+
+    def in_sync(self) -> bool:
+        """Every source listed and its watch current: what the gate decides is what the cluster
+        says (with ``backlog`` 0: every node decided since)."""
+        return self._cache.loaded() and self._cache.in_sync()
+
     def held_nodes(self, pool_label: str) -> dict[tuple[str, str], int]:
         """(reason, pool) -> nodes carrying the hold taint now, from the node watch (for the
         metrics: every replica reports what it sees, the leader or not)."""

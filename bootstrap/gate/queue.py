@@ -26,7 +26,7 @@ from bootstrap.kube import Conflict, KubeUnavailable
 
 log = logging.getLogger("nodegate.gate")
 
-WORKERS = 8  # nodes decided and written at the same time
+WORKERS = 32  # nodes decided and written at the same time
 
 
 class WorkQueue:
@@ -60,6 +60,10 @@ class WorkQueue:
     def idle(self) -> bool:
         """Nothing waiting and no node being worked on."""
         return self._queue.empty() and not self._processing
+
+    def backlog(self) -> int:
+        """Nodes waiting or being decided (timers not counted)."""
+        return len(self._queued | self._processing)
 
     def add_later(self, name: str, delay: float) -> None:
         """Queue ``name`` after ``delay`` seconds, replacing its earlier timer."""

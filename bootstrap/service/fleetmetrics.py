@@ -80,6 +80,21 @@ class FleetCollector(Collector):
             )
             errors.add_metric([], float(gate.reconcile_errors))
             yield errors
+            backlog = GaugeMetricFamily(
+                "nodegate_gate_backlog", "Nodes waiting for the gate's decision or being decided now."
+            )
+            backlog.add_metric([], float(gate.backlog))
+            yield backlog
+            synced = GaugeMetricFamily(
+                "nodegate_gate_synced", "1 when every cache the gate decides on is listed and current."
+            )
+            synced.add_metric([], 1.0 if gate.in_sync() else 0.0)
+            yield synced
+            leader = GaugeMetricFamily(
+                "nodegate_gate_leader", "1 when this replica holds the gate's Lease (it alone writes)."
+            )
+            leader.add_metric([], 1.0 if gate.is_leader() else 0.0)
+            yield leader
 
 
 def _serving_expiry(service: Service) -> datetime | None:

@@ -159,6 +159,32 @@ class ControlPlane:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
 
+    @property
+    def audit_log(self) -> Path:
+        return self.folder / "audit.log"
+
+    def audited(self) -> list[dict[str, Any]]:
+        """The audit log's requests so far (start(audit_users=...)), one entry per request: its
+        verb, resource, subresource, user and when it was received (RFC 3339, microseconds).
+        Batched: a request shows up within about a second of its answer."""
+        if not self.audit_log.is_file():
+            return []
+        out: dict[str, dict[str, Any]] = {}
+        for line in self.audit_log.read_text().splitlines():
+            ev = json.loads(line)
+            ref = ev.get("objectRef") or {}
+            out.setdefault(
+                ev["auditID"],
+                {
+                    "verb": ev.get("verb"),
+                    "resource": ref.get("resource"),
+                    "subresource": ref.get("subresource"),
+                    "user": (ev.get("user") or {}).get("username"),
+                    "received": ev.get("requestReceivedTimestamp"),
+                },
+            )
+        return list(out.values())
+
     # ---- start -------------------------------------------------------------------------------
     @classmethod
     def start(
@@ -168,26 +194,37 @@ class ControlPlane:
         kwok: bool = True,
         heartbeat_ms: tuple[int, int] | None = None,
         node_grace_s: int | None = None,
+        audit_users: tuple[str, ...] = (),
     ) -> ControlPlane:
+        """``audit_users``: the API server logs every request of these users (its audit log at
+        Metadata level, read by ``audited``); nobody else's."""
         folder.mkdir(parents=True, exist_ok=True)
         pki = folder / "pki"
         pki.mkdir(exist_ok=True)
         ca = ClusterCa.create(pki)
         plane = cls(folder, ca, free_port(), free_port(), folder / "admin.kubeconfig")
         try:
-            plane._start_all(pki, kwok=kwok, heartbeat_ms=heartbeat_ms, node_grace_s=node_grace_s)
+            plane._start_all(
+                pki, kwok=kwok, heartbeat_ms=heartbeat_ms, node_grace_s=node_grace_s, audit_users=audit_users
+            )
         except BaseException:
             plane.stop()
             raise
         return plane
 
     def _start_all(
-        self, pki: Path, *, kwok: bool, heartbeat_ms: tuple[int, int] | None, node_grace_s: int | None
+        self,
+        pki: Path,
+        *,
+        kwok: bool,
+        heartbeat_ms: tuple[int, int] | None,
+        node_grace_s: int | None,
+        audit_users: tuple[str, ...],
     ) -> None:
         began = time.monotonic()
         self._start_etcd()
         self.timings["etcd"] = time.monotonic() - began
-        self._start_apiserver(pki)
+        self._start_apiserver(pki, audit_users)
         self.timings["kube-apiserver"] = time.monotonic() - began - self.timings["etcd"]
         t = time.monotonic()
         self._start_controller_manager(pki, node_grace_s)
@@ -214,7 +251,7 @@ class ControlPlane:
         self.procs["etcd"] = spawn("etcd", argv, self.folder)
         self._wait("etcd", lambda: _http_ok(f"http://127.0.0.1:{self.etcd_port}/health"))
 
-    def _start_apiserver(self, pki: Path) -> None:
+    def _start_apiserver(self, pki: Path, audit_users: tuple[str, ...] = ()) -> None:
         serving = self.ca.issue(pki, "apiserver", "kube-apiserver", server=True)
         sa_pub, sa_key = service_account_key(pki)
         tokens = pki / "tokens.csv"
@@ -249,6 +286,25 @@ class ControlPlane:
             "--profiling=false",
             "--v=1",
         ]
+        if audit_users:
+            policy = self.folder / "audit-policy.yaml"
+            policy.write_text(
+                yaml.safe_dump(
+                    {
+                        "apiVersion": "audit.k8s.io/v1",
+                        "kind": "Policy",
+                        "omitStages": ["RequestReceived"],
+                        "rules": [{"level": "Metadata", "users": list(audit_users)}, {"level": "None"}],
+                    }
+                )
+            )
+            argv += [
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=batch",  # off the request path
+                "--audit-log-batch-max-wait=1s",
+            ]
         self.procs["kube-apiserver"] = spawn("kube-apiserver", argv, self.folder)
         admin = self.ca.issue(pki, "admin", "nodegate-test-admin", orgs=("system:masters",))
         self.write_kubeconfig(self.admin_kubeconfig, cert=admin)

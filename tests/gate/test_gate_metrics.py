@@ -58,3 +58,35 @@ async def test_failed_reconciles_are_counted() -> None:
     task.cancel()
     queue.cancel_timers()
     assert queue.errors == 1
+
+
+async def test_backlog_counts_nodes_waiting_and_being_decided() -> None:
+    queue = WorkQueue(workers=1)
+    queue.running = True
+    taken, go = asyncio.Event(), asyncio.Event()
+
+    async def reconcile(name: str) -> Any:
+        taken.set()
+        await go.wait()
+        return None
+
+    assert queue.backlog() == 0
+    queue.add_all(["w1", "w2"])
+    assert queue.backlog() == 2
+    task = asyncio.create_task(queue.work(reconcile, may_work=lambda: True, now=lambda: T0))
+    await taken.wait()  # w1 being decided, w2 waiting
+    assert queue.backlog() == 2
+    queue.add("w1")  # named again while decided: still one node
+    assert queue.backlog() == 2
+    go.set()
+    while not queue.idle():
+        await asyncio.sleep(0)
+    task.cancel()
+    assert queue.backlog() == 0
+
+
+async def test_synced_only_after_every_list(kube: Kube, clock: Clock) -> None:  # noqa: F811
+    gate: Gate = make_gate(kube, clock, stability_window=timedelta(0))
+    assert not gate.in_sync()  # nothing listed yet: its decisions would be on empty caches
+    assert await gate.load() == []
+    assert gate.in_sync()

@@ -72,6 +72,9 @@ _DOC_METRIC = re.compile(r"^\| `(nodegate_[a-z_]+)(?:\{[^}]*\})?` \|", re.MULTIL
 GATE_ONLY = {
     "nodegate_held_nodes",
     "nodegate_gate_reconcile_errors_total",
+    "nodegate_gate_backlog",
+    "nodegate_gate_synced",
+    "nodegate_gate_leader",
 }  # served only where the gate runs (a cluster and gate.enabled)
 
 
@@ -96,7 +99,13 @@ async def test_the_metrics_table_is_what_metrics_serves(tmp_path: Path, ek_ca: E
     assert documented_metrics() - GATE_ONLY == served
     assert documented_metrics() >= GATE_ONLY
     names = FleetCollector.collect.__code__.co_consts  # the gate-only ones are real
-    assert {"nodegate_held_nodes", "nodegate_gate_reconcile_errors"} <= set(names)
+    assert {
+        "nodegate_held_nodes",
+        "nodegate_gate_reconcile_errors",
+        "nodegate_gate_backlog",
+        "nodegate_gate_synced",
+        "nodegate_gate_leader",
+    } <= set(names)
 
 
 # -- the startup lines troubleshooting.md quotes are lines the code prints -------------------------
