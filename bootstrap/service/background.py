@@ -20,7 +20,6 @@ from bootstrap.store import StoreUnavailable
 log = logging.getLogger("nodegate.server")
 
 RELOAD_SECONDS = 2.0
-PRUNE_SECONDS = 60.0
 BOOT_COUNT_SECONDS = 300.0  # the boot metrics move with joins and renewals: minutes are enough
 
 _TASKS = web.AppKey("tasks", list)
@@ -34,7 +33,7 @@ async def start(app: web.Application) -> None:
         log.warning("boot metrics not counted yet", extra={"error": str(exc)[:300]})
     tasks: list[asyncio.Task[None]] = [
         asyncio.get_running_loop().create_task(_every(RELOAD_SECONDS, lambda: _reload(service))),
-        asyncio.get_running_loop().create_task(_every(PRUNE_SECONDS, lambda: _prune(service))),
+        asyncio.get_running_loop().create_task(_every(service.store.prune_interval, lambda: _prune(service))),
         asyncio.get_running_loop().create_task(_every(BOOT_COUNT_SECONDS, lambda: count_boots(service))),
     ]
     if service.spire is not None and service.spire.admin is not None:

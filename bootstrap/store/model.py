@@ -274,6 +274,11 @@ class Store(Protocol):
         """Forget used sessions whose expiry has passed; returns how many."""
         ...
 
+    @property
+    def prune_interval(self) -> float:
+        """Seconds between the service's ``prune`` calls: what a prune costs decides."""
+        ...
+
     async def has_nodes(self) -> bool:
         """Whether any node is bound (damaged records count: they were nodes)."""
         ...
