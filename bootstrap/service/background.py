@@ -32,6 +32,8 @@ async def start(app: web.Application) -> None:
     except StoreUnavailable as exc:
         log.warning("boot metrics not counted yet", extra={"error": str(exc)[:300]})
     tasks: list[asyncio.Task[None]] = [
+        # the store's watched copy for the periodic passes (a kubernetes store: no LIST per pass)
+        asyncio.get_running_loop().create_task(service.store.keep_current()),
         asyncio.get_running_loop().create_task(_every(RELOAD_SECONDS, lambda: _reload(service))),
         asyncio.get_running_loop().create_task(_every(service.store.prune_interval, lambda: _prune(service))),
         asyncio.get_running_loop().create_task(_every(BOOT_COUNT_SECONDS, lambda: count_boots(service))),
@@ -85,7 +87,7 @@ async def _ban(service: Service) -> None:
 
 async def count_boots(service: Service) -> None:
     """The store's boot records counted for the metrics (bounded series: fleet.metric_groups)."""
-    nodes = await service.store.list_nodes()
+    nodes = await service.store.list_nodes(recent=True)
     records = [n.boot_record for n in nodes if n.boot_record is not None]
     service.boots = BootCounts(fleet.metric_groups(records), len(nodes) - len(records))
 

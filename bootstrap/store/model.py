@@ -203,9 +203,15 @@ Check = Callable[[NodeRecord | None], None]
 class Store(Protocol):
     async def get(self, node_name: str) -> NodeRecord | None: ...
 
-    async def list_nodes(self) -> list[NodeRecord]:
+    async def list_nodes(self, *, recent: bool = False) -> list[NodeRecord]:
         """Every readable record, by name; damaged ones are in ``damaged_nodes``. ``get`` and
-        ``commit`` of a damaged one raise NodeRecordDamaged."""
+        ``commit`` of a damaged one raise NodeRecordDamaged. ``recent``: a copy kept current by a
+        watch will do (a periodic pass), when the store keeps one (``keep_current``)."""
+        ...
+
+    async def keep_current(self) -> None:
+        """Until cancelled: keep current the copy ``list_nodes(recent=True)`` reads, for a store
+        that keeps one; returns at once for one that does not."""
         ...
 
     async def damaged_nodes(self) -> list[DamagedRecord]: ...

@@ -96,7 +96,8 @@ class SpireLink:
             return Outcome()
         try:
             agents = await self.admin.agents()
-            standings = {r.node_name: self.standing(r, now) for r in await store.list_nodes()}
+            records = await store.list_nodes(recent=True)
+            standings = {r.node_name: self.standing(r, now) for r in records}
             return await self._apply(plan(agents, standings, **self._clock(now)))
         except SpireUnavailable as exc:
             log.warning("SPIRE server not reached", extra={"error": str(exc)})

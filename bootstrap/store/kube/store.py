@@ -51,6 +51,7 @@ from bootstrap.store.kube.objects import (
     without_unset,
     written_annotations,
 )
+from bootstrap.store.kube.watched import WatchedNodes
 from bootstrap.store.model import (
     Attestation,
     AuditEntry,
@@ -101,6 +102,7 @@ class KubeStore:
         self._claims = EkClaims(kube, namespace=namespace, clock=clock, attempts=attempts, pause=self._pause)
         self._anchors = TrustAnchors(kube, namespace=namespace, attempts=attempts, pause=self._pause)
         self._dbx = DbxLeases(kube, namespace=namespace)
+        self._watched = WatchedNodes(kube)  # the periodic passes' copy (watched.py)
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -179,10 +181,18 @@ class KubeStore:
 
         return await self._unavailable(run())
 
-    async def list_nodes(self) -> list[NodeRecord]:
+    async def keep_current(self) -> None:
+        await self._watched.run()
+
+    async def _objects(self, *, recent: bool) -> list[NodeObject]:
+        cached = self._watched.objects() if recent else None
+        if cached is not None:
+            return cached
+        return [parse(raw) for raw in await self._unavailable(self._list())]
+
+    async def list_nodes(self, *, recent: bool = False) -> list[NodeRecord]:
         out = []
-        for raw in await self._unavailable(self._list()):
-            obj = parse(raw)
+        for obj in await self._objects(recent=recent):
             if obj.damaged is not None:  # one damaged object must not hide every other node
                 log.warning("%s", obj.damaged)
             elif obj.record is not None:
@@ -446,8 +456,7 @@ class KubeStore:
 
         async def run() -> int:
             dropped = 0
-            for raw in await self._list():
-                first = parse(raw)
+            for first in await self._objects(recent=True):
                 if first.damaged is not None or not any(s.exp < cutoff for s in first.sessions):
                     continue
                 removed: list[int] = []

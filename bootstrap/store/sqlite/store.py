@@ -262,7 +262,10 @@ class SqliteStore:
     def _rows(self) -> list[tuple[Any, ...]]:
         return self._conn.execute(f"SELECT {COLUMNS} FROM nodes ORDER BY node_name").fetchall()  # noqa: S608
 
-    async def list_nodes(self) -> list[NodeRecord]:
+    async def keep_current(self) -> None:
+        return  # every read is a local query: no copy to keep
+
+    async def list_nodes(self, *, recent: bool = False) -> list[NodeRecord]:
         def run() -> list[NodeRecord]:
             out = []
             for row in self._rows():
