@@ -225,9 +225,9 @@ class Gate:
             self._pending_events[name] = decision  # the newest change's Event (coalesced)
             if self._queue.running:
                 # The taint is the release (or the hold). Condition, NodeAttestation and Event
-                # follow on the node's next turn, behind the other nodes already queued: a burst of
+                # follow on the node's report turn, after every node a change named: a burst of
                 # completions is released first, reported after.
-                self._queue.add(name)
+                self._queue.add_report(name)
                 return decision
         return await self._report(name, node, decision)
 

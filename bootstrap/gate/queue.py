@@ -8,6 +8,12 @@ again while a worker has it is taken again once that worker is done (the decisio
 newer caches), never by a second worker at the same time: decisions and writes for one node stay
 in order.
 
+Two levels: a name named by a change (an event, a timer, a re-list) is urgent; a node's report
+turn (its condition, NodeAttestation and Event after its taint changed) waits until no urgent name
+does. A burst of completions spread over several CR events is then released first and reported
+after, instead of each CR's nodes waiting behind the reports of the CRs before it. A report turn
+named again by a change becomes urgent.
+
 A failed node is retried after a backoff; a decision that must be taken again at a known time
 (the end of a stability window, an attestation's expiry) schedules an event-loop timer for it,
 so nothing polls.
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 
@@ -33,8 +40,11 @@ class WorkQueue:
     """Names are only taken while ``running`` (one-shot passes decide without the queue)."""
 
     def __init__(self, workers: int = WORKERS) -> None:
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()  # waiting in _queue, or to be queued when its worker is done
+        # name -> urgent?, for every name waiting, or to be queued again when its worker is done
+        self._level: dict[str, bool] = {}
+        self._urgent: deque[str] = deque()
+        self._later: deque[str] = deque()  # may hold names promoted or taken since: skipped
+        self._wake = asyncio.Event()
         self._processing: set[str] = set()
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._failures: dict[str, int] = {}
@@ -42,12 +52,20 @@ class WorkQueue:
         self.running = False
         self.errors = 0  # reconciles that failed (retried), for nodegate_gate_reconcile_errors_total
 
-    def add(self, name: str) -> None:
-        if not self.running or name in self._queued:
+    def add(self, name: str, *, urgent: bool = True) -> None:
+        if not self.running:
             return
-        self._queued.add(name)
+        level = self._level.get(name)
+        if level is not None and (level or not urgent):
+            return  # queued already, at this level or above
+        self._level[name] = urgent
         if name not in self._processing:  # else queued again by _done
-            self._queue.put_nowait(name)
+            (self._urgent if urgent else self._later).append(name)
+            self._wake.set()
+
+    def add_report(self, name: str) -> None:
+        """The node's report turn: after every urgent name."""
+        self.add(name, urgent=False)
 
     def add_all(self, names: Iterable[str]) -> None:
         for name in names:
@@ -55,15 +73,15 @@ class WorkQueue:
 
     def empty(self) -> bool:
         """Nothing waiting (a node being worked on is no longer queued)."""
-        return self._queue.empty()
+        return all(name in self._processing for name in self._level)
 
     def idle(self) -> bool:
         """Nothing waiting and no node being worked on."""
-        return self._queue.empty() and not self._processing
+        return not self._level and not self._processing
 
     def backlog(self) -> int:
         """Nodes waiting or being decided (timers not counted)."""
-        return len(self._queued | self._processing)
+        return len(self._level.keys() | self._processing)
 
     def add_later(self, name: str, delay: float) -> None:
         """Queue ``name`` after ``delay`` seconds, replacing its earlier timer."""
@@ -82,14 +100,35 @@ class WorkQueue:
             timer.cancel()
         self._timers.clear()
 
+    def _next(self) -> str | None:
+        """The next name to take: urgent ones first; entries left behind by a promotion or an
+        earlier take are skipped."""
+        for waiting, urgent in ((self._urgent, True), (self._later, False)):
+            while waiting:
+                name = waiting.popleft()
+                if self._level.get(name) is urgent and name not in self._processing:
+                    return name
+        return None
+
+    def pop(self) -> str | None:
+        """The next waiting name, removed as a worker would take and finish it; None when
+        nothing waits (to inspect the queue without workers)."""
+        name = self._next()
+        if name is not None:
+            self._take(name)
+            self._done(name)
+        return name
+
     def _take(self, name: str) -> None:
-        self._queued.discard(name)
+        del self._level[name]
         self._processing.add(name)
 
     def _done(self, name: str) -> None:
         self._processing.discard(name)
-        if name in self._queued:  # named again meanwhile
-            self._queue.put_nowait(name)
+        level = self._level.get(name)
+        if level is not None:  # named again meanwhile
+            (self._urgent if level else self._later).append(name)
+            self._wake.set()
 
     async def work(
         self,
@@ -119,7 +158,11 @@ class WorkQueue:
         now: Callable[[], datetime],
     ) -> None:
         while True:
-            name = await self._queue.get()
+            name = self._next()
+            if name is None:
+                self._wake.clear()  # no await since _next: nothing was added in between
+                await self._wake.wait()
+                continue
             self._take(name)
             try:
                 await self._one(name, reconcile, may_work=may_work, now=now)

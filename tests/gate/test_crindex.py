@@ -139,9 +139,8 @@ def test_a_burst_of_status_events_coalesces_without_losing_any_nodes_last_state(
     state = dict.fromkeys(fleet, "in_progress")
     cache.apply_event(crs, _event(2, state))
     drained = []
-    while not queue.empty():
-        drained.append(queue._queue.get_nowait())
-        queue._queued.discard(drained[-1])
+    while (name := queue.pop()) is not None:
+        drained.append(name)
     named.clear()
     # A burst as the operator writes it while nodes progress: each write rewrites the whole
     # status; some nodes move several times, one goes back, the worker takes nothing meanwhile.
@@ -153,8 +152,8 @@ def test_a_burst_of_status_events_coalesces_without_losing_any_nodes_last_state(
         state[node] = new
         cache.apply_event(crs, _event(rv, state))
     queued = []
-    while not queue.empty():
-        queued.append(queue._queue.get_nowait())
+    while (name := queue.pop()) is not None:
+        queued.append(name)
     # Each node whose report changed is queued once, however many events named it ...
     assert sorted(queued) == sorted(set(queued))
     moved = {n for n, _ in sequence}

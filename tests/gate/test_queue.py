@@ -71,3 +71,31 @@ async def test_a_name_is_not_lost_when_it_is_named_during_its_own_decision() -> 
             await asyncio.sleep(0)
     work.cancel()
     assert seen == [0, 1, 2, 3]  # the last state was decided
+
+
+async def test_report_turns_wait_for_every_urgent_name() -> None:
+    queue = WorkQueue(workers=1)
+    queue.running = True
+    taken: list[str] = []
+
+    async def reconcile(name: str) -> holds.Decision | None:
+        taken.append(name)
+        if taken == ["u1"]:  # named while u1 is decided: a change for r2 and a report turn for u1
+            queue.add("r2")
+            queue.add_report("u1")
+        return None
+
+    queue.add_report("r1")
+    queue.add_report("r2")
+    queue.add("u1")
+    queue.add_report("u2")
+    queue.add("u2")  # a change names a node waiting for its report turn: it becomes urgent
+    queue.add_report("u2")  # and a report turn does not demote it
+    assert queue.backlog() == 4
+    work = asyncio.create_task(queue.work(reconcile, may_work=lambda: True, now=lambda: datetime.now(UTC)))
+    async with asyncio.timeout(10):
+        while not queue.idle():
+            await asyncio.sleep(0)
+    work.cancel()
+    # urgent first, in the order named (r2 promoted behind u2); then the report turns in order
+    assert taken == ["u1", "u2", "r2", "r1", "u1"]
