@@ -60,7 +60,9 @@ _CR_META = ("name", "uid", "resourceVersion")
 # A stream the server has not ended this long after its own timeout is taken for hung: closed and
 # resumed from its resourceVersion.
 STREAM_GUARD = WATCH_SECONDS + 60.0
-# Failures in a row after which the watch is no longer resumed but the source loaded again.
+# Failures in a row after which the watch is no longer resumed but the source loaded again, and
+# the load is a LIST (a streaming list can fail where a LIST does not: 429 while the API server's
+# watch cache of a new CRD initializes); the next load tries a streaming list again.
 RESUME_ATTEMPTS = 2
 
 
@@ -72,7 +74,7 @@ class Source:
     optional: bool  # a package group: not served counts as empty
     objects: dict[str, dict[str, Any]] | None = None  # name -> object; None until the first list
     rv: str = ""
-    synced: bool = False  # loaded, and no watch failure since that no watch has resumed from
+    synced: bool = False  # loaded, and since any watch failure loaded again or resumed (an event came)
     served: bool = True
     relist: bool = True  # load again (first load, 410, resuming after failures did not work)
     streaming: bool = True  # load by a streaming list; False once the server did not serve one
@@ -391,10 +393,11 @@ class Cache:
         failures = 0  # failures in a row: none since a stream last delivered an event
         quiet = 0  # streams in a row that the server ended without an event
         while True:
+            loading = src.relist or src.objects is None
             try:
-                if src.relist or src.objects is None:
+                if loading:
                     src.synced = False
-                    if src.streaming and await self._stream_list(src):
+                    if src.streaming and failures < RESUME_ATTEMPTS and await self._stream_list(src):
                         failures = quiet = 0
                         continue  # loaded, and that stream followed until the server ended it
                     if src.relist or src.objects is None:
@@ -410,6 +413,9 @@ class Cache:
                     await asyncio.sleep(failure_delay(quiet))
             except WatchExpired:
                 src.synced, src.relist = False, True  # the old cache stays in force until reloaded
+                if loading:  # a load itself expired (not expected of a server): do not spin
+                    failures += 1
+                    await asyncio.sleep(failure_delay(failures))
             except Exception as exc:  # KubeUnavailable, or a surprise: never end the informer
                 src.synced = False
                 failures += 1

@@ -293,20 +293,20 @@ async def test_a_failure_unsyncs_until_the_resumed_watch_delivers() -> None:
 
 
 async def test_a_watch_that_fails_again_after_resuming_loads_again() -> None:
-    kube = ScriptedKube()
+    kube = ScriptedKube([node("a", "50")], rv="60")
     kube.scripts = [
         Script([ev("ADDED", node("a", "3")), bookmark("9", end=True)], then=BREAK),
-        Script(opens=KubeUnavailable("HTTP 503")),  # resuming fails too
-        Script([ev("ADDED", node("a", "50")), bookmark("60", end=True)]),
+        Script(opens=KubeUnavailable("HTTP 503")),  # resuming fails too: a LIST (two failures)
     ]
-    async with informing(kube) as (_cache, src, _changed):
+    async with informing(kube) as (cache, src, _changed):
         await eventually(lambda: len(kube.calls) >= 3 and src.synced, "loaded again")
-        assert [(c.rv, c.initial, c.synced) for c in kube.calls] == [
-            ("", True, False),
-            ("9", False, False),
-            ("", True, False),
-        ]
-        assert src.rv == "60"
+        assert [(c.verb, c.rv, c.initial, c.synced) for c in kube.calls[:4]] == [
+            ("watch", "", True, False),
+            ("watch", "9", False, False),
+            ("list", "", False, False),
+            ("watch", "60", False, True),
+        ][: len(kube.calls)]
+        assert cache.nodes()["a"]["metadata"]["resourceVersion"] == "50"
 
 
 async def test_a_resumed_watch_that_expires_loads_again_and_stays_unsynced_meanwhile() -> None:
@@ -346,6 +346,32 @@ async def test_a_refused_streaming_list_falls_back_to_list_and_is_not_asked_agai
         ]
         assert not src.streaming
         assert sorted(cache.nodes()) == ["a"]
+
+
+async def test_a_streaming_list_that_keeps_failing_gives_way_to_one_list() -> None:
+    kube = ScriptedKube([node("a", "3")], rv="9")
+    kube.scripts = [
+        Script(opens=KubeUnavailable("HTTP 429: storage is (re)initializing")),
+        Script(opens=KubeUnavailable("HTTP 429: storage is (re)initializing")),
+        Script([ev("MODIFIED", node("a", "10"))], then=END),  # the watch from the LIST's version
+        Script(opens=WatchExpired("too old")),
+        Script([ev("ADDED", node("a", "20")), bookmark("30", end=True)]),
+    ]
+    async with informing(kube) as (_cache, src, _changed):
+        await eventually(lambda: src.rv == "30" and src.synced, "loaded by a streaming list again")
+        assert (
+            [(c.verb, c.rv, c.initial) for c in kube.calls]
+            == [
+                ("watch", "", True),
+                ("watch", "", True),
+                ("list", "", False),
+                ("watch", "9", False),
+                ("watch", "10", False),
+                ("watch", "", True),  # streaming lists were not given up
+                ("watch", "30", False),
+            ][: len(kube.calls)]
+        )
+        assert src.streaming
 
 
 async def test_a_streaming_list_cut_before_its_end_is_not_trusted() -> None:
