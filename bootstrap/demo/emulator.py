@@ -362,6 +362,7 @@ class ShimEmulator(kmock.KubernetesEmulator):
         bus = self._buses[res]
         async with self._lock:
             marker = await bus.mark()
+            version = str(next(self._versions))  # the bookmark's: newer than every object's
             snapshot = [
                 obj.raw
                 for (resource, namespace, _name), obj in self.objects.items()
@@ -374,7 +375,7 @@ class ShimEmulator(kmock.KubernetesEmulator):
                 if _selected(request, raw):
                     yield {"type": "ADDED", "object": raw}
             api_version = f"{res.group}/{res.version}" if res.group else str(res.version)
-            meta = {"resourceVersion": "...", "annotations": {INITIAL_EVENTS_END: "true"}}
+            meta = {"resourceVersion": version, "annotations": {INITIAL_EVENTS_END: "true"}}
             yield {"type": "BOOKMARK", "object": {"apiVersion": api_version, "metadata": meta}}
             async for event in bus.stream(since=marker):
                 if isinstance(event, dict) and _selected(request, event.get("object")):

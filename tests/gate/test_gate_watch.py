@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -170,10 +170,6 @@ async def informing(
         yield cache, src, changed
     finally:
         await stop(task)
-
-
-def calls_now(kube: ScriptedKube) -> Callable[[int], bool]:
-    return lambda n: len(kube.calls) >= n
 
 
 # -- loading, resuming, resync ------------------------------------------------------------------
