@@ -48,7 +48,7 @@ COMMENTS: Final[dict[str, str]] = {
     "gate.stability_window": "how long packages must stay complete before the taint is lifted (0: off)",
     "gate.attestation_lifetime": "older attestations are quarantined; null: only expiresAt counts",
     "gate.quarantine_effect": "NoSchedule or NoExecute for the quarantined taint",
-    "gate.resync": "every node is decided again this often",
+    "gate.resync": "every node is decided again this often, from the caches (no re-list)",
     "gate.lease_namespace": "namespace of the gate's leader Lease",
     "gate.lease_name": "name of the gate's leader Lease",
     "gate.lease_duration": "leader Lease duration",

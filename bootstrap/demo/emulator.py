@@ -17,6 +17,9 @@ The shim fills the gaps that matter to nodegate's Kubernetes code:
   status (approval: only the conditions), landing on the main object as kmock does for PATCH;
 - kubernetes_asyncio's ``watch=True`` is a watch; equality label and field selectors filter lists
   and watches;
+- a watch with ``sendInitialEvents=true`` is a streaming list (every object as ADDED, then the
+  BOOKMARK annotated ``k8s.io/initial-events-end``, then the changes), or with
+  ``watch_list=False`` refused with 422, as a server with the WatchList feature off refuses it;
 - SubjectAccessReviews and TokenReviews are answered by test-supplied functions (kmock has no
   authorizer or authenticator);
 - ``script(verb, resource, answer)`` answers the next matching request once with an error status or
@@ -68,6 +71,7 @@ __all__ = [
     "status_body",
 ]
 
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"  # the API server's; spelled out: it plays the server
 SAR_PATH = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 TOKEN_REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"  # noqa: S105  (a URL path)
 SarAnswer = Callable[[dict[str, Any]], "dict[str, Any] | int"]
@@ -150,6 +154,7 @@ class ShimEmulator(kmock.KubernetesEmulator):
     signer: Signer | None = None
     # resource key -> a CRD's additionalPrinterColumns, for Table answers (kubectl get)
     printer_columns: dict[str, Any] = attrs.field(factory=dict)
+    watch_list: bool = True  # serve streaming lists (sendInitialEvents); False: refuse them with 422
     _versions: Any = attrs.field(factory=lambda: itertools.count(1000), init=False)
     # Check-then-write must be atomic or two writers with the same resourceVersion both win.
     _writes: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
@@ -189,6 +194,10 @@ class ShimEmulator(kmock.KubernetesEmulator):
         scripted = self._scripted_answer(request)
         if scripted is not None:
             return scripted
+        if request.action == enums.action.WATCH and "sendInitialEvents" in request.params:
+            refusal = self._watch_list_refusal(request)
+            if refusal is not None:
+                return refusal
         if request.action == enums.action.CREATE and isinstance(request.data, dict):
             meta = request.data.setdefault("metadata", {})
             meta.setdefault("uid", str(uuid.uuid4()))
@@ -219,6 +228,22 @@ class ShimEmulator(kmock.KubernetesEmulator):
             plural = request.resource.plural if request.resource is not None else "object"
             body = status_body(409, "AlreadyExists", f'{plural} "{name}" already exists', name=name)
             return aiohttp.web.json_response(body, status=409)
+
+    def _watch_list_refusal(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
+        """404 for a resource that is not served (kmock's own watch streams whatever is asked),
+        422 for a streaming list this emulator does not serve (``watch_list=False``) or one the
+        API server would refuse (without resourceVersionMatch=NotOlderThan)."""
+        if request.resource not in self._get_resources():
+            body = status_body(404, "NotFound", "the server could not find the requested resource")
+            return aiohttp.web.json_response(body, status=404)
+        if not self.watch_list:
+            why = "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"
+        elif request.params.get("resourceVersionMatch") != "NotOlderThan":
+            why = "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"
+        else:
+            return None
+        body = status_body(422, "Invalid", f"ListOptions.meta.k8s.io is invalid: {why}")
+        return aiohttp.web.json_response(body, status=422)
 
     def _review(self, request: kmock.Request) -> aiohttp.web.StreamResponse | None:
         """SubjectAccessReview / TokenReview: the test's function answers; none set -> 403."""
@@ -320,9 +345,43 @@ class ShimEmulator(kmock.KubernetesEmulator):
         return tables.as_list(out, kind, api_version, version)
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
+        if request.params.get("sendInitialEvents") in ("True", "true", "1"):
+            async for event in self._serve_watch_list(request):
+                yield event
+            return
         async for event in super()._serve_watch(request):
             if not isinstance(event, dict) or _selected(request, event.get("object")):
                 yield event
+
+    async def _serve_watch_list(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
+        """A streaming list: the objects now, the bookmark that ends them, then the changes (the
+        bus is joined under the lock that the snapshot is taken under: no change is lost)."""
+        yield b""  # the headers go now (kmock's own watch does the same)
+        res = request.resource
+        assert res is not None  # noqa: S101  (a watch names its resource)
+        bus = self._buses[res]
+        async with self._lock:
+            marker = await bus.mark()
+            version = str(next(self._versions))  # the bookmark's: newer than every object's
+            snapshot = [
+                obj.raw
+                for (resource, namespace, _name), obj in self.objects.items()
+                if resource == res
+                and (request.namespace is None or namespace == request.namespace)
+                and not obj.deleted
+            ]
+        try:
+            for raw in snapshot:
+                if _selected(request, raw):
+                    yield {"type": "ADDED", "object": raw}
+            api_version = f"{res.group}/{res.version}" if res.group else str(res.version)
+            meta = {"resourceVersion": version, "annotations": {INITIAL_EVENTS_END: "true"}}
+            yield {"type": "BOOKMARK", "object": {"apiVersion": api_version, "metadata": meta}}
+            async for event in bus.stream(since=marker):
+                if isinstance(event, dict) and _selected(request, event.get("object")):
+                    yield event
+        finally:
+            await bus.unmark(marker)
 
 
 def cluster_signer() -> Callable[[dict[str, Any]], bytes | None]:

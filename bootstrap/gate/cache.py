@@ -1,9 +1,20 @@
 """The gate's informer caches: Nodes, NodeAttestations and the NodeWright / Skyhook CRs.
 
-Each source is listed, then watched from the list's resourceVersion; 410 or a broken stream
-re-lists (the old cache stays in force until the new list replaces it), and so does every
-``resync``. A package API group that is not served counts as empty and is looked for again each
-resync. Every cached copy is slim: a Node keeps only what holds.decide reads; a package CR is kept
+Each source is loaded once by a streaming list where the server serves one (a watch that starts
+with every object and goes on with the changes: nothing for the API server to build as one LIST),
+else by a LIST, then watched. When the server ends a stream (every few minutes) the watch is
+resumed from the last resourceVersion, which bookmarks keep fresh: no LIST. The cache is loaded
+again only on 410 (the version is too old) and when resuming after a failure did not work; the old
+cache stays in force until the new load replaces it. ``resync`` decides every node again from the
+caches and makes no API call. A package API group that is not served counts as empty and is looked
+for again each resync.
+
+Fail closed: a source counts as synced (``Source.synced``, see ``Cache.in_sync``) only once loaded,
+and no longer from a watch failure on (events may have been missed) until a load replaces the
+cache or the watch resumed from its resourceVersion delivers an event, which proves the server
+accepted that version: the events since follow it (a too-old version is an ERROR event first).
+
+Every cached copy is slim: a Node keeps only what holds.decide reads; a package CR is kept
 parsed, its ``status.nodeState`` (thousands of nodes, megabytes) indexed per node (crindex: each
 event decoded once, only the nodes whose report's JSON changed decoded again) and the object
 itself dropped. Every change names the nodes whose decision it can change to ``changed``: for a
@@ -14,9 +25,10 @@ them all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +36,16 @@ from bootstrap.config import GateSettings
 from bootstrap.gate import crindex, holds
 from bootstrap.gate.backoff import failure_delay
 from bootstrap.gate.fields import dict_at, list_at, name_of
-from bootstrap.kube import Kube, KubeUnavailable, NotServed, WatchEvent, WatchExpired
+from bootstrap.kube import (
+    Kube,
+    KubeUnavailable,
+    NotServed,
+    WatchEvent,
+    WatchExpired,
+    WatchListRefused,
+    ends_initial_events,
+)
+from bootstrap.kube.watch import WATCH_SECONDS
 
 log = logging.getLogger("nodegate.gate")
 
@@ -36,6 +57,13 @@ PACKAGE_RESOURCES = {
 NODES, ATTESTATION_SOURCE = "nodes", "nodeattestations"
 _NODE_META = ("name", "uid", "resourceVersion", "labels")
 _CR_META = ("name", "uid", "resourceVersion")
+# A stream the server has not ended this long after its own timeout is taken for hung: closed and
+# resumed from its resourceVersion.
+STREAM_GUARD = WATCH_SECONDS + 60.0
+# Failures in a row after which the watch is no longer resumed but the source loaded again, and
+# the load is a LIST (a streaming list can fail where a LIST does not: 429 while the API server's
+# watch cache of a new CRD initializes); the next load tries a streaming list again.
+RESUME_ATTEMPTS = 2
 
 
 @dataclass(slots=True)
@@ -46,9 +74,10 @@ class Source:
     optional: bool  # a package group: not served counts as empty
     objects: dict[str, dict[str, Any]] | None = None  # name -> object; None until the first list
     rv: str = ""
-    synced: bool = False  # listed, and no watch failure since
+    synced: bool = False  # loaded, and since any watch failure loaded again or resumed (an event came)
     served: bool = True
-    relist: bool = True
+    relist: bool = True  # load again (first load, 410, resuming after failures did not work)
+    streaming: bool = True  # load by a streaming list; False once the server did not serve one
 
 
 def slim_node(node: dict[str, Any]) -> dict[str, Any]:
@@ -200,12 +229,16 @@ class Cache:
             return await self._kube.list_cluster_objects(*ATTESTATIONS)
         return await self._kube.list_cluster_objects_as(*PACKAGE_RESOURCES[src.key], crindex.DECODER)
 
-    def _watch(self, src: Source) -> AsyncIterator[WatchEvent[Any]]:
+    def _watch(self, src: Source, *, initial: bool = False) -> AsyncGenerator[WatchEvent[Any], None]:
+        """The source's watch from its resourceVersion; ``initial``: a streaming list."""
+        rv = "" if initial else src.rv
         if src.key == NODES:
-            return self._kube.watch_nodes(src.rv)
+            return self._kube.watch_nodes(rv, initial_events=initial)
         if src.key == ATTESTATION_SOURCE:
-            return self._kube.watch_cluster_objects(*ATTESTATIONS, src.rv)
-        return self._kube.watch_cluster_objects_as(*PACKAGE_RESOURCES[src.key], src.rv, crindex.DECODER)
+            return self._kube.watch_cluster_objects(*ATTESTATIONS, rv, initial_events=initial)
+        return self._kube.watch_cluster_objects_as(
+            *PACKAGE_RESOURCES[src.key], rv, crindex.DECODER, initial_events=initial
+        )
 
     async def load(self) -> list[str]:
         """List every source once; the errors of those that failed (their caches are kept)."""
@@ -225,28 +258,57 @@ class Cache:
         src.synced = False
         try:
             items, rv = await self._list(src)
-        except NotServed:
-            if not src.optional:
-                raise
-            if src.key not in self._not_served_logged:
-                self._not_served_logged.add(src.key)
-                log.info("%s is not served by this cluster: no %s CRs", src.key, holds.GROUPS[src.key])
-            items, rv, src.served = [], "", False
+        except NotServed as exc:
+            self._not_served(src, exc)
+            items, rv = [], ""
         else:
-            if src.optional and not src.served:
-                log.info("%s is served now", src.key)
-                self._not_served_logged.discard(src.key)
-            src.served = True
+            self._served(src)
+        self._replace(src, items, rv)
+
+    def _not_served(self, src: Source, exc: NotServed) -> None:
+        """404 on a source: a package group counts as empty; the others must be served."""
+        if not src.optional:
+            raise exc
+        if src.key not in self._not_served_logged:
+            self._not_served_logged.add(src.key)
+            log.info("%s is not served by this cluster: no %s CRs", src.key, holds.GROUPS[src.key])
+        src.served = False
+
+    def _served(self, src: Source) -> None:
+        if src.optional and not src.served:
+            log.info("%s is served now", src.key)
+            self._not_served_logged.discard(src.key)
+        src.served = True
+
+    def _replace(self, src: Source, items: Iterable[Any], rv: str) -> None:
+        """A load's objects (all of them, at ``rv``) replace the cache; every node is then
+        decided again."""
         before = src.objects or {}
         src.objects = {}
         for obj in items:
             self._store(src, obj)
-        for name in set(before) - set(src.objects):
+        gone = set(before) - set(src.objects)
+        for name in gone:
             self._parsed.pop((src.key, name), None)
             self._reports.pop((src.key, name), None)
         src.rv, src.synced, src.relist = rv, True, False
-        for name in self.names():
+        # A node or attestation gone meanwhile is decided too: its leftovers are cleared.
+        for name in sorted({*self.names(), *(() if src.optional else gone)}):
             self._changed(name)
+
+    def resync(self) -> None:
+        """Decide every node again from the caches (``gate.resync``): no API call; the watches
+        keep running."""
+        names = self.names()
+        log.info("resync: %d nodes decided again from the caches", len(names))
+        for name in names:
+            self._changed(name)
+
+    async def resync_forever(self) -> None:
+        """``resync`` every ``gate.resync``."""
+        while True:
+            await asyncio.sleep(self._settings.resync.total_seconds())
+            self.resync()
 
     def _store(self, src: Source, obj: Any) -> set[str]:
         """Cache one object; for a package CR, the nodes whose report in it changed."""
@@ -324,33 +386,108 @@ class Cache:
         return affected
 
     async def inform(self, src: Source) -> None:
-        """Forever: list, watch from the list's resourceVersion, re-list on 410, on failure
-        (after a backoff) and every ``resync`` (which also decides every node again)."""
-        failures = 0
-        resync = self._settings.resync.total_seconds()
+        """Forever: load the source (a streaming list where served, else a LIST), then follow its
+        watch, resumed from the last resourceVersion whenever the server ends the stream. Loaded
+        again on 410, and after a failure when resuming did not work (after a backoff). A package
+        group that is not served is looked for again every ``resync``."""
+        failures = 0  # failures in a row: none since a stream last delivered an event
+        quiet = 0  # streams in a row that the server ended without an event
         while True:
+            loading = src.relist or src.objects is None
             try:
-                if src.relist or src.objects is None:
-                    await self.relist(src)
+                if loading:
+                    src.synced = False
+                    if src.streaming and failures < RESUME_ATTEMPTS and await self._stream_list(src):
+                        failures = quiet = 0
+                        continue  # loaded, and that stream followed until the server ended it
+                    if src.relist or src.objects is None:
+                        await self.relist(src)
                 if not src.served:
-                    await asyncio.sleep(resync)  # look again whether the CRD was installed
+                    await asyncio.sleep(self._settings.resync.total_seconds())  # installed since?
                     src.relist = True
                     continue
-                try:
-                    async with asyncio.timeout(resync):
-                        async for event in self._watch(src):
-                            self.apply_event(src, event)
-                except TimeoutError:
-                    src.relist = True
-                failures = 0
+                if await self._follow(src, initial=False):
+                    failures = quiet = 0
+                else:  # ended without any event, not even a bookmark: do not spin
+                    quiet += 1
+                    await asyncio.sleep(failure_delay(quiet))
             except WatchExpired:
-                src.relist = True  # the cache stays in force until the re-list replaces it
+                src.synced, src.relist = False, True  # the old cache stays in force until reloaded
+                if loading:  # a load itself expired (not expected of a server): do not spin
+                    failures += 1
+                    await asyncio.sleep(failure_delay(failures))
             except Exception as exc:  # KubeUnavailable, or a surprise: never end the informer
-                src.synced, src.relist = False, True
+                src.synced = False
                 failures += 1
+                if failures >= RESUME_ATTEMPTS or not src.rv:
+                    src.relist = True
                 delay = failure_delay(failures)
+                then = "loading it again" if src.relist or src.objects is None else "resuming"
                 if isinstance(exc, KubeUnavailable):
-                    log.warning("%s: %s; listing again in %.1f s", src.key, exc, delay)
+                    log.warning("%s: %s; %s in %.1f s", src.key, exc, then, delay)
                 else:
-                    log.exception("%s: unexpected error; listing again in %.1f s", src.key, delay)
+                    log.exception("%s: unexpected error; %s in %.1f s", src.key, then, delay)
                 await asyncio.sleep(delay)
+
+    async def _stream_list(self, src: Source) -> bool:
+        """Load the source by a streaming list and follow that watch until the server ends it.
+        False when this server does not serve streaming lists (then the source is listed, now
+        and from now on). A package group that is not served is loaded empty."""
+        try:
+            if await self._follow(src, initial=True):
+                return True
+        except WatchListRefused as exc:
+            log.info("%s: streaming lists are not served (%s): listing instead", src.key, exc)
+        except NotServed as exc:
+            self._not_served(src, exc)
+            self._replace(src, (), "")
+            return True
+        else:
+            log.warning(
+                "%s: the streaming list ended before its initial events did: listing instead", src.key
+            )
+        src.streaming = False
+        return False
+
+    async def _follow(self, src: Source, *, initial: bool) -> bool:
+        """One watch stream into the cache until the server ends it (or it outlives
+        STREAM_GUARD); whether it delivered an event. ``initial``: a streaming list, whose
+        objects replace the cache at the bookmark that ends them; then whether that came."""
+        pending: dict[str, Any] | None = {} if initial else None  # the initial events so far
+        came = False
+        with contextlib.suppress(TimeoutError):
+            async with (
+                asyncio.timeout(STREAM_GUARD),
+                contextlib.aclosing(self._watch(src, initial=initial)) as events,
+            ):
+                async for event in events:
+                    came = True
+                    if pending is None:
+                        if not src.synced:
+                            # Resumed after a failure: an event means the server took the version
+                            # (a too-old one is an ERROR first), so every event since follows.
+                            src.synced = True
+                            log.info("%s: the watch resumed from resourceVersion %s", src.key, src.rv)
+                        self.apply_event(src, event)
+                        continue
+                    obj = event.object.obj if isinstance(event.object, crindex.CrDoc) else event.object
+                    if ends_initial_events(event, obj):
+                        self._served(src)
+                        self._replace(
+                            src, pending.values(), str(dict_at(obj, "metadata").get("resourceVersion", ""))
+                        )
+                        pending = None
+                    elif event.type in ("ADDED", "MODIFIED"):
+                        pending[name_of(obj)] = self._kept(src, event.object)
+                    elif event.type == "DELETED":
+                        pending.pop(name_of(obj), None)
+        return pending is None if initial else came
+
+    def _kept(self, src: Source, obj: Any) -> Any:
+        """What a streaming list holds of an initial object until its end: the slim copy (a
+        package CR stays decoded as it came: its index is built at the end)."""
+        if src.key == NODES:
+            return slim_node(obj)
+        if src.key == ATTESTATION_SOURCE:
+            return slim_attestation(obj)
+        return obj

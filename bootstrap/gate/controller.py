@@ -5,8 +5,9 @@ docs/gate.md.
 What decides is holds.py; the Gate here composes the parts that read the cluster and write the
 outcome:
 
-- cache.py: Nodes, NodeAttestations and the NodeWright / Skyhook CRs in memory (list, then watch;
-  410 or a broken stream re-lists; every ``resync`` re-lists and re-decides all);
+- cache.py: Nodes, NodeAttestations and the NodeWright / Skyhook CRs in memory (a streaming list
+  or a LIST, then a watch resumed from its resourceVersion whenever the server ends it; 410 loads
+  again; every ``resync`` re-decides all from the caches, without an API call);
 - writes.py: the taint by read-modify-write with the node's resourceVersion (a write from a stale
   read fails with 409 and is decided again on a fresh read), the condition, status and Events;
 - lease.py: in ``run()`` only the holder of a coordination.k8s.io Lease writes; the flag is
@@ -14,7 +15,8 @@ outcome:
 - queue.py: the nodes to decide, with timers for decisions due again later.
 
 It fails closed: nothing is decided before every list has loaded, and no node is released while
-any cache may be stale (a watch broke and the re-list has not succeeded yet).
+any cache may be stale (a watch broke and neither a new load nor the resumed watch has shown the
+cache current yet).
 """
 
 from __future__ import annotations
@@ -184,7 +186,7 @@ class Gate:
 
     async def _reconcile(self, name: str, *, cached: bool) -> holds.Decision | None:
         # cached: decide on the watched copy when the node watch is in sync (a resync of 10k
-        # nodes then costs its lists, not 10k GETs). Safe for the taint because every write
+        # nodes then costs no API call, not 10k GETs). Safe for the taint because every write
         # carries the resourceVersion of the copy it was decided on: a stale copy gets 409 and
         # the retry reads fresh; a copy behind an event that needs no write is decided again
         # when that event arrives.
@@ -369,6 +371,7 @@ class Gate:
             asyncio.create_task(self._cache.inform(s), name=f"gate-{s.key}")
             for s in self._cache.sources.values()
         ]
+        tasks.append(asyncio.create_task(self._cache.resync_forever(), name="gate-resync"))
         work = self._queue.work(
             lambda name: self.reconcile(name, cached=True), may_work=self._lease.is_leader, now=self._now
         )

@@ -12,11 +12,13 @@ from bootstrap.kube.errors import (
     NotFound,
     NotServed,
     WatchExpired,
+    WatchListRefused,
 )
 from bootstrap.kube.reviews import AccessDecision
-from bootstrap.kube.watch import WatchEvent
+from bootstrap.kube.watch import INITIAL_EVENTS_END, WatchEvent, ends_initial_events
 
 __all__ = [
+    "INITIAL_EVENTS_END",
     "AccessDecision",
     "Conflict",
     "CsrDenied",
@@ -27,5 +29,7 @@ __all__ = [
     "NotServed",
     "WatchEvent",
     "WatchExpired",
+    "WatchListRefused",
+    "ends_initial_events",
     "read_ca_bundle",
 ]

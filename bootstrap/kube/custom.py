@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any, TypeVar
 
 from bootstrap.kube.core import MERGE_PATCH, KubeBase, list_items, list_version
@@ -94,32 +94,58 @@ class CustomObjects(KubeBase):
             return
 
     async def watch_cluster_objects(
-        self, group: str, version: str, plural: str, resource_version: str
-    ) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
-        """Events after ``resource_version`` until the server ends the stream. Raises WatchExpired
-        on 410 Gone and KubeUnavailable on other failures."""
-        async for event in watch_events(
-            plural,
-            self._custom.list_cluster_custom_object,
-            group,
-            version,
-            plural,
-            resource_version=resource_version,
-            decoder=PLAIN,
+        self, group: str, version: str, plural: str, resource_version: str, *, initial_events: bool = False
+    ) -> AsyncGenerator[WatchEvent[dict[str, Any]], None]:
+        """Events after ``resource_version`` until the server ends the stream (``initial_events``:
+        a streaming list, bootstrap.kube.watch). Raises WatchExpired on 410 Gone, NotServed on
+        404, WatchListRefused when a streaming list is refused, KubeUnavailable on other failures."""
+        async for event in self.watch_cluster_objects_as(
+            group, version, plural, resource_version, PLAIN, initial_events=initial_events
         ):
             yield event
 
     async def watch_cluster_objects_as(
-        self, group: str, version: str, plural: str, resource_version: str, decoder: ObjectDecoder[T]
-    ) -> AsyncIterator[WatchEvent[T]]:
+        self,
+        group: str,
+        version: str,
+        plural: str,
+        resource_version: str,
+        decoder: ObjectDecoder[T],
+        *,
+        initial_events: bool = False,
+    ) -> AsyncGenerator[WatchEvent[T], None]:
         """``watch_cluster_objects`` with each object decoded once, in ``decoder``'s form."""
         async for event in watch_events(
             plural,
-            self._custom.list_cluster_custom_object,
+            self._list_custom_objects,
             group,
             version,
             plural,
             resource_version=resource_version,
             decoder=decoder,
+            initial_events=initial_events,
         ):
             yield event
+
+    def _list_custom_objects(self, group: str, version: str, plural: str, **kwargs: Any) -> Any:
+        """``list_cluster_custom_object`` as the generated client sends it, for the query
+        parameters its signature lacks (``send_initial_events``): keyword names in snake_case
+        become the API's camelCase (``_preload_content`` is the client's own)."""
+        preload = kwargs.pop("_preload_content", True)
+        query = [(_camel(k), v) for k, v in kwargs.items() if v is not None]
+        return self._api.call_api(
+            "/apis/{group}/{version}/{plural}",
+            "GET",
+            {"group": group, "version": version, "plural": plural},
+            query,
+            {"Accept": "application/json"},
+            response_types_map={200: "object"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _preload_content=preload,
+        )
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)

@@ -11,6 +11,11 @@ class NotServed(KubeUnavailable):
     """404 on a collection: the API group or the custom resource is not installed."""
 
 
+class WatchListRefused(KubeUnavailable):
+    """400 or 422 to a streaming list (a watch with sendInitialEvents): this server does not serve
+    it (the WatchList feature is off, or the server predates it). List instead."""
+
+
 class WatchExpired(Exception):
     """410 Gone: the resourceVersion is too old; list again."""
 

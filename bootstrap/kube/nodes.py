@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from bootstrap.kube.core import MERGE_PATCH, KubeBase, list_items, list_version
@@ -54,15 +54,17 @@ class Nodes(KubeBase):
         return list_items(out), list_version(out)
 
     async def watch_nodes(
-        self, resource_version: str, label_selector: str | None = None
-    ) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
-        """Node events after ``resource_version`` until the server ends the stream. Raises
-        WatchExpired on 410 Gone and KubeUnavailable on other failures."""
+        self, resource_version: str, label_selector: str | None = None, *, initial_events: bool = False
+    ) -> AsyncGenerator[WatchEvent[dict[str, Any]], None]:
+        """Node events after ``resource_version`` until the server ends the stream
+        (``initial_events``: a streaming list, bootstrap.kube.watch). Raises WatchExpired on 410
+        Gone, WatchListRefused when a streaming list is refused, KubeUnavailable on other failures."""
         async for event in watch_events(
             "nodes",
             self._core.list_node,
             resource_version=resource_version,
             decoder=PLAIN,
             label_selector=label_selector,
+            initial_events=initial_events,
         ):
             yield event

@@ -3,6 +3,13 @@
 A stream resumes from the last resourceVersion the caller saw; 410 Gone (the version is too old)
 is raised as :class:`WatchExpired` so the caller lists again.
 
+With ``initial_events`` the watch is a streaming list (Kubernetes WatchList: ``sendInitialEvents``):
+the server sends every current object as ADDED, then a BOOKMARK annotated
+:data:`INITIAL_EVENTS_END`, then the changes, all on the one stream, served from its watch cache
+(no LIST built in memory). A server that does not serve it answers 400 or 422 (the WatchList
+feature off; before 1.27, ``resourceVersionMatch`` on a watch is invalid): :class:`WatchListRefused`,
+and the caller lists instead.
+
 The stream is read here rather than by kubernetes_asyncio's ``Watch``, which decodes every event
 three times (JSON, re-encoded, decoded again for a typed model nobody uses here) and breaks on an
 event over 4 MiB (``LineTooLong``: its client's read buffer). Each event line is read whole, up to
@@ -12,7 +19,7 @@ decoder (plain dicts unless it asks for its own form).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -20,9 +27,11 @@ import aiohttp
 import msgspec
 
 from bootstrap.kube.decode import ObjectDecoder, loads
-from bootstrap.kube.errors import KubeUnavailable, WatchExpired
+from bootstrap.kube.errors import KubeUnavailable, NotServed, WatchExpired, WatchListRefused
 
 WATCH_SECONDS = 300  # server-side watch timeout; the stream is reopened from the last rv
+# The annotation (value "true") on the BOOKMARK that ends a streaming list's initial events.
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 # One event line. etcd stores objects up to its --max-request-bytes (1.5 MiB by default, raised on
 # large clusters; etcd warns above 10 MiB) and the API server's JSON of a stored object can be
 # larger than its stored form: 64 MiB bounds what one event may cost without refusing any object a
@@ -47,12 +56,27 @@ class _Envelope(msgspec.Struct):
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 
 
-def watch_arguments(resource_version: str) -> dict[str, Any]:
-    """The list call's watch arguments: bookmarks on, the server-side timeout, the start version."""
+def watch_arguments(resource_version: str, *, initial_events: bool = False) -> dict[str, Any]:
+    """The list call's watch arguments: bookmarks on, the server-side timeout, the start version;
+    ``initial_events``: a streaming list of the most recent state (no start version: a
+    consistent read, the API's meaning of NotOlderThan without one)."""
     kwargs: dict[str, Any] = {"allow_watch_bookmarks": True, "timeout_seconds": WATCH_SECONDS}
-    if resource_version:
+    if initial_events:
+        kwargs["send_initial_events"] = True
+        kwargs["resource_version_match"] = "NotOlderThan"
+    elif resource_version:
         kwargs["resource_version"] = resource_version
     return kwargs
+
+
+def ends_initial_events(event: WatchEvent[Any], obj: Mapping[str, Any]) -> bool:
+    """Is this (``obj``: the event's object as a mapping) the BOOKMARK that ends a streaming
+    list's initial events?"""
+    if event.type != "BOOKMARK":
+        return False
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return isinstance(annotations, Mapping) and annotations.get(INITIAL_EVENTS_END) == "true"
 
 
 async def watch_events(
@@ -62,10 +86,13 @@ async def watch_events(
     resource_version: str,
     decoder: ObjectDecoder[T],
     label_selector: str | None = None,
-) -> AsyncIterator[WatchEvent[T]]:
-    """Events of ``list_call(*args)`` after ``resource_version``, objects in ``decoder``'s form.
-    Raises WatchExpired on 410 Gone and KubeUnavailable on other failures."""
-    kwargs = watch_arguments(resource_version)
+    initial_events: bool = False,
+) -> AsyncGenerator[WatchEvent[T], None]:
+    """Events of ``list_call(*args)`` after ``resource_version`` (``initial_events``: a streaming
+    list, see the module), objects in ``decoder``'s form. Raises WatchExpired on 410 Gone,
+    NotServed on 404, WatchListRefused when a streaming list is refused, and KubeUnavailable on
+    other failures."""
+    kwargs = watch_arguments(resource_version, initial_events=initial_events)
     if label_selector:
         kwargs["label_selector"] = label_selector
     try:
@@ -77,7 +104,12 @@ async def watch_events(
             body = await resp.content.read(_ERROR_BODY_LIMIT)
             if resp.status == 410:
                 raise WatchExpired(f"{resp.reason}: {_message(body)}"[:300])
-            raise KubeUnavailable(f"watch {what}: HTTP {resp.status} {resp.reason}{_message(body)}"[:300])
+            detail = f"watch {what}: HTTP {resp.status} {resp.reason}{_message(body)}"[:300]
+            if resp.status == 404:
+                raise NotServed(detail)
+            if initial_events and resp.status in (400, 422):
+                raise WatchListRefused(detail)
+            raise KubeUnavailable(detail)
         async for line in _lines(resp.content, what):
             event = _event(what, line, decoder)
             if event is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -51,17 +51,24 @@ class TrackedKube(Kube):
         return await super().get_node(name)
 
     # The gate's own decoder object, so that gate_phases counts its decodes and not the agent's.
-    async def watch_nodes(self, resource_version: str) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
+    async def watch_nodes(
+        self, resource_version: str, label_selector: str | None = None, *, initial_events: bool = False
+    ) -> AsyncGenerator[WatchEvent[dict[str, Any]], None]:
         async for event in watch_events(
-            "nodes", self._core.list_node, resource_version=resource_version, decoder=gate_phases.GATE_PLAIN
+            "nodes",
+            self._core.list_node,
+            resource_version=resource_version,
+            decoder=gate_phases.GATE_PLAIN,
+            label_selector=label_selector,
+            initial_events=initial_events,
         ):
             yield event
 
     async def watch_cluster_objects(
-        self, group: str, version: str, plural: str, resource_version: str
-    ) -> AsyncIterator[WatchEvent[dict[str, Any]]]:
+        self, group: str, version: str, plural: str, resource_version: str, *, initial_events: bool = False
+    ) -> AsyncGenerator[WatchEvent[dict[str, Any]], None]:
         async for event in self.watch_cluster_objects_as(
-            group, version, plural, resource_version, gate_phases.GATE_PLAIN
+            group, version, plural, resource_version, gate_phases.GATE_PLAIN, initial_events=initial_events
         ):
             yield event
 

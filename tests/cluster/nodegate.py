@@ -211,10 +211,26 @@ def start_nodegate(
     args: tuple[str, ...] = (),
     **settings: Any,
 ) -> Nodegate:
+    port, admission_port = free_port(), admission_port or free_port()
+    config = write_config(inst, name, port, admission_port, **settings)
+    proc = spawn(
+        f"nodegate-{name}", [str(nodegate_bin()), "serve", "--config", str(config), *args], inst.folder
+    )
+    ng = Nodegate(proc, config, port, admission_port, plane.ssl_context())
+    wait_ready(ng)
+    return ng
+
+
+def nodegate_bin() -> Path:
+    """The ``nodegate`` command of the running interpreter's environment."""
+    return Path(sys.executable).parent / "nodegate"
+
+
+def write_config(inst: Installed, name: str, port: int, admission_port: int, **settings: Any) -> Path:
+    """The config of a nodegate named ``name`` (its folder under the install's), ``settings`` over
+    the defaults here (a dict merged into the default's dict)."""
     folder = inst.folder / name
     folder.mkdir(exist_ok=True)
-    port = free_port()
-    admission_port = admission_port or free_port()
     doc: dict[str, Any] = {
         "trust_domain": "fleet.test",
         "listen": f"127.0.0.1:{port}",
@@ -237,13 +253,7 @@ def start_nodegate(
             doc[key] = value
     config = folder / "config.yaml"
     config.write_text(yaml.safe_dump(doc))
-    nodegate_bin = Path(sys.executable).parent / "nodegate"
-    proc = spawn(
-        f"nodegate-{name}", [str(nodegate_bin), "serve", "--config", str(config), *args], inst.folder
-    )
-    ng = Nodegate(proc, config, port, admission_port, plane.ssl_context())
-    wait_ready(ng)
-    return ng
+    return config
 
 
 def wait_ready(ng: Nodegate, timeout: float = 60.0) -> None:

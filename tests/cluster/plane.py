@@ -42,6 +42,19 @@ PIN_KEYS = {
 START_TIMEOUT = 60.0
 REQUIRE_ENV = "NODEGATE_REQUIRE_CLUSTER"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+# A client-certificate user whose lists and watches the API server writes to its audit log
+# (folder/audit.log; ControlPlane.audit): what a test counts of one client's requests, as the
+# server saw them. Nobody else is audited.
+AUDITED_USER = "nodegate-audited"
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "users": [AUDITED_USER], "verbs": ["list", "watch"]},
+        {"level": "None"},
+    ],
+}
 # Test users of the token authenticator: token -> (user, uid, groups).
 TOKEN_USERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "deployer": ("alice", "uid-alice", ("team-gpu",)),
@@ -283,6 +296,9 @@ class ControlPlane:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--endpoint-reconciler-type=none",
             f"--cert-dir={pki}",
+            f"--audit-policy-file={self._audit_policy()}",
+            f"--audit-log-path={self.folder / 'audit.log'}",
+            "--audit-log-format=json",
             "--profiling=false",
             "--v=1",
         ]
@@ -310,6 +326,11 @@ class ControlPlane:
         self.write_kubeconfig(self.admin_kubeconfig, cert=admin)
         ctx = self.ssl_context(admin)
         self._wait("kube-apiserver", lambda: _http_ok(f"{self.url}/readyz", ctx))
+
+    def _audit_policy(self) -> Path:
+        path = self.folder / "audit-policy.yaml"
+        path.write_text(yaml.safe_dump(AUDIT_POLICY))
+        return path
 
     def _start_controller_manager(self, pki: Path, node_grace_s: int | None = None) -> None:
         kcm = self.ca.issue(pki, "kcm", "system:kube-controller-manager")
@@ -455,6 +476,16 @@ class ControlPlane:
             return exc.code, json.loads(exc.read() or b"null")
 
     # ---- observe / stop ----------------------------------------------------------------------
+    def audit(self) -> list[dict[str, Any]]:
+        """The audit events so far: AUDITED_USER's lists and watches (a watch is logged when its
+        response starts, stage ResponseStarted, and again when it ends)."""
+        try:
+            text = (self.folder / "audit.log").read_text()
+        except FileNotFoundError:
+            return []
+        # The last line may be half written: only whole lines count.
+        return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
     def rss_kib(self) -> dict[str, int]:
         return {name: p.rss_kib() for name, p in self.procs.items()}
 

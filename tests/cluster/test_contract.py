@@ -295,7 +295,7 @@ async def test_watch_from_a_resource_version_sees_only_later_changes(api: Api) -
     assert [(e["type"], rv(e["object"])) for e in events] == [("MODIFIED", rv(patched))]
 
 
-@kmock_differs("kmock sends no BOOKMARK events of its own (only scripted ones)")
+@BOTH
 async def test_watch_list_ends_its_initial_events_with_a_bookmark(api: Api) -> None:
     """A watch that asks for the current state first (sendInitialEvents, the streaming list) gets
     the objects as ADDED, then a BOOKMARK annotated ``k8s.io/initial-events-end``. (A plain watch

@@ -899,8 +899,9 @@ async def stop(task: asyncio.Task[None]) -> None:
         await task
 
 
-def lists_of(kmock: Any, path: str) -> int:
-    return sum(1 for r in kmock[enums.action.LIST] if r.url.path == path)
+def loads_of(kmock: Any, path: str) -> int:
+    """Streaming lists asked of ``path``."""
+    return sum(1 for r in kmock[enums.action.WATCH] if r.url.path == path and "sendInitialEvents" in r.params)
 
 
 async def test_run_follows_events_and_releases_on_the_timer(kmock: Any, kube: Kube) -> None:
@@ -954,22 +955,23 @@ async def test_run_follows_events_and_releases_on_the_timer(kmock: Any, kube: Ku
     ]
 
 
-async def test_run_relists_after_410_and_survives_api_failures(kmock: Any, kube: Kube) -> None:
+async def test_run_loads_again_after_410_and_survives_api_failures(kmock: Any, kube: Kube) -> None:
     gate = make_gate(kube, real_now)
     await kube.create_node(node_body("w1"))
-    kmock.script("watch", NODES, [EXPIRED])
-    kmock.script("list", ATT, 500)  # the first attestation list fails: nothing is decided until it works
+    kmock.script("watch", NODES, [EXPIRED])  # the nodes' streaming list: 410, loaded again
+    kmock.script("watch", ATT, 500)  # the attestations' fails: nothing is decided until it works
     kmock.script("patch", NODES, 503)  # and so does the first taint write: retried after a backoff
     task = asyncio.create_task(gate.run())
     try:
-        await eventually(lambda: lists_of(kmock, "/api/v1/nodes") >= 2, "a re-list after 410")
+        await eventually(lambda: loads_of(kmock, "/api/v1/nodes") >= 2, "a load again after 410")
         await eventually(lambda: hold_taints(kmock) == [hold("unattested")], "the hold despite the failures")
-        assert lists_of(kmock, "/apis/nodegate.io/v1alpha1/nodeattestations") >= 2
+        assert loads_of(kmock, "/apis/nodegate.io/v1alpha1/nodeattestations") >= 2
         await kube.create_node(node_body("w2"))
-        await eventually(lambda: hold_taints(kmock, "w2") == [hold("unattested")], "a node after the re-list")
+        await eventually(lambda: hold_taints(kmock, "w2") == [hold("unattested")], "a node after the load")
         assert not task.done()
     finally:
         await stop(task)
+    assert list(kmock[enums.action.LIST]) == []  # streaming lists, no LIST
 
 
 async def test_run_with_two_gates_only_the_leader_writes(kmock: Any, kube: Kube) -> None:
