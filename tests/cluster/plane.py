@@ -172,19 +172,12 @@ class ControlPlane:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
 
-    @property
-    def audit_log(self) -> Path:
-        return self.folder / "audit.log"
-
     def audited(self) -> list[dict[str, Any]]:
-        """The audit log's requests so far (start(audit_users=...)), one entry per request: its
-        verb, resource, subresource, user and when it was received (RFC 3339, microseconds).
-        Batched: a request shows up within about a second of its answer."""
-        if not self.audit_log.is_file():
-            return []
+        """One entry per request in the audit log (start(audit_users=...), and AUDITED_USER's lists
+        and watches): its verb, resource, subresource, user and when it was received (RFC 3339,
+        microseconds)."""
         out: dict[str, dict[str, Any]] = {}
-        for line in self.audit_log.read_text().splitlines():
-            ev = json.loads(line)
+        for ev in self.audit():
             ref = ev.get("objectRef") or {}
             out.setdefault(
                 ev["auditID"],
@@ -209,8 +202,8 @@ class ControlPlane:
         node_grace_s: int | None = None,
         audit_users: tuple[str, ...] = (),
     ) -> ControlPlane:
-        """``audit_users``: the API server logs every request of these users (its audit log at
-        Metadata level, read by ``audited``); nobody else's."""
+        """``audit_users``: the API server also logs every request of these users (its audit log
+        at Metadata level, read by ``audit`` and ``audited``)."""
         folder.mkdir(parents=True, exist_ok=True)
         pki = folder / "pki"
         pki.mkdir(exist_ok=True)
@@ -296,40 +289,25 @@ class ControlPlane:
             "--service-cluster-ip-range=10.0.0.0/24",
             "--endpoint-reconciler-type=none",
             f"--cert-dir={pki}",
-            f"--audit-policy-file={self._audit_policy()}",
+            f"--audit-policy-file={self._audit_policy(audit_users)}",
             f"--audit-log-path={self.folder / 'audit.log'}",
             "--audit-log-format=json",
             "--profiling=false",
             "--v=1",
         ]
-        if audit_users:
-            policy = self.folder / "audit-policy.yaml"
-            policy.write_text(
-                yaml.safe_dump(
-                    {
-                        "apiVersion": "audit.k8s.io/v1",
-                        "kind": "Policy",
-                        "omitStages": ["RequestReceived"],
-                        "rules": [{"level": "Metadata", "users": list(audit_users)}, {"level": "None"}],
-                    }
-                )
-            )
-            argv += [
-                f"--audit-policy-file={policy}",
-                f"--audit-log-path={self.audit_log}",
-                "--audit-log-format=json",
-                "--audit-log-mode=batch",  # off the request path
-                "--audit-log-batch-max-wait=1s",
-            ]
         self.procs["kube-apiserver"] = spawn("kube-apiserver", argv, self.folder)
         admin = self.ca.issue(pki, "admin", "nodegate-test-admin", orgs=("system:masters",))
         self.write_kubeconfig(self.admin_kubeconfig, cert=admin)
         ctx = self.ssl_context(admin)
         self._wait("kube-apiserver", lambda: _http_ok(f"{self.url}/readyz", ctx))
 
-    def _audit_policy(self) -> Path:
+    def _audit_policy(self, audit_users: tuple[str, ...]) -> Path:
+        policy = dict(AUDIT_POLICY)
+        if audit_users:  # every request of these users, before the rule that drops the rest
+            rules = list(policy["rules"])
+            policy["rules"] = [*rules[:-1], {"level": "Metadata", "users": list(audit_users)}, rules[-1]]
         path = self.folder / "audit-policy.yaml"
-        path.write_text(yaml.safe_dump(AUDIT_POLICY))
+        path.write_text(yaml.safe_dump(policy))
         return path
 
     def _start_controller_manager(self, pki: Path, node_grace_s: int | None = None) -> None:
