@@ -177,7 +177,9 @@ class Gate:
         decided: the caches are not loaded, the node is gone, or this gate is not the leader.
         Raises KubeUnavailable / Conflict when a write could not be made."""
         if not self._cache.loaded():
-            log.info("not every list has loaded yet: %s is not decided", node_name)
+            # debug: at a start every node is named before the last source has loaded (10,000
+            # lines at info); each is decided when that load completes and names them all again
+            log.debug("not every list has loaded yet: %s is not decided", node_name)
             return None
         try:
             return await self._reconcile(node_name, cached=cached)
