@@ -126,7 +126,8 @@ async def run(gate: Gate, agent: Any, watch: Any, todo: list[Walker]) -> BurstRe
 
         await asyncio.gather(*(status(k, v) for k, v in by_cr.items()))
         result.operator_writes += len(moving) + len(by_cr)
-    await asyncio.wait(seen.values(), timeout=WAIT)
+    if seen:  # none pending (a fleet too small for the burst's share): nothing to wait for
+        await asyncio.wait(seen.values(), timeout=WAIT)
     for w in todo:
         future = seen[w.node]
         if future.done() and future.exception() is None:
