@@ -229,3 +229,24 @@ async def test_cli_issues_an_admin_svid(svc: Running, tmp_path: Path) -> None:
         str(out),
     ]
     assert cli.main(bad) == 2
+
+
+async def test_renewal_under_a_template_that_does_not_end_in_the_node_name(
+    tmp_path: Path, ek_ca: EkCa
+) -> None:
+    # The ID cannot name the node's record: the record is found by a scan of the store, then read
+    # fresh, which alone decides (a revocation after the scan's copy still refuses).
+    template = "spiffe://{trust_domain}/node/{node_name}/gpu"
+    admins = {ADMIN: ["revoke"]}
+    settings = settings_for(tmp_path, ek_ca, admin={"spiffe_ids": admins}, spiffe_id_template=template)
+    async with running(settings) as r:
+        node, first, creds = await _joined(r, tmp_path, ek_ca, "t-1")
+        assert first["spiffe_id"] == "spiffe://fleet.test/node/t-1/gpu"
+        status, out = await _renew(r, node, creds)
+        assert status == 200, out
+        assert out["spiffe_id"] == first["spiffe_id"]
+        async with r.http(_admin_svid(r, tmp_path, ADMIN)) as http:
+            status, out = await post(http, f"{r.base}/v1/admin/nodes/t-1/revoke", {"reason": "RMA"})
+        assert status == 200
+        status, out = await _renew(r, node, creds)
+        assert (status, out["code"]) == (403, "node_revoked")

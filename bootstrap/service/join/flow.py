@@ -248,11 +248,18 @@ class JoinService:
             record = await self._get(candidate)
             if record is not None and record.spiffe_id == str(sid):
                 return record
-        try:
-            nodes = await self.store.list_nodes()
-        except StoreUnavailable as exc:
-            raise Unavailable(f"store: {exc}", retry_after=2) from None
-        return next((r for r in nodes if r.spiffe_id == str(sid)), None)
+        # A scan: first the store's watched copy (no LIST of every node per renewal), then the
+        # record read fresh, which alone decides (revocation, serials); a miss scans the API.
+        for recent in (True, False):
+            try:
+                nodes = await self.store.list_nodes(recent=recent)
+            except StoreUnavailable as exc:
+                raise Unavailable(f"store: {exc}", retry_after=2) from None
+            found = next((r.node_name for r in nodes if r.spiffe_id == str(sid)), None)
+            record = await self._get(found) if found is not None else None
+            if record is not None and record.spiffe_id == str(sid):
+                return record
+        return None
 
     # -- shared steps --------------------------------------------------------------------------
 
